@@ -1,0 +1,4 @@
+"""One module per rewrite; importing this package registers them all (in code order)."""
+
+from . import mask_unit_attention  # noqa: F401  HR001
+from . import pool_amax  # noqa: F401  HR002

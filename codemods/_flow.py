@@ -1,0 +1,398 @@
+"""Small, conservative data-flow facts about one function body, and code splicing.
+
+Rewrites prove an idiom by following names from statement to statement.  This
+module answers the questions they ask: which statements assign a name, where a
+name is read, whether an expression means the same thing at two program points,
+and how to splice an original sub-expression into new code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+
+import libcst as cst
+import libcst.matchers as m
+
+AnyAssign = Union[cst.Assign, cst.AnnAssign]
+
+
+@dataclasses.dataclass
+class Stmt:
+    """A simple statement line of the function, in source order."""
+
+    index: int
+    line: cst.SimpleStatementLine
+    assigned: Set[str]
+    loaded: List[cst.Name]
+
+
+class FunctionFlow:
+    """Source-ordered simple statements of one function (nested defs excluded)."""
+
+    def __init__(self, func: cst.FunctionDef) -> None:
+        self.func = func
+        self.params: Set[str] = {p.name.value for p in _all_params(func.params)}
+        self.stmts: List[Stmt] = []
+        self.compound_assigned: Dict[str, int] = {}
+        self._collect(func.body)
+
+    def _collect(self, block: cst.BaseSuite) -> None:
+        for stmt in _body_of(block):
+            if isinstance(stmt, cst.SimpleStatementLine):
+                assigned: Set[str] = set()
+                loaded: List[cst.Name] = []
+                for small in stmt.body:
+                    _names(small, assigned, loaded)
+                self.stmts.append(Stmt(len(self.stmts), stmt, assigned, loaded))
+            elif isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                # A nested definition binds its name; its body is another scope.
+                self.stmts.append(Stmt(len(self.stmts), cst.SimpleStatementLine([]), {stmt.name.value}, []))
+            else:
+                # Compound statement: names bound by its header (for-targets, with-as,
+                # except-as, walrus) count as assignments we do not understand.
+                header_assigned: Set[str] = set()
+                header_loaded: List[cst.Name] = []
+                for child in _headers(stmt):
+                    _names(child, header_assigned, header_loaded)
+                self.stmts.append(Stmt(len(self.stmts), cst.SimpleStatementLine([]), header_assigned, header_loaded))
+                for name in header_assigned:
+                    self.compound_assigned[name] = self.compound_assigned.get(name, 0) + 1
+                for child in _suites(stmt):
+                    self._collect(child)
+
+    def stmt_of(self, line: cst.SimpleStatementLine) -> Stmt:
+        for stmt in self.stmts:
+            if stmt.line is line:
+                return stmt
+        raise KeyError(line)
+
+    def assigning(self, name: str) -> List[Stmt]:
+        return [s for s in self.stmts if name in s.assigned]
+
+    def loads_of(self, name: str) -> List[Tuple[Stmt, cst.Name]]:
+        return [(s, n) for s in self.stmts for n in s.loaded if n.value == name]
+
+    def stable_between(self, expr: cst.BaseExpression, start: Stmt, end: Stmt) -> bool:
+        """True if no name read by ``expr`` is rebound after ``start`` up to ``end``."""
+        names = {n.value for n in _loaded_names(expr)}
+        if any(self.compound_assigned.get(n) for n in names):
+            return False
+        return not any(names & s.assigned for s in self.stmts[start.index + 1 : end.index + 1])
+
+
+def _body_of(block: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
+    if isinstance(block, cst.IndentedBlock):
+        return block.body
+    if isinstance(block, cst.SimpleStatementSuite):
+        return [cst.SimpleStatementLine(block.body)]
+    return []
+
+
+def _suites(stmt: cst.BaseCompoundStatement) -> Iterator[cst.BaseSuite]:
+    for field in ("body", "orelse", "finalbody"):
+        part = getattr(stmt, field, None)
+        if isinstance(part, cst.BaseSuite):
+            yield part
+        elif isinstance(part, (cst.If, cst.Else, cst.Finally)):
+            if isinstance(part, cst.If):
+                yield part.body
+                yield from _suites_of_if_tail(part)
+            else:
+                yield part.body
+    for handler in getattr(stmt, "handlers", ()):
+        yield handler.body
+    for case in getattr(stmt, "cases", ()):
+        yield case.body
+
+
+def _suites_of_if_tail(node: cst.If) -> Iterator[cst.BaseSuite]:
+    tail = node.orelse
+    while tail is not None:
+        yield tail.body
+        tail = tail.orelse if isinstance(tail, cst.If) else None
+
+
+def _headers(stmt: cst.BaseCompoundStatement) -> List[cst.CSTNode]:
+    parts: List[cst.CSTNode] = []
+    for field in ("test", "target", "iter", "items", "subject"):
+        value = getattr(stmt, field, None)
+        if isinstance(value, cst.CSTNode):
+            parts.append(value)
+        elif isinstance(value, (list, tuple)):
+            parts.extend(value)
+    for handler in getattr(stmt, "handlers", ()):
+        if handler.name is not None:
+            parts.append(handler.name)
+    if isinstance(stmt, cst.For):
+        # A for-target is a binding.
+        parts = [cst.Assign([cst.AssignTarget(stmt.target)], stmt.iter)]
+    if isinstance(stmt, cst.With):
+        parts = []
+        for item in stmt.items:
+            parts.append(item.item)
+            if item.asname is not None:
+                parts.append(cst.Assign([cst.AssignTarget(item.asname.name)], cst.Name("None")))
+    return parts
+
+
+def _all_params(params: cst.Parameters) -> List[cst.Param]:
+    found = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            found.append(star)
+    return found
+
+
+def _names(node: cst.CSTNode, assigned: Set[str], loaded: List[cst.Name]) -> None:
+    """Split the names in a small statement into bindings and reads."""
+
+    class _Visitor(cst.CSTVisitor):
+        def visit_AssignTarget(self, target: cst.AssignTarget) -> bool:
+            _bind(target.target, assigned, loaded)
+            return False
+
+        def visit_AnnAssign(self, ann: cst.AnnAssign) -> bool:
+            _bind(ann.target, assigned, loaded)
+            if ann.value is not None:
+                ann.value.visit(self)
+            return False
+
+        def visit_AugAssign(self, aug: cst.AugAssign) -> bool:
+            if isinstance(aug.target, cst.Name):
+                assigned.add(aug.target.value)
+                loaded.append(aug.target)
+            else:
+                aug.target.visit(self)
+            aug.value.visit(self)
+            return False
+
+        def visit_NamedExpr(self, named: cst.NamedExpr) -> bool:
+            _bind(named.target, assigned, loaded)
+            named.value.visit(self)
+            return False
+
+        def visit_Global(self, node: cst.Global) -> bool:
+            assigned.update(n.name.value for n in node.names)
+            return False
+
+        def visit_Nonlocal(self, node: cst.Nonlocal) -> bool:
+            assigned.update(n.name.value for n in node.names)
+            return False
+
+        def visit_Del(self, node: cst.Del) -> bool:
+            _bind(node.target, assigned, loaded)
+            return False
+
+        def visit_Import(self, node: cst.Import) -> bool:
+            for alias in node.names:
+                bound = alias.asname.name if alias.asname else alias.name
+                while isinstance(bound, cst.Attribute):
+                    bound = bound.value
+                if isinstance(bound, cst.Name):
+                    assigned.add(bound.value)
+            return False
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+            if isinstance(node.names, cst.ImportStar):
+                assigned.add("*")
+                return False
+            for alias in node.names:
+                bound = alias.asname.name if alias.asname else alias.name
+                if isinstance(bound, cst.Name):
+                    assigned.add(bound.value)
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return True
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Name(self, node: cst.Name) -> bool:
+            loaded.append(node)
+            return False
+
+        def visit_Arg(self, node: cst.Arg) -> bool:
+            node.value.visit(self)
+            return False
+
+    node.visit(_Visitor())
+
+
+def _bind(target: cst.CSTNode, assigned: Set[str], loaded: List[cst.Name]) -> None:
+    if isinstance(target, cst.Name):
+        assigned.add(target.value)
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            _bind(element.value, assigned, loaded)
+    elif isinstance(target, cst.StarredElement):
+        _bind(target.value, assigned, loaded)
+    else:  # subscript or attribute target: reads its base
+        _names(target, assigned, loaded)
+
+
+def _loaded_names(expr: cst.CSTNode) -> List[cst.Name]:
+    assigned: Set[str] = set()
+    loaded: List[cst.Name] = []
+    _names(expr, assigned, loaded)
+    return loaded
+
+
+def names_in(expr: cst.CSTNode) -> Set[str]:
+    return {n.value for n in _loaded_names(expr)}
+
+
+# -- statements ---------------------------------------------------------------------
+
+
+def single_assign(line: cst.SimpleStatementLine) -> Optional[Tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """(target, value) of a line holding exactly one plain or annotated assignment."""
+    if len(line.body) != 1:
+        return None
+    small = line.body[0]
+    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+        return small.targets[0].target, small.value
+    if isinstance(small, cst.AnnAssign) and small.value is not None:
+        return small.target, small.value
+    return None
+
+
+def target_code(line: cst.SimpleStatementLine) -> str:
+    """The ``target =`` or ``target: annotation =`` part of a single assignment."""
+    small = line.body[0]
+    if isinstance(small, cst.AnnAssign):
+        return f"{code(small.target)}: {code(small.annotation.annotation)} ="
+    assert isinstance(small, cst.Assign)
+    return f"{code(small.targets[0].target)} ="
+
+
+def enclosing_line(ctx, node: cst.CSTNode) -> Optional[cst.SimpleStatementLine]:
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, cst.SimpleStatementLine):
+            return ancestor
+        if isinstance(ancestor, cst.BaseCompoundStatement):
+            return None
+    return None
+
+
+def enclosing_function(ctx, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef):
+            return ancestor
+        if isinstance(ancestor, (cst.ClassDef, cst.Lambda)):
+            return None
+    return None
+
+
+# -- expressions --------------------------------------------------------------------
+
+
+class _OneLine(cst.CSTTransformer):
+    """Drop line breaks and comments inside an expression, so it can be re-wrapped."""
+
+    def leave_ParenthesizedWhitespace(self, original_node, updated_node):
+        return cst.SimpleWhitespace(" ")
+
+    def leave_SimpleWhitespace(self, original_node, updated_node):
+        if "\\" in updated_node.value or "\n" in updated_node.value:
+            return cst.SimpleWhitespace(" ")
+        return updated_node
+
+    def leave_TrailingWhitespace(self, original_node, updated_node):
+        return updated_node.with_changes(comment=None)
+
+
+_EMPTY = cst.Module(body=[])
+
+
+def code(node: cst.CSTNode) -> str:
+    """Source of ``node`` on one line (black re-wraps what we emit)."""
+    return _EMPTY.code_for_node(node.visit(_OneLine())).strip()
+
+
+def same_code(a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    return code(a).replace(" ", "") == code(b).replace(" ", "")
+
+
+def int_value(node: Optional[cst.BaseExpression]) -> Optional[int]:
+    """The value of an int literal, allowing a unary minus and parentheses."""
+    if isinstance(node, cst.Integer):
+        return int(node.value, 0)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = int_value(node.expression)
+        return None if inner is None else -inner
+    return None
+
+
+def method_call(node: cst.CSTNode, *names: str) -> Optional[Tuple[cst.BaseExpression, cst.Call]]:
+    """If ``node`` is ``<receiver>.<name>(...)``, return (receiver, call)."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in names:
+        return node.func.value, node
+    return None
+
+
+def positional(call: cst.Call) -> Optional[List[cst.BaseExpression]]:
+    """Positional args, with one tuple/list argument expanded (``view((a, b))``)."""
+    if any(a.keyword is not None or a.star for a in call.args):
+        return None
+    values = [a.value for a in call.args]
+    if len(values) == 1 and isinstance(values[0], (cst.Tuple, cst.List)):
+        elements = values[0].elements
+        if any(isinstance(e, cst.StarredElement) for e in elements):
+            return None
+        return [e.value for e in elements]
+    return values
+
+
+def int_args(call: cst.Call) -> Optional[List[int]]:
+    values = positional(call)
+    if values is None:
+        return None
+    ints = [int_value(v) for v in values]
+    return None if any(i is None for i in ints) else ints  # type: ignore[return-value]
+
+
+def dim_arg(call: cst.Call, name: str = "dim") -> Tuple[bool, Optional[int]]:
+    """(ok, dim) for a reduction call taking only a dim (positional or keyword)."""
+    if len(call.args) != 1:
+        return False, None
+    arg = call.args[0]
+    if arg.star or (arg.keyword is not None and arg.keyword.value != name):
+        return False, None
+    return True, int_value(arg.value)
+
+
+def is_name(node: Optional[cst.CSTNode], value: Optional[str] = None) -> bool:
+    return isinstance(node, cst.Name) and (value is None or node.value == value)
+
+
+def reduction_values(node: cst.BaseExpression) -> Optional[Tuple[str, cst.BaseExpression, int]]:
+    """Match ``X.max(dim=k).values`` / ``X.max(k)[0]`` / ``X.amax(dim=k)``.
+
+    Returns (spelling, X, k) where spelling is "max" or "amax".
+    """
+    if m.matches(node, m.Attribute(attr=m.Name("values"))):
+        inner = node.value  # type: ignore[attr-defined]
+        found = method_call(inner, "max")
+        if found:
+            ok, dim = dim_arg(found[1])
+            if ok and dim is not None:
+                return "max", found[0], dim
+        return None
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+        index = node.slice[0].slice
+        if isinstance(index, cst.Index) and int_value(index.value) == 0:
+            found = method_call(node.value, "max")
+            if found:
+                ok, dim = dim_arg(found[1])
+                if ok and dim is not None:
+                    return "max", found[0], dim
+        return None
+    found = method_call(node, "amax")
+    if found:
+        ok, dim = dim_arg(found[1])
+        if ok and dim is not None:
+            return "amax", found[0], dim
+    return None

@@ -1,0 +1,250 @@
+"""Command line: ``hiera-rewrite PATH...`` (in place), --check, --diff, ``-``, --export."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import stat
+import sys
+import textwrap
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from . import __version__
+from .engine import (
+    FileResult,
+    InputError,
+    InternalError,
+    line_length_for,
+    rewrite_bytes,
+    selected_codes,
+    write_atomic,
+)
+from .rewrite import REGISTRY
+
+EXIT_CLEAN = 0
+EXIT_CHANGED = 1
+EXIT_ERROR = 2
+
+EPILOG = """\
+exit codes:
+  0  nothing to rewrite (or --list/--explain/--export succeeded)
+  1  files were rewritten, or with --check/--diff would be rewritten
+  2  usage or input error: a path is missing or unreadable, a file cannot be
+     decoded or parsed (message: path:line:col: reason), or an internal error;
+     other files are still processed
+
+Each change prints `path:line:col: CODE message`; spots that look like an idiom
+but are left alone print `path:line:col: CODE skipped: reason`.  A class or
+function marked `# hiera-rewrite: skip` is left alone.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hiera-rewrite",
+        description="Rewrite vendored FAIR Hiera source into fused-attention, static-shape PyTorch, in place.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (their *.py); '-' reads stdin, writes stdout")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="write nothing; exit 1 if any file would change")
+    mode.add_argument("--diff", action="store_true", help="print a unified diff, write nothing; exit 1 if non-empty")
+    parser.add_argument("--select", metavar="CODES", help="comma-separated rewrite codes to run (default: all)")
+    parser.add_argument("--ignore", metavar="CODES", help="comma-separated rewrite codes not to run")
+    parser.add_argument("--list", action="store_true", help="list the rewrites and exit")
+    parser.add_argument("--explain", metavar="CODE", help="explain one rewrite: what it changes and why it is faster")
+    parser.add_argument(
+        "--export",
+        metavar="DIR",
+        help="write rewritten copies of the installed hiera-transformer package into DIR (new or empty)",
+    )
+    parser.add_argument("--line-length", type=int, metavar="N", help="line length for inserted code (default: black's from pyproject.toml, else 88)")
+    parser.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="files processed in parallel (default 1)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only errors and the summary")
+    parser.add_argument("--traceback", action="store_true", help="show tracebacks of internal errors")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser
+
+
+def _codes(text: Optional[str]) -> Optional[List[str]]:
+    if text is None:
+        return None
+    return [c.strip().upper() for c in text.split(",") if c.strip()]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        codes = selected_codes(_codes(args.select), _codes(args.ignore))
+    except ValueError as exc:
+        parser.error(str(exc))  # exits 2
+
+    if args.list:
+        for code in selected_codes():
+            rewrite = REGISTRY[code]
+            print(f"{code}  {rewrite.name:<28} {rewrite.message}")
+        return EXIT_CLEAN
+    if args.explain:
+        code = args.explain.strip().upper()
+        if code not in selected_codes():
+            parser.error(f"unknown rewrite code: {args.explain}")
+        rewrite = REGISTRY[code]
+        print(f"{code} {rewrite.name}: {rewrite.message}\n")
+        print(textwrap.dedent(rewrite.explanation).strip())
+        return EXIT_CLEAN
+    if args.export:
+        from .export import export_upstream
+
+        return export_upstream(Path(args.export), codes, quiet=args.quiet)
+    if not args.paths:
+        parser.error("no PATH given (use '-' for stdin)")
+
+    runner = _Runner(args, codes)
+    return runner.run(args.paths)
+
+
+def _process_file(job: Tuple[str, List[str], Optional[int], bool]) -> Tuple[str, Optional[FileResult], Optional[str], Optional[str]]:
+    """Read and rewrite one file.  Returns (path, result, error message, traceback)."""
+    name, codes, line_length, want_traceback = job
+    path = Path(name)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return name, None, f"{name}:1:1: cannot read: {exc.strerror or exc}", None
+    try:
+        result = rewrite_bytes(data, codes=codes, line_length=line_length or line_length_for(path))
+    except InputError as exc:
+        return name, None, f"{name}:{exc.line}:{exc.col}: {exc.message}", None
+    except InternalError as exc:
+        return name, None, f"{name}:1:1: internal error, nothing written: {exc}", None
+    except Exception as exc:  # a bug in a rewrite must not take the other files down
+        tb = traceback.format_exc() if want_traceback else None
+        return name, None, f"{name}:1:1: internal error, nothing written: {type(exc).__name__}: {exc}", tb
+    return name, result, None, None
+
+
+class _Runner:
+    def __init__(self, args: argparse.Namespace, codes: List[str]) -> None:
+        self.args = args
+        self.codes = codes
+        self.exit = EXIT_CLEAN
+        self.changed = 0
+        self.unchanged = 0
+        self.errors = 0
+
+    def error(self, message: str) -> None:
+        print(message, file=sys.stderr)
+        self.errors += 1
+        self.exit = EXIT_ERROR
+
+    def run(self, paths: Sequence[str]) -> int:
+        files: List[str] = []
+        for name in paths:
+            if name == "-":
+                self.run_stdin()
+                continue
+            path = Path(name)
+            if path.is_dir():
+                files.extend(str(p) for p in sorted(path.rglob("*.py")) if p.is_file())
+            elif path.exists():
+                files.append(name)
+            else:
+                self.error(f"{name}:1:1: no such file or directory")
+        jobs = [(f, self.codes, self.args.line_length, self.args.traceback) for f in files]
+        if self.args.jobs > 1 and len(jobs) > 1:
+            with ProcessPoolExecutor(max_workers=self.args.jobs) as pool:
+                outcomes = list(pool.map(_process_file, jobs, chunksize=4))
+        else:
+            outcomes = [_process_file(job) for job in jobs]
+        for name, result, message, tb in outcomes:
+            if message is not None:
+                if tb:
+                    print(tb, file=sys.stderr, end="")
+                self.error(message)
+                continue
+            assert result is not None
+            self.finish_file(name, result)
+        self.summary()
+        return self.exit
+
+    def report(self, name: str, result: FileResult) -> None:
+        if self.args.quiet:
+            return
+        for r in result.reports:
+            print(f"{name}:{r.line}:{r.col}: {r.code} {r.message}", file=sys.stderr)
+
+    def finish_file(self, name: str, result: FileResult) -> None:
+        self.report(name, result)
+        if not result.changed:
+            self.unchanged += 1
+            return
+        self.changed += 1
+        if self.exit == EXIT_CLEAN:
+            self.exit = EXIT_CHANGED
+        if self.args.diff:
+            sys.stdout.write(_unified_diff(name, result))
+            sys.stdout.flush()
+        elif not self.args.check:
+            path = Path(name)
+            if not path.stat().st_mode & stat.S_IWUSR:
+                self.changed -= 1
+                self.error(f"{name}:1:1: file is read-only, not rewritten")
+                return
+            try:
+                write_atomic(path, result.output)
+            except OSError as exc:
+                self.changed -= 1
+                self.error(f"{name}:1:1: cannot write: {exc.strerror or exc}")
+
+    def run_stdin(self) -> None:
+        data = sys.stdin.buffer.read()
+        name = "<stdin>"
+        try:
+            result = rewrite_bytes(data, codes=self.codes, line_length=self.args.line_length or line_length_for(Path.cwd() / "stdin.py"))
+        except InputError as exc:
+            sys.stdout.buffer.write(data)
+            self.error(f"{name}:{exc.line}:{exc.col}: {exc.message}")
+            return
+        except InternalError as exc:
+            sys.stdout.buffer.write(data)
+            self.error(f"{name}:1:1: internal error, nothing written: {exc}")
+            return
+        self.report(name, result)
+        if self.args.diff:
+            if result.changed:
+                sys.stdout.write(_unified_diff(name, result))
+        elif not self.args.check:
+            sys.stdout.buffer.write(result.output)
+        sys.stdout.flush()
+        if result.changed:
+            self.changed += 1
+            if self.exit == EXIT_CLEAN:
+                self.exit = EXIT_CHANGED
+        else:
+            self.unchanged += 1
+
+    def summary(self) -> None:
+        verb = "would be rewritten" if (self.args.check or self.args.diff) else "rewritten"
+        parts = [f"{self.changed} file{'s' if self.changed != 1 else ''} {verb}", f"{self.unchanged} unchanged"]
+        if self.errors:
+            parts.append(f"{self.errors} error{'s' if self.errors != 1 else ''}")
+        print("hiera-rewrite: " + ", ".join(parts) + ".", file=sys.stderr)
+
+
+def _unified_diff(name: str, result: FileResult) -> str:
+    import io
+    import tokenize
+
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(result.source).readline)
+    before = result.source.decode(encoding).splitlines(keepends=True)
+    after = result.output.decode(encoding).splitlines(keepends=True)
+    lines = difflib.unified_diff(before, after, fromfile=f"a/{name}", tofile=f"b/{name}")
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)

@@ -1,0 +1,253 @@
+"""Bytes in, bytes out: parse, plan every selected rewrite, apply, check, re-encode.
+
+The engine knows nothing about Hiera.  It asks each registered rewrite for a plan
+against the *original* module (so every reported line and column is a line of the
+file the user has), drops sites that overlap an earlier one or sit under a
+``# hiera-rewrite: skip`` marker, applies the rest in one transform, and checks its
+own output: it must compile, and a second pass must plan nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Set
+
+import black
+import libcst as cst
+from libcst.metadata import MetadataWrapper
+
+from .rewrite import REGISTRY, PlanContext, Refusal, Replacement, Site
+
+SKIP_MARKER = "hiera-rewrite: skip"
+DEFAULT_LINE_LENGTH = 88
+
+
+class InputError(Exception):
+    """The input cannot be processed (decode or parse error).  Exit code 2."""
+
+    def __init__(self, message: str, line: int = 1, col: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.col = col
+
+
+class InternalError(Exception):
+    """The engine produced output that failed its own checks; nothing is written."""
+
+
+@dataclasses.dataclass
+class Report:
+    code: str
+    line: int
+    col: int
+    message: str
+    applied: bool  # False: a refusal or a dropped site (message says why)
+
+
+@dataclasses.dataclass
+class FileResult:
+    source: bytes
+    output: bytes
+    reports: List[Report]
+
+    @property
+    def changed(self) -> bool:
+        return self.output != self.source
+
+    @property
+    def changes(self) -> List[Report]:
+        return [r for r in self.reports if r.applied]
+
+
+def selected_codes(select: Optional[Iterable[str]] = None, ignore: Optional[Iterable[str]] = None) -> List[str]:
+    """Codes to run, in registry order.  Unknown codes raise ValueError."""
+    _load_rewrites()
+    chosen = list(REGISTRY)
+    for given in (select, ignore):
+        unknown = sorted(set(given or ()) - set(REGISTRY))
+        if unknown:
+            raise ValueError(f"unknown rewrite code(s): {', '.join(unknown)}")
+    if select:
+        chosen = [c for c in chosen if c in set(select)]
+    if ignore:
+        chosen = [c for c in chosen if c not in set(ignore)]
+    return chosen
+
+
+def _load_rewrites() -> None:
+    from . import codemods  # noqa: F401  (registers every rewrite)
+
+
+def rewrite_bytes(
+    data: bytes,
+    *,
+    codes: Optional[Sequence[str]] = None,
+    line_length: int = DEFAULT_LINE_LENGTH,
+) -> FileResult:
+    """Rewrite one file's bytes.  Raises InputError or InternalError."""
+    if codes is None:
+        codes = selected_codes()
+    if not data.strip():
+        return FileResult(data, data, [])
+    module = _parse(data)
+    reports, new_module = _rewrite_module(module, codes, line_length)
+    if new_module is None:
+        return FileResult(data, data, reports)
+    output = new_module.bytes
+    _check_output(output, codes, line_length)
+    return FileResult(data, output, reports)
+
+
+def _parse(data: bytes) -> cst.Module:
+    if b"\x00" in data:
+        raise InputError("binary file (contains NUL bytes)")
+    try:
+        module = cst.parse_module(data)
+    except cst.ParserSyntaxError as exc:
+        raise InputError(f"cannot parse: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
+    except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
+        line = 1
+        if isinstance(exc, UnicodeDecodeError):
+            line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"cannot decode: {exc}", line) from None
+    try:
+        compile(module.code, "<input>", "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise InputError(f"cannot parse: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
+    except ValueError as exc:  # e.g. source code string cannot contain null bytes
+        raise InputError(f"cannot parse: {exc}") from None
+    return module
+
+
+def _rewrite_module(
+    module: cst.Module, codes: Sequence[str], line_length: int
+) -> "tuple[List[Report], Optional[cst.Module]]":
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    sites: List[Site] = []
+    refusals: List[Refusal] = []
+
+    def format_statement(source: str, indent: int) -> cst.BaseStatement:
+        mode = black.Mode(line_length=max(20, line_length - indent))
+        return cst.parse_statement(black.format_str(source, mode=mode))
+
+    for code in codes:
+        ctx = PlanContext(wrapper, code, format_statement)
+        REGISTRY[code]().plan(ctx)
+        sites.extend(ctx.sites)
+        refusals.extend(ctx.refusals)
+
+    accepted: List[Site] = []
+    claimed: Set[cst.CSTNode] = set()
+    reports: List[Report] = []
+    probe = PlanContext(wrapper, "", format_statement)
+    for site in sites:
+        skip_owner = _skip_marked_owner(probe, site.node)
+        if skip_owner is not None:
+            refusals.append(Refusal(site.code, site.node, f"left alone: `# {SKIP_MARKER}` on {skip_owner}"))
+            continue
+        touched = set(site.edits)
+        family = set(touched)
+        for node in touched:
+            family.update(probe.ancestors(node))
+        if family & claimed or any(_descends_from(probe, c, touched) for c in claimed):
+            # An earlier rewrite already replaces this code; the stability check
+            # (a second pass plans nothing) proves the idiom did not survive.
+            continue
+        claimed.update(touched)
+        accepted.append(site)
+
+    for site in accepted:
+        pos = probe.position(site.node)
+        reports.append(Report(site.code, pos.line, pos.column + 1, site.message or REGISTRY[site.code].message, True))
+    for ref in refusals:
+        pos = probe.position(ref.node)
+        reports.append(Report(ref.code, pos.line, pos.column + 1, f"skipped: {ref.reason}", False))
+    reports.sort(key=lambda r: (r.line, r.col, r.code))
+
+    if not accepted:
+        return reports, None
+    edits: Dict[cst.CSTNode, Replacement] = {}
+    for site in accepted:
+        edits.update(site.edits)
+    return reports, module.visit(_ApplyEdits(edits))
+
+
+def _descends_from(ctx: PlanContext, node: cst.CSTNode, roots: Set[cst.CSTNode]) -> bool:
+    return any(a in roots for a in ctx.ancestors(node))
+
+
+def _skip_marked_owner(ctx: PlanContext, node: cst.CSTNode) -> Optional[str]:
+    for owner in [node, *ctx.ancestors(node)]:
+        if isinstance(owner, (cst.FunctionDef, cst.ClassDef)) and _has_skip_marker(owner):
+            kind = "class" if isinstance(owner, cst.ClassDef) else "function"
+            return f"{kind} {owner.name.value}"
+    return None
+
+
+def _has_skip_marker(owner: "cst.FunctionDef | cst.ClassDef") -> bool:
+    comments = [line.comment for line in owner.leading_lines]
+    comments += [line.comment for d in owner.decorators for line in d.leading_lines]
+    comments.append(owner.body.header.comment if isinstance(owner.body, cst.IndentedBlock) else None)
+    return any(c is not None and SKIP_MARKER in c.value for c in comments)
+
+
+class _ApplyEdits(cst.CSTTransformer):
+    def __init__(self, edits: Dict[cst.CSTNode, Replacement]) -> None:
+        super().__init__()
+        self.edits = edits
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        return self.edits.get(original_node, updated_node)
+
+
+def _check_output(output: bytes, codes: Sequence[str], line_length: int) -> None:
+    try:
+        module = _parse(output)
+    except InputError as exc:
+        raise InternalError(f"rewritten code does not parse (line {exc.line}): {exc.message}") from None
+    reports, again = _rewrite_module(module, codes, line_length)
+    if again is not None:
+        lines = ", ".join(f"{r.code} at line {r.line}" for r in reports if r.applied)
+        raise InternalError(f"rewrite is not stable: a second pass changes the output again ({lines})")
+
+
+# -- files -------------------------------------------------------------------------
+
+
+def line_length_for(path: Path) -> int:
+    """black's line length from the nearest pyproject.toml, else 88."""
+    try:
+        import tomllib  # type: ignore[import-not-found]
+    except ModuleNotFoundError:  # Python < 3.11: black depends on tomli there
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    for folder in [path.resolve().parent, *path.resolve().parents]:
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                config = tomllib.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, ValueError, UnicodeDecodeError):
+                return DEFAULT_LINE_LENGTH
+            value = config.get("tool", {}).get("black", {}).get("line-length")
+            return value if isinstance(value, int) and value > 0 else DEFAULT_LINE_LENGTH
+    return DEFAULT_LINE_LENGTH
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write via a temp file in the same folder, fsync, os.replace; keep the mode."""
+    mode = path.stat().st_mode & 0o7777
+    tmp = path.with_name(f".{path.name}.hiera-rewrite-{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()

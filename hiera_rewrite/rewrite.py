@@ -1,0 +1,132 @@
+"""The contract between the engine and one rewrite.
+
+A rewrite (one module in ``codemods/``) looks at a parsed module and *plans* edits:
+it never writes files, prints, or knows about flags.  Each planned change is a
+:class:`Site`: every node it replaces, keyed by the original node, applied all
+together or not at all.  When something looks like the idiom but the data flow
+does not prove it, the rewrite calls :meth:`PlanContext.refuse` with the reason
+and leaves the code alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Type, Union
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+Replacement = Union[cst.CSTNode, cst.FlattenSentinel, cst.RemovalSentinel]
+
+
+@dataclasses.dataclass
+class Site:
+    """One change: the node reported, and the edits that make it."""
+
+    code: str
+    node: cst.CSTNode
+    edits: Dict[cst.CSTNode, Replacement]
+    message: str
+
+
+@dataclasses.dataclass
+class Refusal:
+    """A spot that looks like an idiom but is left untouched, and why."""
+
+    code: str
+    node: cst.CSTNode
+    reason: str
+
+
+class Rewrite:
+    """Base of every rewrite.  Subclasses set the class attributes and ``plan``."""
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    message: ClassVar[str]
+    explanation: ClassVar[str]
+
+    def plan(self, ctx: "PlanContext") -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+REGISTRY: Dict[str, Type[Rewrite]] = {}
+
+
+def register(cls: Type[Rewrite]) -> Type[Rewrite]:
+    if cls.code in REGISTRY:
+        raise ValueError(f"duplicate rewrite code {cls.code}")
+    REGISTRY[cls.code] = cls
+    return cls
+
+
+class PlanContext:
+    """What a rewrite gets: the parsed module with metadata, and ways to answer."""
+
+    def __init__(
+        self,
+        wrapper: MetadataWrapper,
+        code: str,
+        format_statement: Callable[[str, int], cst.BaseStatement],
+    ) -> None:
+        self.wrapper = wrapper
+        self.module = wrapper.module
+        self.code = code
+        self._format_statement = format_statement
+        self.sites: List[Site] = []
+        self.refusals: List[Refusal] = []
+
+    # -- metadata -------------------------------------------------------------
+    def position(self, node: cst.CSTNode):
+        return self.wrapper.resolve(PositionProvider)[node].start
+
+    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        return self.wrapper.resolve(ParentNodeProvider).get(node)
+
+    def ancestors(self, node: cst.CSTNode):
+        parent = self.parent(node)
+        while parent is not None:
+            yield parent
+            parent = self.parent(parent)
+
+    # -- answers --------------------------------------------------------------
+    def add_site(
+        self, node: cst.CSTNode, edits: Mapping[cst.CSTNode, Replacement], message: Optional[str] = None
+    ) -> None:
+        self.sites.append(Site(self.code, node, dict(edits), message or ""))
+
+    def refuse(self, node: cst.CSTNode, reason: str) -> None:
+        self.refusals.append(Refusal(self.code, node, reason))
+
+    # -- emitting code ----------------------------------------------------------
+    def statement(self, source: str, like: cst.SimpleStatementLine) -> cst.BaseStatement:
+        """Parse and black-format ``source`` as the replacement of statement ``like``.
+
+        The user's comments around ``like`` are kept: the lines above it, the
+        trailing comment, and comments inside the replaced expression (moved above).
+        """
+        indent = self.position(like).column
+        new = self._format_statement(source, indent)
+        inner_comments = [
+            cst.EmptyLine(comment=c)
+            for c in _comments(like.body)
+        ]
+        leading = list(like.leading_lines) + inner_comments
+        if isinstance(new, cst.SimpleStatementLine):
+            trailing = like.trailing_whitespace
+            if new.trailing_whitespace.comment is not None:
+                trailing = new.trailing_whitespace
+            return new.with_changes(leading_lines=leading, trailing_whitespace=trailing)
+        return new.with_changes(leading_lines=leading)
+
+
+def _comments(nodes: Sequence[cst.CSTNode]) -> List[cst.Comment]:
+    found: List[cst.Comment] = []
+
+    class _Collect(cst.CSTVisitor):
+        def visit_Comment(self, node: cst.Comment) -> None:
+            found.append(node)
+
+    for node in nodes:
+        node.visit(_Collect())
+    return found
