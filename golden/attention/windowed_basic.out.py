@@ -1,0 +1,35 @@
+"""A small windowed attention written for the golden tests (Hiera-like idiom)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class WindowAttention(nn.Module):
+    def __init__(self, dim, dim_out, heads, q_stride=1, window_size=4, windowed=True):
+        super().__init__()
+        self.heads, self.q_stride, self.dim_out = heads, q_stride, dim_out
+        self.head_dim = dim_out // heads
+        self.window_size, self.windowed = window_size, windowed
+        self.qkv = nn.Linear(dim, 3 * dim_out)
+        self.proj = nn.Linear(dim_out, dim_out)
+
+    def forward(self, x):
+        B, N, _ = x.shape
+        num_windows = N // (self.q_stride * self.window_size) if self.windowed else 1
+        qkv = (
+            self.qkv(x)
+            .reshape(B, -1, num_windows, 3, self.heads, self.head_dim)
+            .permute(3, 0, 2, 4, 1, 5)
+            .flatten(1, 2)
+        )
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        if self.q_stride > 1:
+            q = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)
+        x = F.scaled_dot_product_attention(q, k, v)
+        x = x.unflatten(0, (B, -1)).permute(0, 3, 1, 2, 4).reshape(B, -1, self.dim_out)
+        return self.proj(x)
+
+
+def golden_example():
+    model = nn.Sequential(WindowAttention(8, 16, 2, q_stride=4, window_size=2), WindowAttention(16, 16, 4, window_size=2))
+    return model.double(), (torch.randn(3, 32, 8, dtype=torch.float64),)
