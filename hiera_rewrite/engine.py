@@ -107,6 +107,14 @@ def _parse(data: bytes) -> cst.Module:
     try:
         module = cst.parse_module(data)
     except cst.ParserSyntaxError as exc:
+        # libcst's native parser reports imprecise positions (often column 0 of a
+        # later line); Python's own compiler names the real line, column and reason.
+        try:
+            compile(data, "<input>", "exec", dont_inherit=True)
+        except SyntaxError as syn:
+            raise InputError(f"cannot parse: {syn.msg}", syn.lineno or 1, syn.offset or 1) from None
+        except ValueError:
+            pass
         raise InputError(f"cannot parse: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
     except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
         line = 1
