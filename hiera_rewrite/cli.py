@@ -187,7 +187,8 @@ class _Runner:
         if self.exit == EXIT_CLEAN:
             self.exit = EXIT_CHANGED
         if self.args.diff:
-            sys.stdout.write(_unified_diff(name, result))
+            sys.stdout.flush()
+            sys.stdout.buffer.write(_unified_diff(name, result))
             sys.stdout.flush()
         elif not self.args.check:
             path = Path(name)
@@ -217,7 +218,7 @@ class _Runner:
         self.report(name, result)
         if self.args.diff:
             if result.changed:
-                sys.stdout.write(_unified_diff(name, result))
+                sys.stdout.buffer.write(_unified_diff(name, result))
         elif not self.args.check:
             sys.stdout.buffer.write(result.output)
         sys.stdout.flush()
@@ -236,15 +237,19 @@ class _Runner:
         print("hiera-rewrite: " + ", ".join(parts) + ".", file=sys.stderr)
 
 
-def _unified_diff(name: str, result: FileResult) -> str:
-    import io
-    import tokenize
+def _unified_diff(name: str, result: FileResult) -> bytes:
+    """A unified diff of the file's own bytes (its encoding and newlines), for patch.
 
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(result.source).readline)
-    before = result.source.decode(encoding).splitlines(keepends=True)
-    after = result.output.decode(encoding).splitlines(keepends=True)
-    lines = difflib.unified_diff(before, after, fromfile=f"a/{name}", tofile=f"b/{name}")
+    Lines are split as bytes, on \\n, \\r\\n and \\r only: str.splitlines would also
+    split on form feeds and other separators that patch does not see as line ends.
+    """
+    import os
+
+    before = result.source.splitlines(keepends=True)
+    after = result.output.splitlines(keepends=True)
+    path = os.fsencode(name)
+    lines = difflib.diff_bytes(difflib.unified_diff, before, after, fromfile=b"a/" + path, tofile=b"b/" + path)
     out = []
     for line in lines:
-        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    return "".join(out)
+        out.append(line if line.endswith((b"\n", b"\r")) else line + b"\n\\ No newline at end of file\n")
+    return b"".join(out)

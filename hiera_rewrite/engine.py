@@ -118,6 +118,11 @@ def _parse(data: bytes) -> cst.Module:
         raise InputError(f"cannot parse: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
     except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
         line = 1
+        if isinstance(exc, SyntaxError):  # tokenize's check of the first two lines
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                exc = bad
         if isinstance(exc, UnicodeDecodeError):
             line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"cannot decode: {exc}", line) from None
@@ -156,7 +161,9 @@ def _rewrite_module(
         if skip_owner is not None:
             refusals.append(Refusal(site.code, site.node, f"left alone: `# {SKIP_MARKER}` on {skip_owner}"))
             continue
-        touched = set(site.edits)
+        # A wrapping edit (a function of the updated node, e.g. "insert a statement
+        # before this class") composes with edits inside it; others must not overlap.
+        touched = {n for n, r in site.edits.items() if not callable(r)}
         family = set(touched)
         for node in touched:
             family.update(probe.ancestors(node))
@@ -208,7 +215,8 @@ class _ApplyEdits(cst.CSTTransformer):
         self.edits = edits
 
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
-        return self.edits.get(original_node, updated_node)
+        edit = self.edits.get(original_node, updated_node)
+        return edit(updated_node) if callable(edit) else edit
 
 
 def _check_output(output: bytes, codes: Sequence[str], line_length: int) -> None:
