@@ -2,3 +2,4 @@
 
 from . import mask_unit_attention  # noqa: F401  HR001
 from . import pool_amax  # noqa: F401  HR002
+from . import token_drop  # noqa: F401  HR003

@@ -11,12 +11,16 @@ and leaves the code alone.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Type, Union
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Type, Union
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
-Replacement = Union[cst.CSTNode, cst.FlattenSentinel, cst.RemovalSentinel]
+# A replacement node, or a function of the updated node (for edits that wrap code
+# which other edits change, such as inserting a statement before a class).
+Replacement = Union[
+    cst.CSTNode, cst.FlattenSentinel, cst.RemovalSentinel, Callable[[cst.CSTNode], Any]
+]
 
 
 @dataclasses.dataclass
@@ -99,19 +103,24 @@ class PlanContext:
         self.refusals.append(Refusal(self.code, node, reason))
 
     # -- emitting code ----------------------------------------------------------
-    def statement(self, source: str, like: cst.SimpleStatementLine) -> cst.BaseStatement:
-        """Parse and black-format ``source`` as the replacement of statement ``like``.
+    def statement(
+        self, source: str, like: cst.SimpleStatementLine, replaces: bool = True
+    ) -> cst.BaseStatement:
+        """Parse and black-format ``source`` at the indentation of statement ``like``.
 
-        The user's comments around ``like`` are kept: the lines above it, the
-        trailing comment, and comments inside the replaced expression (moved above).
+        When it ``replaces`` ``like``, the user's comments there are kept: the lines
+        above it, the trailing comment, and comments inside the replaced expression
+        (moved above).  Comment lines at the top of ``source`` come after those.
         """
         indent = self.position(like).column
         new = self._format_statement(source, indent)
+        if not replaces:
+            return new
         inner_comments = [
             cst.EmptyLine(comment=c)
             for c in _comments(like.body)
         ]
-        leading = list(like.leading_lines) + inner_comments
+        leading = list(like.leading_lines) + inner_comments + list(new.leading_lines)
         if isinstance(new, cst.SimpleStatementLine):
             trailing = like.trailing_whitespace
             if new.trailing_whitespace.comment is not None:

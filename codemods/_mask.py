@@ -1,0 +1,119 @@
+"""Pieces shared by the mask rewrites (HR003-HR005): module facts and emitted code.
+
+Every mask rewrite turns a boolean selection into a gather or scatter over the
+indices of the True entries of a ``(B, n)`` mask, taken in ascending order, with a
+count known as a Python int.  ``ascending_true`` is that one expression, so the
+three rewrites emit it identically.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Set
+
+import libcst as cst
+
+from ._flow import FunctionFlow, code, is_name
+
+
+def ascending_true(mask: str, count: str) -> str:
+    """Indices of the True entries of each row of a 2-D bool ``mask``, ascending.
+
+    A stable sort of the keys ``not mask`` puts True entries first, in index order;
+    with ``count`` a Python int the result has a static shape and needs no host sync.
+    """
+    return f"{mask}.logical_not().byte().argsort(dim=1, stable=True)[:, :{count}]"
+
+
+def module_binds(module: cst.Module, name: str) -> Optional[cst.CSTNode]:
+    """The top-level statement that binds ``name`` by an import, if any."""
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    bound = alias.asname.name if alias.asname else alias.name
+                    while isinstance(bound, cst.Attribute):
+                        bound = bound.value
+                    if is_name(bound, name):
+                        return stmt
+            elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                for alias in small.names:
+                    bound = alias.asname.name if alias.asname else alias.name
+                    if is_name(bound, name):
+                        return stmt
+    return None
+
+
+def imports_module(module: cst.Module, name: str) -> bool:
+    """True if the module does a top-level ``import name`` (bound to that module)."""
+    stmt = module_binds(module, name)
+    if stmt is None:
+        return False
+    for small in stmt.body:  # type: ignore[attr-defined]
+        if isinstance(small, cst.Import):
+            for alias in small.names:
+                if alias.asname is None and code(alias.name) == name:
+                    return True
+                if alias.asname is not None and is_name(alias.asname.name, name) and code(alias.name) == name:
+                    return True
+    return False
+
+
+def imports_typing_optional(module: cst.Module) -> bool:
+    stmt = module_binds(module, "Optional")
+    if stmt is None:
+        return False
+    return any(
+        isinstance(small, cst.ImportFrom) and small.module is not None and code(small.module) == "typing"
+        for small in stmt.body  # type: ignore[attr-defined]
+    )
+
+
+def last_top_level_import(module: cst.Module) -> Optional[cst.SimpleStatementLine]:
+    last = None
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
+        ):
+            last = stmt
+    return last
+
+
+def free_names(flow: FunctionFlow, *names: str) -> List[str]:
+    """Those of ``names`` already used in the function (they would clash)."""
+    used: Set[str] = set(flow.params)
+    for stmt in flow.stmts:
+        used |= stmt.assigned
+        used |= {n.value for n in stmt.loaded}
+    return [n for n in names if n in used]
+
+
+def add_keyword_param(params: cst.Parameters, name: str, annotation: Optional[str]) -> cst.Parameters:
+    """``params`` plus ``name=None`` at the end (keyword-only if there is a ``*``)."""
+    param = cst.Param(
+        name=cst.Name(name),
+        annotation=cst.Annotation(cst.parse_expression(annotation)) if annotation else None,
+        default=cst.Name("None"),
+        equal=cst.AssignEqual(cst.SimpleWhitespace(" "), cst.SimpleWhitespace(" "))
+        if annotation
+        else cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+    )
+    if isinstance(params.star_arg, (cst.Param, cst.ParamStar)) or params.kwonly_params:
+        kwonly = list(params.kwonly_params)
+        if kwonly and kwonly[-1].comma is cst.MaybeSentinel.DEFAULT:
+            kwonly[-1] = kwonly[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        star = params.star_arg if params.star_arg is not cst.MaybeSentinel.DEFAULT else cst.ParamStar()
+        return params.with_changes(star_arg=star, kwonly_params=[*kwonly, param])
+    plain = list(params.params)
+    if plain:
+        last = plain[-1]
+        comma = last.comma
+        if comma is cst.MaybeSentinel.DEFAULT:
+            plain[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            return params.with_changes(params=[*plain, param])
+        # a trailing comma (multi-line signature): keep the layout, one param per line
+        between = plain[-2].comma if len(plain) > 1 else comma
+        plain[-1] = last.with_changes(comma=between)
+        return params.with_changes(params=[*plain, param.with_changes(comma=comma)])
+    return params.with_changes(params=[param])

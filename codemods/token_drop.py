@@ -1,0 +1,320 @@
+"""HR003: encoder token drop by a gather with a static kept count.
+
+In the encoder forward it matches
+
+    x = x[mask[..., None].tile(1, MU, C)].view(B, -1, C)       # or mask.unsqueeze(-1), .repeat
+
+and emits (the function gains a ``num_kept=None`` argument):
+
+    if num_kept is None:  # a mask from the caller: count it (one host sync)
+        num_kept = int(mask[0].sum())
+    kept_windows = torch.argsort(mask.logical_not().byte(), dim=1, stable=True)[:, :num_kept]
+    x = torch.take_along_dim(
+        x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1]), kept_windows[:, None, :, None], dim=2
+    ).view(B, -1, C)
+
+In an MAE's ``forward_encoder``-like method, where the mask is made by
+``self.get_random_mask(x, mask_ratio)`` and handed to ``super().forward(x, mask, ...)``,
+it computes the kept count as a Python int and passes it on, when the base class's
+``forward`` accepts ``num_kept`` (hiera.py may be rewritten separately).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import libcst as cst
+
+from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
+
+from ._flow import (
+    FunctionFlow,
+    code,
+    enclosing_function,
+    enclosing_line,
+    int_value,
+    is_name,
+    method_call,
+    positional,
+    single_assign,
+    target_code,
+)
+from ._mask import (
+    add_keyword_param,
+    ascending_true,
+    free_names,
+    imports_module,
+    imports_typing_optional,
+    last_top_level_import,
+)
+
+COUNT = "num_kept"
+INDEX = "kept_windows"
+FLAG = "_HIERA_FORWARD_TAKES_NUM_KEPT"
+
+
+class Refuse(Exception):
+    pass
+
+
+@register
+class EncoderTokenDrop(Rewrite):
+    code = "HR003"
+    name = "encoder-token-drop"
+    message = "encoder token drop: boolean-mask indexing -> gather of the kept windows (static shape, no sync)"
+    explanation = """
+    Hiera drops masked mask units with
+    `x[mask[..., None].tile(1, self.mu_size, x.shape[2])].view(B, -1, C)`.  Boolean
+    indexing is a data-dependent `nonzero`: the host waits for the GPU to learn the
+    output size, the backward is a slow index_put, torch.compile breaks the graph
+    there and CUDA graphs cannot capture the step.
+
+    The rewrite gathers instead: token n of the unrolled (B, N, C) sequence belongs
+    to window n % num_windows at in-window position n // num_windows, so
+    `x.view(B, T, num_windows, C)` gathered along the window axis with the kept
+    windows in ascending order gives exactly the tokens, in exactly the order, of
+    the boolean index.  The kept windows come from a stable argsort of `~mask`,
+    sliced to a count that is a Python int, so every shape is static.
+
+    The count: the encoder's forward gains an optional `num_kept` argument.  An MAE
+    that makes the mask with `get_random_mask(x, mask_ratio)` knows the count as a
+    Python int (`int(num_windows * (1 - mask_ratio))`, get_random_mask's own
+    formula) and passes it, so the training step has no sync at all.  When a caller
+    passes its own mask and no count, it is counted from the mask
+    (`int(mask[0].sum())`, one host sync; the mask must keep the same number of
+    units in every row, as upstream already requires).  The MAE passes the count
+    only when the encoder's forward accepts it, so a rewritten hiera_mae.py works
+    with an original hiera.py and the reverse.
+    """
+
+    def plan(self, ctx: PlanContext) -> None:
+        finder = _Finder()
+        ctx.module.visit(finder)
+        for node in finder.drops:
+            try:
+                edits = _token_drop(ctx, node)
+            except Refuse as reason:
+                ctx.refuse(node, str(reason))
+                continue
+            ctx.add_site(node, edits)
+        for call in finder.super_forwards:
+            try:
+                edits = _mae_count(ctx, call)
+            except Refuse as reason:
+                if str(reason):
+                    ctx.refuse(call, str(reason))
+                continue
+            ctx.add_site(call, edits, "MAE encoder: pass the kept count of get_random_mask as a Python int")
+
+
+class _Finder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.drops: List[cst.Subscript] = []
+        self.super_forwards: List[cst.Call] = []
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+            if _unit_mask(node.slice[0].slice.value) is not None:
+                self.drops.append(node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value == "forward"
+            and isinstance(func.value, cst.Call)
+            and is_name(func.value.func, "super")
+        ):
+            self.super_forwards.append(node)
+
+
+def _unit_mask(index: cst.BaseExpression) -> Optional[Tuple[str, cst.BaseExpression, cst.BaseExpression]]:
+    """Match `mask[..., None].tile(1, MU, C)`: returns (mask name, MU, C)."""
+    found = method_call(index, "tile", "repeat")
+    if found is None:
+        return None
+    receiver, call = found
+    args = positional(call)
+    if args is None or len(args) != 3 or int_value(args[0]) != 1:
+        return None
+    base = None
+    if isinstance(receiver, cst.Subscript) and len(receiver.slice) == 2:
+        first, second = (s.slice for s in receiver.slice)
+        if (
+            isinstance(first, cst.Index)
+            and isinstance(first.value, cst.Ellipsis)
+            and isinstance(second, cst.Index)
+            and is_name(second.value, "None")
+        ):
+            base = receiver.value
+    unsqueeze = method_call(receiver, "unsqueeze")
+    if unsqueeze is not None:
+        dims = positional(unsqueeze[1])
+        if dims is not None and len(dims) == 1 and int_value(dims[0]) in (-1, 2):
+            base = unsqueeze[0]
+    if base is None or not is_name(base):
+        return None
+    return base.value, args[1], args[2]  # type: ignore[attr-defined]
+
+
+def _token_drop(ctx: PlanContext, node: cst.Subscript) -> Dict[cst.CSTNode, Replacement]:
+    index = node.slice[0].slice.value  # type: ignore[attr-defined]
+    mask, _, _ = _unit_mask(index)  # type: ignore[misc]
+    func = enclosing_function(ctx, node)
+    line = enclosing_line(ctx, node)
+    if func is None or line is None:
+        raise Refuse("the boolean token drop is not a statement inside a function")
+    flow = FunctionFlow(func)
+    assign = single_assign(line)
+    view = method_call(assign[1], "view", "reshape") if assign else None
+    if view is None or view[0] is not node:
+        raise Refuse("the boolean token drop is not `x = x[mask...].view(B, -1, C)`")
+    tokens = node.value
+    if not is_name(tokens):
+        raise Refuse("the tokens indexed by the mask are not a local name")
+    view_args = positional(view[1])
+    if view_args is None or len(view_args) != 3:
+        raise Refuse("the token drop's view is not (B, -1, C)")
+    if mask not in flow.params or flow.assigning(mask):
+        raise Refuse(f"{mask} is not the function's own mask argument (reassigned or not a parameter)")
+    clash = free_names(flow, COUNT, INDEX)
+    if clash:
+        raise Refuse(f"the function already uses the name(s) {', '.join(clash)}")
+    if not imports_module(ctx.module, "torch"):
+        raise Refuse("the module does not `import torch`")
+
+    x = tokens.value  # type: ignore[attr-defined]
+    target = target_code(line)
+    new_lines = [
+        f"if {COUNT} is None:\n"
+        f"    # a mask from the caller: count its kept units (one host sync)\n"
+        f"    {COUNT} = int({mask}[0].sum())\n",
+        f"{INDEX} = {ascending_true(mask, COUNT)}\n",
+        f"{target} torch.take_along_dim({x}.view({x}.shape[0], -1, {mask}.shape[-1], {x}.shape[-1]), "
+        f"{INDEX}[:, None, :, None], dim=2).view({', '.join(code(a) for a in view_args)})\n",
+    ]
+    guard, index, drop = (ctx.statement(src, like=line) for src in new_lines)
+    # The comments above the old statement go above the first new one; its
+    # trailing comment stays on the statement that replaces it.
+    index = index.with_changes(leading_lines=[], trailing_whitespace=cst.TrailingWhitespace())
+    statements = [guard, index, drop.with_changes(leading_lines=[])]
+    annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
+    new_params = add_keyword_param(func.params, COUNT, annotation)
+    return {line: cst.FlattenSentinel(statements), func.params: new_params}
+
+
+def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacement]:
+    """`super().forward(x, mask, ...)` after `if mask is None: mask = self.get_random_mask(x, r)`."""
+    func = enclosing_function(ctx, call)
+    line = enclosing_line(ctx, call)
+    if func is None or line is None or len(call.args) < 2:
+        raise Refuse("")
+    mask_arg = call.args[1]
+    if mask_arg.keyword is not None or mask_arg.star or not is_name(mask_arg.value):
+        raise Refuse("")
+    mask = mask_arg.value.value  # type: ignore[attr-defined]
+    if any(a.keyword is not None and a.keyword.value == COUNT for a in call.args):
+        raise Refuse("")
+    flow = FunctionFlow(func)
+    generate = _random_mask_guard(ctx, func, mask)
+    if generate is None:
+        raise Refuse("")
+    guard, ratio = generate
+    if ratio not in flow.params or flow.assigning(ratio):
+        raise Refuse(f"the mask ratio {ratio} is not an unmodified argument of {func.name.value}")
+    cls = next((a for a in ctx.ancestors(func) if isinstance(a, cst.ClassDef)), None)
+    if cls is None or not cls.bases or not is_name(cls.bases[0].value):
+        raise Refuse("the MAE's encoder base class is not a plain name")
+    base = cls.bases[0].value.value  # type: ignore[attr-defined]
+    if any(
+        isinstance(s, cst.FunctionDef) and s.name.value == "get_random_mask" for s in cls.body.body  # type: ignore[union-attr]
+    ):
+        raise Refuse("the MAE overrides get_random_mask: its kept count is not provably upstream's")
+    if not (imports_module(ctx.module, "math") and imports_module(ctx.module, "torch")):
+        raise Refuse("the module does not `import math` and `import torch`")
+    clash = free_names(flow, COUNT)
+    if clash:
+        raise Refuse(f"{func.name.value} already uses the name {COUNT}")
+    if any(code(t) == FLAG for s in ctx.module.body for t in _assigned_names(s)):
+        raise Refuse("")
+
+    edits: Dict[cst.CSTNode, Replacement] = {}
+    count_stmt = ctx.statement(
+        f"# the kept count of get_random_mask, as a Python int: no host sync\n"
+        f"{COUNT} = int(math.prod(self.mask_spatial_shape) * (1 - {ratio}))\n",
+        like=guard.body.body[-1],  # type: ignore[arg-type]
+        replaces=False,
+    )
+    body = guard.body.with_changes(body=[*guard.body.body, count_stmt])  # type: ignore[union-attr]
+    init = cst.parse_statement(f"{COUNT} = None\n").with_changes(leading_lines=guard.leading_lines)
+    edits[guard] = cst.FlattenSentinel([init, guard.with_changes(body=body, leading_lines=[])])
+
+    assign = single_assign(line)
+    call_code = code(call)
+    new_call = call_code[:-1].rstrip().rstrip(",") + f", **({{{COUNT!r}: {COUNT}}} if {FLAG} else {{}}))"
+    if assign is not None:
+        new_line = ctx.statement(f"{target_code(line)} {new_call}\n", like=line)
+    elif len(line.body) == 1 and isinstance(line.body[0], (cst.Expr, cst.Return)):
+        keyword = "return " if isinstance(line.body[0], cst.Return) else ""
+        new_line = ctx.statement(f"{keyword}{new_call}\n", like=line)
+    else:
+        raise Refuse("the encoder call is not a plain assignment, expression or return")
+    if not (isinstance(line.body[0], cst.Return) or assign is not None and code(assign[1]) == call_code or (
+        len(line.body) == 1 and isinstance(line.body[0], cst.Expr) and line.body[0].value is call
+    )):
+        raise Refuse("the encoder call is part of a larger expression")
+    edits[line] = new_line
+
+    flag = cst.parse_statement(
+        f"# hiera.py may be rewritten separately: pass {COUNT} only if {base}.forward takes it.\n"
+        f'{FLAG} = "{COUNT}" in inspect.signature({base}.forward).parameters\n'
+    )
+    edits[cls] = lambda updated: cst.FlattenSentinel(
+        [
+            flag.with_changes(leading_lines=[*updated.leading_lines, *flag.leading_lines]),
+            updated.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]),
+        ]
+    )
+    if not imports_module(ctx.module, "inspect"):
+        anchor = last_top_level_import(ctx.module)
+        if anchor is None:
+            raise Refuse("no top-level import to add `import inspect` after")
+        edits[anchor] = lambda updated: cst.FlattenSentinel([updated, cst.parse_statement("import inspect\n")])
+    return edits
+
+
+def _assigned_names(stmt: cst.CSTNode) -> List[cst.CSTNode]:
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return [t.target for s in stmt.body if isinstance(s, cst.Assign) for t in s.targets]
+    return []
+
+
+def _random_mask_guard(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Optional[Tuple[cst.If, str]]:
+    """Find `if mask is None: mask = self.get_random_mask(x, ratio)` at the top level of ``func``."""
+    for stmt in func.body.body:  # type: ignore[union-attr]
+        if not isinstance(stmt, cst.If) or stmt.orelse is not None:
+            continue
+        test = stmt.test
+        if not (
+            isinstance(test, cst.Comparison)
+            and is_name(test.left, mask)
+            and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.Is)
+            and is_name(test.comparisons[0].comparator, "None")
+        ):
+            continue
+        body = stmt.body.body  # type: ignore[union-attr]
+        if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine):
+            return None
+        assign = single_assign(body[0])
+        if assign is None or not is_name(assign[0], mask):
+            return None
+        found = method_call(assign[1], "get_random_mask")
+        if found is None or not is_name(found[0], "self"):
+            return None
+        args = positional(found[1])
+        if args is None or len(args) != 2 or not is_name(args[1]):
+            return None
+        return stmt, args[1].value  # type: ignore[attr-defined]
+    return None
