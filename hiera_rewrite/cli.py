@@ -35,6 +35,8 @@ exit codes:
   2  usage or input error: a path is missing or unreadable, a file cannot be
      decoded or parsed (message: path:line:col: reason), or an internal error;
      other files are still processed
+  3  --verify: verification failed or could not run (a mismatch, a model that
+     could not be built, torch missing); nothing was written
 
 Each change prints `path:line:col: CODE message`; spots that look like an idiom
 but are left alone print `path:line:col: CODE skipped: reason`.  A class or
@@ -62,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="write rewritten copies of the installed hiera-transformer package into DIR (new or empty)",
     )
+    verify = parser.add_argument_group("verify (needs torch: pip install 'hiera-rewrite[verify]')")
+    verify.add_argument("--verify", action="store_true", help="build models from the original and the rewritten files (same weights), compare outputs and gradients in float64; write only if they match")
+    verify.add_argument("--factory", action="append", metavar="MODULE:FUNC", help="with --verify: build this factory or class instead of the discovered ones (repeatable; MODULE is dotted or a file path)")
+    verify.add_argument("--kwargs", metavar="JSON", help="with --verify: keyword arguments for every factory, e.g. '{\"q_pool\": 2}'")
+    verify.add_argument("--input-shape", metavar="B,C,...", help="with --verify: input shape (default: derived from the model, shrunk)")
+    verify.add_argument("--package-root", metavar="DIR", help="with --verify: the top-level package folder of the files (default: walk up while __init__.py exists)")
+    verify.add_argument("--verify-cuda", action="store_true", help="with --verify: also compare on CUDA in float32 and bfloat16 when available")
     parser.add_argument("--line-length", type=int, metavar="N", help="line length for inserted code (default: black's from pyproject.toml, else 88)")
     parser.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="files processed in parallel (default 1)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only errors and the summary")
@@ -104,6 +113,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.paths:
         parser.error("no PATH given (use '-' for stdin)")
 
+    if args.verify:
+        from .verify import run_cli as run_verify
+
+        return run_verify(args, codes)
     runner = _Runner(args, codes)
     return runner.run(args.paths)
 
