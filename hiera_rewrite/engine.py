@@ -196,14 +196,21 @@ def _descends_from(ctx: PlanContext, node: cst.CSTNode, roots: Set[cst.CSTNode])
 
 def _skip_marked_owner(ctx: PlanContext, node: cst.CSTNode) -> Optional[str]:
     for owner in [node, *ctx.ancestors(node)]:
-        if isinstance(owner, (cst.FunctionDef, cst.ClassDef)) and _has_skip_marker(owner):
+        if isinstance(owner, (cst.FunctionDef, cst.ClassDef)) and _has_skip_marker(owner, ctx.module):
             kind = "class" if isinstance(owner, cst.ClassDef) else "function"
             return f"{kind} {owner.name.value}"
     return None
 
 
-def _has_skip_marker(owner: "cst.FunctionDef | cst.ClassDef") -> bool:
+def _has_skip_marker(owner: "cst.FunctionDef | cst.ClassDef", module: cst.Module) -> bool:
     comments = [line.comment for line in owner.leading_lines]
+    if module.body and module.body[0] is owner:
+        # libcst gives the comments above a file's first statement to Module.header:
+        # take the comment block directly above it (no blank line in between).
+        for line in reversed(module.header):
+            if line.comment is None:
+                break
+            comments.append(line.comment)
     comments += [line.comment for d in owner.decorators for line in d.leading_lines]
     comments.append(owner.body.header.comment if isinstance(owner.body, cst.IndentedBlock) else None)
     return any(c is not None and SKIP_MARKER in c.value for c in comments)
@@ -253,7 +260,11 @@ def line_length_for(path: Path) -> int:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same folder, fsync, os.replace; keep the mode."""
+    """Write via a temp file in the same folder, fsync, os.replace; keep the mode.
+
+    A symlink is followed: its target is replaced and the link stays a link.
+    """
+    path = Path(os.path.realpath(path))
     mode = path.stat().st_mode & 0o7777
     tmp = path.with_name(f".{path.name}.hiera-rewrite-{os.getpid()}.tmp")
     try:

@@ -1,0 +1,285 @@
+"""Engine robustness: the self-check, atomic writes and `# hiera-rewrite: skip`.
+
+A broken rewrite is simulated by registering a throw-away one (code HR9xx) for the
+duration of a test; the CLI runs in-process here (its subprocess behaviour is in
+tests/test_cli.py).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from hiera_rewrite import cli, engine
+from hiera_rewrite.engine import InternalError, rewrite_bytes, write_atomic
+from hiera_rewrite.rewrite import REGISTRY, PlanContext, Rewrite
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN_IN = (ROOT / "golden/attention/windowed_basic.in.py").read_bytes()
+SIMPLE = b"import torch\n\n\ndef f(x):\n    y = x + 1\n    return y\n"
+
+
+def _fake(code: str, replace):
+    """A rewrite that replaces every `Integer` node by ``replace(node)``."""
+
+    class Fake(Rewrite):
+        name = "fake"
+        message = "fake rewrite"
+        explanation = "for tests"
+
+        def plan(self, ctx: PlanContext) -> None:
+            found = []
+
+            class Visit(cst.CSTVisitor):
+                def visit_Integer(self, node: cst.Integer) -> None:
+                    found.append(node)
+
+            ctx.module.visit(Visit())
+            for node in found:
+                ctx.add_site(node, {node: replace(node)})
+
+    Fake.code = code
+    return Fake
+
+
+@pytest.fixture
+def fake_rewrite(monkeypatch):
+    engine._load_rewrites()
+
+    def install(code, replace):
+        monkeypatch.setitem(REGISTRY, code, _fake(code, replace))
+        return code
+
+    return install
+
+
+def _unparsable(node):
+    return cst.Name("def")  # `y = x + def` does not parse
+
+
+def _unstable(node):
+    return cst.Integer(str(int(node.value) + 1))  # a second pass changes it again
+
+
+def _crash(node):
+    raise RuntimeError("bug in a rewrite")
+
+
+# -- the self-check ---------------------------------------------------------------
+
+
+def test_unparsable_output_is_an_internal_error(fake_rewrite):
+    code = fake_rewrite("HR990", _unparsable)
+    with pytest.raises(InternalError, match="does not parse"):
+        rewrite_bytes(SIMPLE, codes=[code])
+
+
+def test_unstable_output_is_an_internal_error(fake_rewrite):
+    code = fake_rewrite("HR991", _unstable)
+    with pytest.raises(InternalError, match="not stable"):
+        rewrite_bytes(SIMPLE, codes=[code])
+
+
+def test_fake_rewrite_is_otherwise_harmless(fake_rewrite):
+    # Guard: without Integer nodes the fake plans nothing and the file is unchanged.
+    code = fake_rewrite("HR992", _unstable)
+    data = b"def f(x):\n    return x\n"
+    assert rewrite_bytes(data, codes=[code]).output == data
+
+
+@pytest.mark.parametrize("replace, reason", [(_unparsable, "does not parse"), (_unstable, "not stable"), (_crash, "RuntimeError: bug in a rewrite")], ids=["unparsable", "unstable", "crash"])
+def test_cli_writes_nothing_on_internal_error(tmp_path, fake_rewrite, capsys, replace, reason):
+    code = fake_rewrite("HR993", replace)
+    broken = tmp_path / "broken.py"
+    broken.write_bytes(SIMPLE)
+    other = tmp_path / "other.py"
+    other.write_bytes(GOLDEN_IN)
+    old_ns = 1_400_000_000_000_000_000
+    os.utime(broken, ns=(old_ns, old_ns))
+
+    rc = cli.main([str(broken), str(other)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert broken.read_bytes() == SIMPLE and broken.stat().st_mtime_ns == old_ns
+    assert f"{broken}:1:1: internal error, nothing written: " in err and reason in err
+    assert "Traceback" not in err
+    # The other file is still processed (the fake also rewrites its integers, so it
+    # fails the same way: the error names each file).
+    assert other.read_bytes() == GOLDEN_IN
+    assert f"{other}:1:1: internal error" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.py", "other.py"]
+
+    # With the fake deselected the same run succeeds.
+    rc = cli.main(["--ignore", code, str(other)])
+    assert rc == 1 and other.read_bytes() != GOLDEN_IN
+
+
+def test_traceback_flag_shows_the_bug(tmp_path, fake_rewrite, capsys):
+    fake_rewrite("HR994", _crash)
+    path = tmp_path / "a.py"
+    path.write_bytes(SIMPLE)
+    assert cli.main(["--traceback", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "bug in a rewrite" in err
+    assert path.read_bytes() == SIMPLE
+
+
+def test_stdin_internal_error_echoes_input(fake_rewrite, monkeypatch, capsysbinary):
+    import io
+
+    fake_rewrite("HR995", _unstable)
+
+    class Stdin:
+        buffer = io.BytesIO(SIMPLE)
+
+    monkeypatch.setattr("sys.stdin", Stdin)
+    assert cli.main(["-"]) == 2
+    captured = capsysbinary.readouterr()
+    assert captured.out == SIMPLE
+    assert b"<stdin>:1:1: internal error, nothing written" in captured.err
+
+
+# -- atomic writes ---------------------------------------------------------------
+
+
+def test_write_atomic_keeps_mode_and_leaves_no_temp(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_bytes(b"old\n")
+    path.chmod(0o640)
+    write_atomic(path, b"new\n")
+    assert path.read_bytes() == b"new\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["m.py"]
+
+
+def test_write_atomic_failure_keeps_the_original(tmp_path, monkeypatch):
+    path = tmp_path / "m.py"
+    path.write_bytes(b"old\n")
+
+    def failing_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(engine.os, "replace", failing_replace)
+    with pytest.raises(OSError):
+        write_atomic(path, b"new\n")
+    assert path.read_bytes() == b"old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["m.py"]
+
+
+def test_cli_reports_write_failure(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "a.py"
+    path.write_bytes(GOLDEN_IN)
+
+    def failing_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(engine.os, "replace", failing_replace)
+    assert cli.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:1:1: cannot write: No space left on device" in err
+    assert path.read_bytes() == GOLDEN_IN
+    assert [p.name for p in tmp_path.iterdir()] == ["a.py"]
+
+
+def test_write_atomic_through_a_symlink_keeps_the_link(tmp_path):
+    real = tmp_path / "real.py"
+    real.write_bytes(GOLDEN_IN)
+    link = tmp_path / "link.py"
+    link.symlink_to(real)
+    assert cli.main([str(link)]) == 1
+    assert link.is_symlink(), "the symlink was replaced by a regular file"
+    assert real.read_bytes() != GOLDEN_IN
+
+
+# -- skip markers ----------------------------------------------------------------------
+
+
+def _marked(where: str) -> bytes:
+    if where == "class-above":
+        return GOLDEN_IN.replace(b"class WindowAttention", b"# hiera-rewrite: skip\nclass WindowAttention")
+    if where == "function-header":
+        return GOLDEN_IN.replace(b"def forward(self, x):", b"def forward(self, x):  # hiera-rewrite: skip (benchmark baseline)")
+    if where == "function-above":
+        return GOLDEN_IN.replace(b"    def forward(self, x):", b"    # hiera-rewrite: skip\n    def forward(self, x):")
+    if where == "decorated-function":
+        return GOLDEN_IN.replace(b"    def forward(self, x):", b"    # hiera-rewrite: skip\n    @torch.no_grad()\n    def forward(self, x):")
+    raise AssertionError(where)
+
+
+@pytest.mark.parametrize("where, owner", [
+    ("class-above", "class WindowAttention"),
+    ("function-header", "function forward"),
+    ("function-above", "function forward"),
+    ("decorated-function", "function forward"),
+])
+def test_skip_marker_leaves_code_alone_and_reports_it(where, owner, tmp_path, capsys):
+    data = _marked(where)
+    result = rewrite_bytes(data)
+    assert result.output == data
+    assert result.changes == []
+    skipped = [r for r in result.reports if not r.applied and "hiera-rewrite: skip" in r.message]
+    assert skipped and all(owner in r.message for r in skipped), result.reports
+
+    path = tmp_path / "marked.py"
+    path.write_bytes(data)
+    assert cli.main([str(path)]) == 0
+    err = capsys.readouterr().err
+    assert f"skipped: left alone: `# hiera-rewrite: skip` on {owner}" in err
+    assert path.read_bytes() == data
+
+
+def test_skip_marker_is_local(tmp_path):
+    # A marked function next to an unmarked one: only the unmarked one changes.
+    pool = (
+        b"\n\n# hiera-rewrite: skip\n"
+        b"def pool_kept(x, stride):\n"
+        b"    return x.view(x.shape[0], stride, -1, x.shape[-1]).max(dim=1).values\n"
+        b"\n\n"
+        b"def pool_fast(x, stride):\n"
+        b"    return x.view(x.shape[0], stride, -1, x.shape[-1]).max(dim=1).values\n"
+    )
+    result = rewrite_bytes(pool)
+    lines = result.output.splitlines()
+    assert lines[4] == pool.splitlines()[4]
+    assert lines[-1] == b"    return x.view(x.shape[0], stride, -1, x.shape[-1]).amax(dim=1)"
+    assert [r.code for r in result.changes] == ["HR002"]
+
+
+def test_marker_text_elsewhere_does_not_skip():
+    # The marker in a string or on an unrelated statement is not a marker.
+    data = GOLDEN_IN.replace(b'"""A small', b'"""hiera-rewrite: skip -- A small').replace(
+        b"        B, N, _ = x.shape", b"        B, N, _ = x.shape  # hiera-rewrite: skip"
+    )
+    assert rewrite_bytes(data).changed
+
+
+# -- odd but valid inputs ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\n\n\n",
+        b"   \n\t\n",
+        b"\xef\xbb\xbf",
+        b"# only a comment",
+        b"\\\n",
+        b"x = 1\r",
+        b"x = 1\ry = 2\r",
+        b"if True:\n\tx = 1\n\tif x:\n\t\ty = x.max(dim=1).values\n",
+        b"\x0c\nclass A:\n    pass\n",
+        b"# -*- coding: utf-16 -*-\n",
+    ],
+    ids=["empty", "blank-lines", "whitespace", "bom-only", "comment-no-newline", "continuation", "cr-only", "cr-lines", "tabs", "form-feed", "utf16-cookie"],
+)
+def test_odd_inputs_do_not_crash(data):
+    try:
+        result = rewrite_bytes(data)
+    except engine.InputError:
+        return  # reported as an input error (exit 2): fine
+    assert result.output == data
