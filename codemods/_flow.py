@@ -61,6 +61,17 @@ class FunctionFlow:
                 for child in _suites(stmt):
                     self._collect(child)
 
+    @classmethod
+    def of_statements(cls, statements: Sequence[cst.BaseStatement]) -> "FunctionFlow":
+        """The same facts for a list of statements (e.g. one branch of an ``if``)."""
+        flow = cls.__new__(cls)
+        flow.func = None  # type: ignore[assignment]
+        flow.params = set()
+        flow.stmts = []
+        flow.compound_assigned = {}
+        flow._collect(cst.IndentedBlock(body=list(statements)))
+        return flow
+
     def stmt_of(self, line: cst.SimpleStatementLine) -> Stmt:
         for stmt in self.stmts:
             if stmt.line is line:
@@ -124,6 +135,11 @@ def _headers(stmt: cst.BaseCompoundStatement) -> List[cst.CSTNode]:
     for handler in getattr(stmt, "handlers", ()):
         if handler.name is not None:
             parts.append(handler.name)
+    if isinstance(stmt, cst.If):
+        tail = stmt.orelse
+        while isinstance(tail, cst.If):  # elif tests are read too
+            parts.append(tail.test)
+            tail = tail.orelse
     if isinstance(stmt, cst.For):
         # A for-target is a binding.
         parts = [cst.Assign([cst.AssignTarget(stmt.target)], stmt.iter)]
@@ -244,6 +260,15 @@ def names_in(expr: cst.CSTNode) -> Set[str]:
     return {n.value for n in _loaded_names(expr)}
 
 
+def statement_names(stmt: cst.BaseStatement) -> Tuple[Set[str], List[cst.Name]]:
+    """Every name a statement binds (in any branch) and every name node it reads."""
+    flow = FunctionFlow.of_statements([stmt])
+    assigned: Set[str] = set()
+    for s in flow.stmts:
+        assigned |= s.assigned
+    return assigned, [n for s in flow.stmts for n in s.loaded]
+
+
 # -- statements ---------------------------------------------------------------------
 
 
@@ -310,6 +335,22 @@ _EMPTY = cst.Module(body=[])
 def code(node: cst.CSTNode) -> str:
     """Source of ``node`` on one line (black re-wraps what we emit)."""
     return _EMPTY.code_for_node(node.visit(_OneLine())).strip()
+
+
+class _NoMagicComma(cst.CSTTransformer):
+    """Drop a trailing comma after the last call argument (black's "magic" comma)."""
+
+    def leave_Call(self, original_node, updated_node):
+        if updated_node.args and updated_node.args[-1].comma is not cst.MaybeSentinel.DEFAULT:
+            args = list(updated_node.args)
+            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return updated_node.with_changes(args=args)
+        return updated_node
+
+
+def rewrap_code(node: cst.CSTNode) -> str:
+    """Like :func:`code`, and without magic trailing commas, so black may join lines."""
+    return code(node.visit(_NoMagicComma()))
 
 
 def same_code(a: cst.CSTNode, b: cst.CSTNode) -> bool:

@@ -15,20 +15,31 @@ What it emits:
     q = q.unflatten(2, (S, Tq)).amax(dim=2)
     out = F.scaled_dot_product_attention(q, k, v, ...)
     y = out.unflatten(0, (B, -1)).permute(0, 3, 1, 2, 4).reshape(B, N, C)
+
+Two shapes of control flow around it are understood (timm's MaskUnitAttention has
+both):
+
+- SDPA in one branch of ``if <flag>:`` whose other branch is a manual attention
+  built only from ops that treat every leading dim as batch (``q * scale``,
+  ``@``, ``.transpose(-1, -2)``, ``.softmax(dim=-1)``): both branches are kept,
+  they are correct on 4-D q/k/v as on 5-D ones.
+- The 5-D path inside ``if C:`` (a global 4-D path in the ``else``) and the output
+  restored under a second ``if C:``: the windowed side of both is rewritten, the
+  other side is not touched.  C must be a plain flag (``self.attr``/a local name)
+  that nothing in between can change.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple, Union
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
-from libcst.metadata import QualifiedNameProvider
+from libcst.metadata import PositionProvider, QualifiedNameProvider
 
 from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
 
 from ._flow import (
-    FunctionFlow,
-    Stmt,
     code,
     dim_arg,
     enclosing_function,
@@ -37,10 +48,13 @@ from ._flow import (
     int_value,
     is_name,
     method_call,
+    names_in,
     positional,
     reduction_values,
+    rewrap_code,
     same_code,
     single_assign,
+    statement_names,
     target_code,
 )
 
@@ -48,6 +62,7 @@ SDPA_NAMES = {
     "torch.nn.functional.scaled_dot_product_attention",
     "torch._C._nn.scaled_dot_product_attention",
 }
+SOFTMAX_NAMES = {"torch.nn.functional.softmax", "torch.softmax"}
 # SDPA keywords that mean the same on 4-D as on 5-D inputs.
 PASS_THROUGH_KEYWORDS = {"scale", "is_causal"}
 FIVE_D_PERMUTE = [3, 0, 4, 2, 1, 5]
@@ -87,23 +102,28 @@ class MaskUnitAttention(Rewrite):
       `.max(...).values` gives it all to one of them (the forward value is identical;
       ties need bit-identical activations).
 
+    A manual-attention fallback under another flag (timm's `if self.fused_attn:`)
+    is kept when every op in it treats the leading dims as batch: `q * scale` with
+    a numeric scale, `@`, `.transpose(-1, -2)`, `.softmax(dim=-1)`.  When the 5-D
+    path sits under `if C:` next to a 4-D global path and the output is restored
+    under a second `if C:`, only the windowed side of each is rewritten.
+
     Left alone, with a reason: a different permutation or reshape (windows merged
     into the batch in another order, a 3-D reshape), q/k/v used anywhere besides the
     pool and SDPA, an `attn_mask` or non-zero `dropout_p` (mask layout / RNG order
-    would change), SDPA under a condition other than the hasattr guard.
+    would change), SDPA under a condition or in a loop this rewrite cannot follow,
+    a manual fallback with any op that is not provably batch-rank-agnostic.
     """
 
     def plan(self, ctx: PlanContext) -> None:
         finder = _SdpaCalls()
         ctx.wrapper.visit(finder)
-        flows: Dict[cst.FunctionDef, FunctionFlow] = {}
         for call in finder.calls:
             func = enclosing_function(ctx, call)
             try:
                 if func is None:
                     raise Refuse("SDPA call is not inside a function body")
-                flow = flows.setdefault(func, FunctionFlow(func))
-                edits = _Match(ctx, flow, call).edits()
+                edits = _Match(ctx, func, call).edits()
             except Refuse as reason:
                 ctx.refuse(call, str(reason))
                 continue
@@ -123,17 +143,51 @@ class _SdpaCalls(cst.CSTVisitor):
             self.calls.append(node)
 
 
+@dataclasses.dataclass
+class _Item:
+    """One statement on the windowed path, in execution order."""
+
+    node: cst.BaseStatement
+    assigned: Set[str]
+    loaded: List[cst.Name]
+    branch: Optional[cst.If]  # the `if C:` it was taken from; None: runs on every path
+
+
+@dataclasses.dataclass
+class _Region:
+    """The statement(s) that turn q, k, v into the attention output."""
+
+    top: cst.BaseStatement  # the outermost statement of the region
+    out: Optional[str]  # the name the output is bound to (None: restored on the SDPA line)
+    guard: Optional[cst.If]  # hasattr guard to drop
+    manual: Optional[cst.IndentedBlock]  # kept rank-agnostic fallback
+    temporaries: Set[str]  # names the fallback binds besides out
+    allowed_reads: Set[int]  # ids of Name nodes that may read q, k, v
+
+
+@dataclasses.dataclass
+class _Restore:
+    line: cst.SimpleStatementLine
+    receiver: cst.BaseExpression
+    args: List[cst.BaseExpression]
+    condition: Optional[cst.BaseExpression]  # `C` of `if C:` around the restore
+    side: str  # "body" or "orelse" of that if
+    statement: cst.BaseStatement  # the statement after the region (the if, or the line)
+
+
 class _Match:
     """Follows q, k, v back from one SDPA call; builds the edits or raises Refuse."""
 
-    def __init__(self, ctx: PlanContext, flow: FunctionFlow, call: cst.Call) -> None:
+    def __init__(self, ctx: PlanContext, func: cst.FunctionDef, call: cst.Call) -> None:
         self.ctx = ctx
-        self.flow = flow
+        self.func = func
         self.call = call
+        self.positions = ctx.wrapper.resolve(PositionProvider)
 
     # -- the SDPA call --------------------------------------------------------------
-    def qkv_arg_names(self) -> Tuple[str, str, str]:
+    def qkv_arg_names(self) -> Tuple[str, str, str, List[cst.BaseExpression]]:
         names: Dict[str, cst.BaseExpression] = {}
+        extra: List[cst.BaseExpression] = []
         slots = ["query", "key", "value"]
         for i, arg in enumerate(self.call.args):
             if arg.star:
@@ -147,12 +201,10 @@ class _Match:
             if key in slots:
                 names[key] = arg.value
             elif key in PASS_THROUGH_KEYWORDS:
-                continue
+                extra.append(arg.value)
             elif key == "attn_mask" and is_name(arg.value, "None"):
                 continue
-            elif key == "dropout_p" and int_value(arg.value) == 0 or (
-                key == "dropout_p" and isinstance(arg.value, cst.Float) and float(arg.value.value) == 0.0
-            ):
+            elif key == "dropout_p" and _is_zero(arg.value):
                 continue
             elif key == "attn_mask":
                 raise Refuse("SDPA gets an attn_mask: its 5-D layout would need rewriting too")
@@ -165,126 +217,449 @@ class _Match:
         q, k, v = (names[s].value for s in slots)  # type: ignore[attr-defined]
         if len({q, k, v}) != 3:
             raise Refuse("q, k and v are not three distinct names")
-        return q, k, v
+        return q, k, v, extra
 
     # -- main ----------------------------------------------------------------------
     def edits(self) -> Dict[cst.CSTNode, Replacement]:
-        ctx, flow = self.ctx, self.flow
-        q, k, v = self.qkv_arg_names()
+        ctx = self.ctx
+        q, k, v, sdpa_extra = self.qkv_arg_names()
         sdpa_line = enclosing_line(ctx, self.call)
         if sdpa_line is None:
             raise Refuse("SDPA call is not in a simple statement")
-        sdpa_stmt = flow.stmt_of(sdpa_line)
-        guard, removed = self.guard(sdpa_line)
+        for ancestor in ctx.ancestors(sdpa_line):
+            if isinstance(ancestor, (cst.For, cst.While)):
+                raise Refuse("SDPA is inside a loop: the data flow would have to hold for every iteration")
+            if ancestor is self.func:
+                break
+        region = self.region(sdpa_line, q, k, v)
+        block = ctx.parent(region.top)
+        if not isinstance(block, cst.IndentedBlock):
+            raise Refuse("SDPA is in a one-line block")
+        index = list(block.body).index(region.top)
+        restore = self.restore(sdpa_line, region, block, index)
+        items, first_cond_if = self.path(block.body[:index], restore)
+        if restore.condition is not None:
+            self.check_condition_stable(restore, block, first_cond_if)
 
         # q, k, v come from one unpack of qkv (and q maybe from a pool of itself).
-        unpack = self.unpack(q, k, v, sdpa_stmt)
-        qkv_name, unpack_stmts = unpack
-        q_defs = [s for s in flow.assigning(q) if s not in unpack_stmts]
-        pool_stmt: Optional[Stmt] = None
-        if q_defs:
-            if len(q_defs) != 1:
-                raise Refuse(f"{q} is assigned more than once besides the unpack and the q-pool")
-            pool_stmt = q_defs[0]
-            if not (max(s.index for s in unpack_stmts) < pool_stmt.index < sdpa_stmt.index):
-                raise Refuse(f"{q} is reassigned outside the span between the qkv unpack and SDPA")
-        permute_stmt, reshape_args, permute_receiver = self.qkv_definition(qkv_name, unpack_stmts)
+        unpack, pool_item, pool_line = self.unpack(items, q, k, v)
+        qkv_name = unpack[0]
+        unpack_items = unpack[1]
+        first_unpack = min(unpack_items)
+        permute_at, reshape_args, permute_receiver = self.qkv_definition(items, qkv_name, first_unpack, max(unpack_items))
+        if restore.condition is not None:
+            for where, what in [(permute_at, "the 5-D qkv"), *((u, "the q/k/v unpack") for u in unpack_items)] + (
+                [(pool_item, "the q-pool")] if pool_item is not None else []
+            ):
+                if items[where].branch is None:
+                    raise Refuse(
+                        f"{what} also runs when `{code(restore.condition)}` selects the other output layout"
+                    )
         batch, heads, windows, head_dim = reshape_args[0], reshape_args[4], reshape_args[2], reshape_args[5]
+        changed = {q, k, v, qkv_name} | region.temporaries
+        if region.out is not None:
+            changed_out = changed | {region.out}
+        else:
+            changed_out = changed
 
-        # The only reads of q, k, v are the pool and SDPA (the removed fallback aside).
-        for name, allowed in ((q, [pool_stmt, sdpa_stmt]), (k, [sdpa_stmt]), (v, [sdpa_stmt])):
-            for stmt, node in flow.loads_of(name):
-                if stmt in allowed or self.inside(node, removed):
-                    continue
-                raise Refuse(f"{name} is read at line {ctx.position(node).line} besides the pool and SDPA")
+        # Reads of q, k, v, qkv on the path: only the unpack, the pool and the attention.
+        allowed = set(region.allowed_reads)
+        for u in unpack_items:
+            allowed |= {id(n) for n in items[u].loaded}
+        if pool_line is not None:
+            allowed |= {id(n) for n in statement_names(pool_line)[1]}
+        for item in items[permute_at + 1 :]:
+            for node in item.loaded:
+                if node.value in changed and id(node) not in allowed:
+                    raise Refuse(f"{node.value} is read at line {self.line(node)} besides the pool and SDPA")
+        region_loads = statement_names(region.top)[1]
+        for node in region_loads:
+            if node.value in changed and id(node) not in allowed:
+                raise Refuse(f"{node.value} is read at line {self.line(node)} besides the pool and SDPA")
+        for value in sdpa_extra:
+            self.not_reading(value, changed_out, "an SDPA keyword argument")
+        self.no_reads_after(region.top, changed, "its layout changes")
 
         new: Dict[cst.CSTNode, Replacement] = {}
-        new[permute_stmt.line] = ctx.statement(
-            f"{target_code(permute_stmt.line)} {code(permute_receiver)}.permute(3, 0, 2, 4, 1, 5).flatten(1, 2)",
-            like=permute_stmt.line,
+        permute_line = items[permute_at].node
+        new[permute_line] = ctx.statement(
+            f"{target_code(permute_line)} {rewrap_code(permute_receiver)}.permute(3, 0, 2, 4, 1, 5).flatten(1, 2)",
+            like=permute_line,
         )
-        if pool_stmt is not None:
-            new[pool_stmt.line] = self.pool(q, pool_stmt, permute_stmt, batch, heads, windows, head_dim)
+        if pool_line is not None:
+            new[pool_line] = self.pool(
+                q, pool_line, items, permute_at, pool_item, batch, heads, windows, head_dim, changed
+            )
 
-        restore_line, restore_value, restore_args = self.restore(sdpa_line, guard, removed, sdpa_stmt)
-        restore_stmt = flow.stmt_of(restore_line)
-        if not same_code(restore_args[0], batch) or not flow.stable_between(batch, permute_stmt, restore_stmt):
+        # The restore: batch must be the reshape's batch, unchanged in between.
+        if int_value(batch) is not None and int_value(batch) < 0:  # type: ignore[operator]
+            raise Refuse("the qkv reshape infers the batch size (-1): the output cannot be unflattened")
+        if not same_code(restore.args[0], batch):
             raise Refuse("the output reshape's batch size is not provably the qkv reshape's batch size")
-        receiver = restore_value  # `out` name or the SDPA call itself
+        self.not_reading(batch, changed_out, "the batch size")
+        rebound = set().union(*(item.assigned for item in items[permute_at + 1 :])) | statement_names(region.top)[0]
+        if names_in(batch) & rebound:
+            raise Refuse("the batch size is rebound between the qkv reshape and the output restore")
+        for arg in restore.args:
+            self.not_reading(arg, changed_out, "the output reshape")
         new_restore = ctx.statement(
-            f"{target_code(restore_line)} {code(receiver)}.unflatten(0, ({code(batch)}, -1))"
-            f".permute(0, 3, 1, 2, 4).reshape({', '.join(code(a) for a in restore_args)})",
-            like=restore_line,
+            f"{target_code(restore.line)} {code(restore.receiver)}.unflatten(0, ({code(batch)}, -1))"
+            f".permute(0, 3, 1, 2, 4).reshape({', '.join(code(a) for a in restore.args)})",
+            like=restore.line,
         )
-        if guard is not None:
-            body = [new_restore if s is restore_line else s for s in guard.body.body]  # type: ignore[union-attr]
-            first = body[0].with_changes(leading_lines=list(guard.leading_lines) + list(body[0].leading_lines))
-            new[guard] = cst.FlattenSentinel([first, *body[1:]])
-            if restore_line is not sdpa_line:
-                new[restore_line] = new_restore
+        if region.out is not None:
+            restore_target = single_assign(restore.line)[0]  # type: ignore[index]
+            if not is_name(restore_target, region.out):
+                self.no_reads_after(restore.statement, {region.out}, "SDPA's output changes layout")
+        if region.guard is not None:
+            body = [new_restore if s is restore.line else s for s in region.guard.body.body]  # type: ignore[union-attr]
+            first = body[0].with_changes(leading_lines=list(region.guard.leading_lines) + list(body[0].leading_lines))
+            new[region.guard] = cst.FlattenSentinel([first, *body[1:]])
+            if restore.line is not sdpa_line:
+                new[restore.line] = new_restore
         else:
-            new[restore_line] = new_restore
+            new[restore.line] = new_restore
         return new
 
-    # -- pieces ----------------------------------------------------------------------
-    def guard(self, sdpa_line: cst.SimpleStatementLine) -> Tuple[Optional[cst.If], List[cst.CSTNode]]:
-        """The `if hasattr(F, "scaled_dot_product_attention"):` around SDPA, if any."""
-        block = self.ctx.parent(sdpa_line)
-        owner = self.ctx.parent(block) if block is not None else None
-        if isinstance(owner, cst.FunctionDef):
-            return None, []
-        if isinstance(owner, cst.If) and owner.body is block:
-            test = owner.test
-            if (
-                isinstance(test, cst.Call)
-                and is_name(test.func, "hasattr")
-                and len(test.args) == 2
-                and isinstance(test.args[1].value, cst.SimpleString)
-                and test.args[1].value.evaluated_value == "scaled_dot_product_attention"
-            ):
-                return owner, [owner.orelse] if owner.orelse is not None else []
-            raise Refuse(f"SDPA is under a condition this rewrite does not understand: if {code(test)}")
-        if isinstance(owner, cst.With):
-            if self.ctx.parent(self.ctx.parent(owner)) is self.flow.func:
-                return None, []
-        raise Refuse("SDPA is nested in control flow this rewrite does not understand")
+    # -- the attention region -------------------------------------------------------
+    def region(self, sdpa_line: cst.SimpleStatementLine, q: str, k: str, v: str) -> _Region:
+        ctx = self.ctx
+        allowed: Set[int] = {id(a.value) for a in self.call.args if is_name(a.value, q) or is_name(a.value, k) or is_name(a.value, v)}
+        assign = single_assign(sdpa_line)
+        out = assign[0].value if assign is not None and is_name(assign[0]) and assign[1] is self.call else None  # type: ignore[attr-defined]
+        guard: Optional[cst.If] = None
+        manual: Optional[cst.IndentedBlock] = None
+        temporaries: Set[str] = set()
+        cur: cst.BaseStatement = sdpa_line
+        while True:
+            block = ctx.parent(cur)
+            if not isinstance(block, cst.IndentedBlock):
+                raise Refuse("SDPA is in a one-line block")
+            owner = ctx.parent(block)
+            if owner is self.func:
+                break
+            if len(block.body) != 1:
+                raise Refuse("SDPA shares its block with other statements inside control flow")
+            if isinstance(owner, cst.With):
+                cur = owner
+                continue
+            if isinstance(owner, cst.If) and owner.body is block and self.is_hasattr_guard(owner) and guard is None:
+                guard = owner
+                if owner.orelse is not None:  # dead on torch >= 2.0; removed with the guard
+                    allowed |= {id(n) for n in _all_loads(owner.orelse)}
+                cur = owner
+                continue
+            if isinstance(owner, cst.If) and owner.body is block:
+                branch_if, other = owner, owner.orelse
+            elif isinstance(owner, cst.Else):
+                branch_if, other = ctx.parent(owner), None  # type: ignore[assignment]
+                if isinstance(branch_if, cst.If) and branch_if.orelse is owner:
+                    other = branch_if.body  # type: ignore[assignment]
+            else:
+                raise Refuse("SDPA is nested in control flow this rewrite does not understand")
+            if isinstance(other, cst.Else):
+                other = other.body  # type: ignore[assignment]
+            if not isinstance(other, cst.IndentedBlock):
+                raise Refuse(
+                    f"SDPA is under a condition this rewrite does not understand: if {code(branch_if.test)}"
+                    " (no else branch with a manual attention)"
+                )
+            if manual is not None or guard is not None or out is None:
+                raise Refuse("SDPA is nested in control flow this rewrite does not understand")
+            temporaries = self.manual_attention(other, q, k, v, out)
+            manual = other
+            allowed |= {id(n) for s in other.body for n in statement_names(s)[1]}
+            cur = branch_if
+        return _Region(cur, out, guard, manual, temporaries, allowed)
 
-    def inside(self, node: cst.CSTNode, roots: List[cst.CSTNode]) -> bool:
-        return bool(roots) and any(a in roots for a in self.ctx.ancestors(node))
+    def is_hasattr_guard(self, node: cst.If) -> bool:
+        test = node.test
+        if not (
+            isinstance(test, cst.Call)
+            and is_name(test.func, "hasattr")
+            and len(test.args) == 2
+            and isinstance(test.args[1].value, cst.SimpleString)
+            and test.args[1].value.evaluated_value == "scaled_dot_product_attention"
+        ):
+            return False
+        # hasattr(<the module SDPA is called from>, ...): torch >= 2.0 makes it True.
+        func = self.call.func
+        owner = test.args[0].value
+        if isinstance(func, cst.Attribute):
+            return same_code(owner, func.value)
+        names = {q.name for q in self.ctx.wrapper.resolve(QualifiedNameProvider).get(owner, set())}
+        return bool(names & {"torch.nn.functional", "torch._C._nn"})
 
-    def unpack(self, q: str, k: str, v: str, sdpa_stmt: Stmt) -> Tuple[str, List[Stmt]]:
-        sources: Dict[int, str] = {}
-        stmts: List[Stmt] = []
-        for name in (q, k, v):
-            candidates = [s for s in self.flow.assigning(name) if s.index < sdpa_stmt.index]
-            found = None
-            for stmt in candidates:
-                comp = _component(stmt.line, name)
-                if comp is not None:
-                    found = (stmt, comp)
+    def manual_attention(self, block: cst.IndentedBlock, q: str, k: str, v: str, out: str) -> Set[str]:
+        """Prove a fallback treats every leading dim as batch; return its temporaries."""
+        tensors = {q, k, v}
+        bound: List[str] = []
+        for stmt in block.body:
+            assign = single_assign(stmt) if isinstance(stmt, cst.SimpleStatementLine) else None
+            if assign is None or not is_name(assign[0]):
+                raise Refuse(f"the manual-attention branch has a statement this rewrite cannot prove rank-agnostic: {code(stmt) if isinstance(stmt, cst.SimpleStatementLine) else 'a compound statement'}")
+            target = assign[0].value  # type: ignore[attr-defined]
+            why = self.rank_agnostic(assign[1], tensors)
+            if why is not None:
+                raise Refuse(f"the manual-attention branch is not provably rank-agnostic: {why}")
+            if target in (q, k, v):
+                raise Refuse(f"the manual-attention branch rebinds {target}")
+            tensors.add(target)
+            bound.append(target)
+        if not bound or bound[-1] != out:
+            raise Refuse(f"the manual-attention branch does not end by binding {out}")
+        return set(bound) - {out}
+
+    def rank_agnostic(self, expr: cst.BaseExpression, tensors: Set[str]) -> Optional[str]:
+        """None if ``expr`` is built from ops that treat leading dims as batch, else why not."""
+        if isinstance(expr, cst.Name):
+            return None if expr.value in tensors else f"{expr.value} is not q, k, v or a value made from them"
+        if isinstance(expr, cst.BinaryOperation):
+            if isinstance(expr.operator, cst.MatrixMultiply):
+                return self.rank_agnostic(expr.left, tensors) or self.rank_agnostic(expr.right, tensors)
+            if isinstance(expr.operator, (cst.Multiply, cst.Divide)):
+                if self.rank_agnostic(expr.left, tensors) is None and self.scalar(expr.right):
+                    return None
+                if isinstance(expr.operator, cst.Multiply) and self.scalar(expr.left):
+                    return self.rank_agnostic(expr.right, tensors)
+                return f"{code(expr)} is not a tensor scaled by a provably numeric scale"
+            return f"operator in {code(expr)}"
+        found = method_call(expr, "transpose")
+        if found is not None:
+            dims = int_args(found[1])
+            if dims is None or sorted(dims) != [-2, -1]:
+                return f"{code(expr)} is not .transpose(-1, -2)"
+            return self.rank_agnostic(found[0], tensors)
+        found = method_call(expr, "softmax")
+        if found is not None:
+            ok, dim = dim_arg(found[1])
+            if not ok or dim != -1:
+                return f"{code(expr)} is not .softmax(dim=-1)"
+            return self.rank_agnostic(found[0], tensors)
+        if isinstance(expr, cst.Call):
+            names = {q.name for q in self.ctx.wrapper.resolve(QualifiedNameProvider).get(expr.func, set())}
+            if names & SOFTMAX_NAMES and len(expr.args) == 2 and expr.args[0].keyword is None and not expr.args[0].star:
+                second = expr.args[1]
+                if not second.star and (second.keyword is None or second.keyword.value == "dim") and int_value(second.value) == -1:
+                    return self.rank_agnostic(expr.args[0].value, tensors)
+        return f"{code(expr)}"
+
+    def scalar(self, expr: cst.BaseExpression) -> bool:
+        """A Python number: a literal, arithmetic on numbers, or a numeric `self.attr`."""
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+            return self.scalar(expr.expression)
+        if isinstance(expr, cst.BinaryOperation) and isinstance(
+            expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
+        ):
+            return self.scalar(expr.left) and self.scalar(expr.right)
+        if isinstance(expr, cst.Attribute) and is_name(expr.value, "self"):
+            return self.numeric_attribute(expr.attr.value)
+        return False
+
+    def numeric_attribute(self, attr: str) -> bool:
+        """`self.attr` is set once, in __init__, from arithmetic with no calls."""
+        cls = next((a for a in self.ctx.ancestors(self.func) if isinstance(a, cst.ClassDef)), None)
+        if cls is None:
+            return False
+        stores: List[Tuple[cst.CSTNode, cst.BaseExpression]] = []
+
+        class _Stores(cst.CSTVisitor):
+            def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+                self._target(node.target, node)
+
+            def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+                self._target(node.target, node)
+
+            def visit_AugAssign(self, node: cst.AugAssign) -> None:
+                self._target(node.target, node)
+
+            def _target(self, target: cst.BaseExpression, node: cst.CSTNode) -> None:
+                for element in _flatten_targets(target):
+                    if isinstance(element, cst.Attribute) and is_name(element.value, "self") and element.attr.value == attr:
+                        stores.append((node, element))
+
+            def visit_Call(self, node: cst.Call) -> None:
+                # setattr(self, "attr", ...) also stores
+                if is_name(node.func, "setattr"):
+                    stores.append((node, node))
+
+        cls.visit(_Stores())
+        if len(stores) != 1:
+            return False
+        node, _ = stores[0]
+        if not isinstance(node, cst.AssignTarget):
+            return False
+        owner = next((a for a in self.ctx.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+        assign = self.ctx.parent(node)
+        if owner is None or owner.name.value != "__init__" or not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+            return False
+        return _arithmetic(assign.value)
+
+    # -- the output restore ---------------------------------------------------------
+    def restore(
+        self, sdpa_line: cst.SimpleStatementLine, region: _Region, block: cst.IndentedBlock, index: int
+    ) -> _Restore:
+        """Find `y = out.transpose(1, 3).reshape(B, N, C)` (or on the call itself)."""
+        assign = single_assign(sdpa_line)
+        if assign is None:
+            raise Refuse("SDPA's result is not assigned by a single assignment")
+        matched = _restore_chain(assign[1])
+        if matched is not None and matched[0] is self.call:
+            if region.manual is not None:
+                raise Refuse("SDPA's output is restored on the SDPA line but the fallback branch is not")
+            if region.guard is not None and region.guard.body.body[0] is not sdpa_line:  # type: ignore[union-attr]
+                raise Refuse("SDPA is nested in control flow this rewrite does not understand")
+            return _Restore(sdpa_line, self.call, matched[1], None, "body", region.top)
+        if region.out is None:
+            raise Refuse("SDPA's result is not assigned to a plain name")
+        out = region.out
+        body = list(block.body)
+        if index + 1 >= len(body):
+            raise Refuse(f"SDPA's output {out} is not restored by the next statement")
+        following = body[index + 1]
+        if isinstance(following, cst.SimpleStatementLine):
+            found = self.restore_line(following, out)
             if found is None:
+                raise Refuse(f"SDPA's output {out} is not restored by {out}.transpose(1, 3).reshape(B, N, C)")
+            return _Restore(following, found[0], found[1], None, "body", following)
+        if isinstance(following, cst.If):
+            sides = []
+            for side, suite in (("body", following.body), ("orelse", following.orelse)):
+                if isinstance(suite, cst.Else):
+                    suite = suite.body
+                if isinstance(suite, cst.IndentedBlock) and len(suite.body) == 1 and isinstance(suite.body[0], cst.SimpleStatementLine):
+                    found = self.restore_line(suite.body[0], out)
+                    if found is not None:
+                        sides.append((side, suite.body[0], found))
+            if len(sides) != 1:
+                raise Refuse(
+                    f"SDPA's output {out} is not restored by {out}.transpose(1, 3).reshape(B, N, C)"
+                    " in exactly one branch of the next if"
+                )
+            if isinstance(following.orelse, cst.If):
+                raise Refuse("the output restore is under an if/elif chain this rewrite does not understand")
+            side, line, found = sides[0]
+            if _flag_root(following.test) is None:
+                raise Refuse(
+                    f"the output restore is under `if {code(following.test)}`: not a plain flag that"
+                    " provably has the same value as where qkv was built"
+                )
+            return _Restore(line, found[0], found[1], following.test, side, following)
+        raise Refuse(f"SDPA's output {out} is not restored by the next statement")
+
+    def restore_line(
+        self, line: cst.SimpleStatementLine, out: str
+    ) -> Optional[Tuple[cst.BaseExpression, List[cst.BaseExpression]]]:
+        assign = single_assign(line)
+        matched = _restore_chain(assign[1]) if assign else None
+        if matched is None or not is_name(matched[0], out):
+            return None
+        return matched
+
+    # -- the windowed path ----------------------------------------------------------
+    def path(
+        self, before: Sequence[cst.BaseStatement], restore: _Restore
+    ) -> Tuple[List[_Item], Optional[cst.If]]:
+        """Statements before the attention, with `if C:` replaced by its restore side."""
+        items: List[_Item] = []
+        first: Optional[cst.If] = None
+        for stmt in before:
+            if restore.condition is not None and isinstance(stmt, cst.If) and same_code(stmt.test, restore.condition):
+                if restore.side == "body":
+                    chosen: Sequence[cst.BaseStatement] = stmt.body.body  # type: ignore[union-attr]
+                elif isinstance(stmt.orelse, cst.Else):
+                    chosen = stmt.orelse.body.body  # type: ignore[union-attr]
+                elif stmt.orelse is None:
+                    chosen = []
+                else:
+                    raise Refuse(f"`if {code(stmt.test)}` has an elif chain this rewrite does not follow")
+                if not isinstance(stmt.body, cst.IndentedBlock):
+                    raise Refuse(f"`if {code(stmt.test)}` is a one-line block")
+                first = first or stmt
+                for inner in chosen:
+                    assigned, loaded = statement_names(inner)
+                    items.append(_Item(inner, assigned, loaded, stmt))
+                continue
+            assigned, loaded = statement_names(stmt)
+            items.append(_Item(stmt, assigned, loaded, None))
+        return items, first
+
+    def check_condition_stable(self, restore: _Restore, block: cst.IndentedBlock, first: Optional[cst.If]) -> None:
+        condition = restore.condition
+        if first is None:
+            raise Refuse(
+                f"the output is restored under `if {code(condition)}` but qkv is not built under the same condition"
+            )
+        root = _flag_root(condition)  # type: ignore[arg-type]
+        body = list(block.body)
+        between = body[body.index(first) + 1 : body.index(restore.statement)]
+        for stmt in between:
+            why = _may_change(stmt, root)  # type: ignore[arg-type]
+            if why is not None:
+                raise Refuse(
+                    f"`{code(condition)}` may change between the two `if {code(condition)}` ({why})"
+                )
+
+    def unpack(
+        self, items: List[_Item], q: str, k: str, v: str
+    ) -> Tuple[Tuple[str, List[int]], Optional[int], Optional[cst.SimpleStatementLine]]:
+        def last(name: str, before: int) -> Optional[int]:
+            found = [i for i in range(before) if name in items[i].assigned]
+            return found[-1] if found else None
+
+        sources: Dict[int, str] = {}
+        where: List[int] = []
+        pool_item: Optional[int] = None
+        pool_line: Optional[cst.SimpleStatementLine] = None
+        for name in (q, k, v):
+            at = last(name, len(items))
+            comp = self.component(items, at, name)
+            if comp is None and name == q and at is not None:
+                pool_item, pool_line = at, self.pool_line(items[at], q)
+                at = last(name, pool_item)
+                comp = self.component(items, at, name)
+            if comp is None:
                 raise Refuse(f"{name} is not unpacked from a qkv tensor (qkv[0], qkv.unbind(0), ...)")
-            stmt, (source, index) = found
-            if len(self.flow.assigning(name)) > (2 if name == q else 1):
-                raise Refuse(f"{name} is assigned more than once")
+            source, index = comp
             if index in sources:
                 raise Refuse("q, k and v do not take three different qkv components")
             sources[index] = source
-            if stmt not in stmts:
-                stmts.append(stmt)
+            where.append(at)  # type: ignore[arg-type]
         if len(set(sources.values())) != 1 or set(sources) != {0, 1, 2}:
             raise Refuse("q, k and v do not come from the same qkv tensor")
-        return sources[0], stmts
+        if pool_item is not None and pool_item < max(where):
+            raise Refuse(f"{q} is pooled before k and v are unpacked")
+        return (sources[0], sorted(set(where))), pool_item, pool_line
+
+    def component(self, items: List[_Item], at: Optional[int], name: str) -> Optional[Tuple[str, int]]:
+        if at is None or not isinstance(items[at].node, cst.SimpleStatementLine):
+            return None
+        return _component(items[at].node, name)  # type: ignore[arg-type]
+
+    def pool_line(self, item: _Item, q: str) -> cst.SimpleStatementLine:
+        node = item.node
+        if isinstance(node, cst.If) and node.orelse is None and isinstance(node.body, cst.IndentedBlock):
+            if len(node.body.body) == 1 and isinstance(node.body.body[0], cst.SimpleStatementLine):
+                node = node.body.body[0]
+        if isinstance(node, cst.SimpleStatementLine):
+            assign = single_assign(node)
+            if assign is not None and is_name(assign[0], q):
+                return node
+        raise Refuse(f"{q} is reassigned by something other than a q-pool max")
 
     def qkv_definition(
-        self, qkv: str, unpack_stmts: List[Stmt]
-    ) -> Tuple[Stmt, List[cst.BaseExpression], cst.BaseExpression]:
-        first_unpack = min(s.index for s in unpack_stmts)
-        defs = [s for s in self.flow.assigning(qkv) if s.index < first_unpack]
+        self, items: List[_Item], qkv: str, first_unpack: int, last_unpack: int
+    ) -> Tuple[int, List[cst.BaseExpression], cst.BaseExpression]:
+        defs = [i for i in range(first_unpack) if qkv in items[i].assigned]
         if not defs:
-            raise Refuse(f"{qkv} is not assigned in this function")
-        permute_stmt = defs[-1]
-        assign = single_assign(permute_stmt.line)
+            raise Refuse(f"{qkv} is not assigned before the unpack on this path")
+        at = defs[-1]
+        if any(qkv in items[i].assigned for i in range(first_unpack, last_unpack)):
+            raise Refuse(f"{qkv} is rebound between the unpacks of q, k and v")
+        node = items[at].node
+        assign = single_assign(node) if isinstance(node, cst.SimpleStatementLine) else None
         found = method_call(assign[1], "permute") if assign else None
         if found is None or not is_name(assign[0], qkv):  # type: ignore[index]
             raise Refuse(f"{qkv} is not made by .permute(...): not the 5-D mask-unit layout")
@@ -294,41 +669,36 @@ class _Match:
         reshape = method_call(receiver, "reshape", "view")
         if reshape is None and is_name(receiver):
             # reshape and permute as separate statements
-            rdefs = [s for s in self.flow.assigning(receiver.value) if s.index < permute_stmt.index]  # type: ignore[attr-defined]
-            rassign = single_assign(rdefs[-1].line) if rdefs else None
-            if rassign is not None and is_name(rassign[0], receiver.value):  # type: ignore[attr-defined]
+            name = receiver.value  # type: ignore[attr-defined]
+            rdefs = [i for i in range(at) if name in items[i].assigned]
+            rnode = items[rdefs[-1]].node if rdefs else None
+            rassign = single_assign(rnode) if isinstance(rnode, cst.SimpleStatementLine) else None
+            if rassign is not None and is_name(rassign[0], name):
                 reshape = method_call(rassign[1], "reshape", "view")
-                if reshape is not None:
-                    self.only_read_in(receiver.value, rdefs[-1], [permute_stmt])  # type: ignore[attr-defined]
+                for i in range(rdefs[-1] + 1, at):
+                    if any(n.value == name for n in items[i].loaded):
+                        raise Refuse(f"{name} is read between its reshape and the permute")
         if reshape is None:
             raise Refuse(f"{qkv} is not a reshape of the qkv projection into 6 dims")
         args = positional(reshape[1])
         if args is None or len(args) != 6 or int_value(args[3]) != 3:
             raise Refuse(f"{qkv} is not reshaped to (B, T, num_windows, 3, heads, head_dim)")
-        self.only_read_in(qkv, permute_stmt, unpack_stmts)
-        return permute_stmt, args, receiver
-
-    def only_read_in(self, name: str, definition: Stmt, readers: List[Stmt]) -> None:
-        for stmt, node in self.flow.loads_of(name):
-            if stmt.index <= definition.index and stmt is not definition:
-                continue
-            if stmt is definition or stmt in readers:
-                continue
-            if any(s.index < stmt.index for s in self.flow.assigning(name) if s.index > definition.index and s not in readers):
-                continue  # rebound in between: a different value
-            raise Refuse(f"{name} is also read at line {self.ctx.position(node).line}; its layout would change")
+        return at, args, receiver
 
     def pool(
         self,
         q: str,
-        pool_stmt: Stmt,
-        permute_stmt: Stmt,
+        line: cst.SimpleStatementLine,
+        items: List[_Item],
+        permute_at: int,
+        pool_at: int,
         batch: cst.BaseExpression,
         heads: cst.BaseExpression,
         windows: cst.BaseExpression,
         head_dim: cst.BaseExpression,
+        changed: Set[str],
     ) -> cst.BaseStatement:
-        assign = single_assign(pool_stmt.line)
+        assign = single_assign(line)
         reduced = reduction_values(assign[1]) if assign and is_name(assign[0], q) else None
         if reduced is None:
             raise Refuse(f"{q} is reassigned by something other than a q-pool max")
@@ -337,62 +707,142 @@ class _Match:
         args = positional(view[1]) if view else None
         if view is None or not is_name(view[0], q) or args is None or len(args) != 6 or dim not in (3, -3):
             raise Refuse(f"{q}'s pool is not q.view(B, heads, num_windows, q_stride, -1, head_dim).max(dim=3)")
+        rebound = set().union(*(item.assigned for item in items[permute_at + 1 : pool_at]))
         for got, want in ((args[0], batch), (args[1], heads), (args[2], windows), (args[5], head_dim)):
-            if not same_code(got, want) or not self.flow.stable_between(want, permute_stmt, pool_stmt):
+            if not same_code(got, want) or names_in(want) & rebound:
                 raise Refuse(f"the q-pool view's {code(got)} is not provably the qkv reshape's {code(want)}")
+        for arg in args:
+            self.not_reading(arg, changed, "the q-pool view")
         return self.ctx.statement(
-            f"{target_code(pool_stmt.line)} {q}.unflatten(2, ({code(args[3])}, {code(args[4])})).amax(dim=2)",
-            like=pool_stmt.line,
+            f"{target_code(line)} {q}.unflatten(2, ({code(args[3])}, {code(args[4])})).amax(dim=2)",
+            like=line,
         )
 
-    def restore(
-        self,
-        sdpa_line: cst.SimpleStatementLine,
-        guard: Optional[cst.If],
-        removed: List[cst.CSTNode],
-        sdpa_stmt: Stmt,
-    ) -> Tuple[cst.SimpleStatementLine, cst.BaseExpression, List[cst.BaseExpression]]:
-        """Find `y = out.transpose(1, 3).reshape(B, N, C)` (or on the call itself)."""
-        assign = single_assign(sdpa_line)
-        if assign is None:
-            raise Refuse("SDPA's result is not assigned by a single assignment")
-        target, value = assign
-        matched = _restore_chain(value)
-        if matched is not None and matched[0] is self.call:
-            return sdpa_line, self.call, matched[1]
-        if value is not self.call or not is_name(target):
-            raise Refuse("SDPA's result is not assigned to a plain name")
-        out = target.value  # type: ignore[attr-defined]
-        anchor: cst.CSTNode = guard if guard is not None else sdpa_line
-        block = self.ctx.parent(anchor)
-        body = list(block.body)  # type: ignore[union-attr]
-        after = body.index(anchor) + 1
-        if guard is not None and guard.body.body[-1] is not sdpa_line:  # type: ignore[union-attr]
-            raise Refuse("statements follow SDPA inside the hasattr guard")
-        if after >= len(body) or not isinstance(body[after], cst.SimpleStatementLine):
-            raise Refuse(f"SDPA's output {out} is not restored by the next statement")
-        restore_line = body[after]
-        rassign = single_assign(restore_line)
-        matched = _restore_chain(rassign[1]) if rassign else None
-        if matched is None or not is_name(matched[0], out):
-            raise Refuse(f"SDPA's output {out} is not restored by {out}.transpose(1, 3).reshape(B, N, C)")
-        restore_stmt = self.flow.stmt_of(restore_line)
-        reads = [
-            node for stmt, node in self.flow.loads_of(out)
-            if stmt.index > sdpa_stmt.index and not self.inside(node, removed)
-        ]
-        rebinding = [s for s in self.flow.assigning(out) if s.index >= restore_stmt.index]
-        until = rebinding[0].index if rebinding else len(self.flow.stmts)
-        extra = [n for n in reads if self.flow_index(n) != restore_stmt.index and self.flow_index(n) <= until]
-        if extra:
-            raise Refuse(f"SDPA's output {out} is read elsewhere (line {self.ctx.position(extra[0]).line})")
-        return restore_line, matched[0], matched[1]
+    # -- checks ---------------------------------------------------------------------
+    def line(self, node: cst.CSTNode) -> int:
+        return self.positions[node].start.line
 
-    def flow_index(self, node: cst.Name) -> int:
-        for stmt in self.flow.stmts:
-            if any(n is node for n in stmt.loaded):
-                return stmt.index
-        return -1
+    def not_reading(self, expr: cst.BaseExpression, names: Set[str], what: str) -> None:
+        read = names_in(expr) & names
+        if read:
+            raise Refuse(f"{what} reads {sorted(read)[0]}, whose layout changes")
+
+    def no_reads_after(self, stmt: cst.CSTNode, names: Set[str], why: str) -> None:
+        """No name in ``names`` is read after ``stmt`` (up to a top-level return)."""
+        end = _at(self.positions[stmt].end)
+        stop = None
+        for top in self.func.body.body:  # type: ignore[union-attr]
+            if _at(self.positions[top].start) > end and isinstance(top, cst.SimpleStatementLine):
+                if any(isinstance(s, (cst.Return, cst.Raise)) for s in top.body):
+                    stop = _at(self.positions[top].end)  # code after it never runs
+                    break
+        for node in _all_loads(self.func.body):
+            if node.value in names:
+                start = _at(self.positions[node].start)
+                if start > end and (stop is None or start <= stop):
+                    raise Refuse(f"{node.value} is read after the attention at line {start[0]}: {why}")
+
+
+# -- helpers --------------------------------------------------------------------------
+
+
+def _is_zero(node: cst.BaseExpression) -> bool:
+    if int_value(node) == 0:
+        return True
+    return isinstance(node, cst.Float) and float(node.value) == 0.0
+
+
+def _at(position) -> Tuple[int, int]:
+    return position.line, position.column
+
+
+def _all_loads(root: cst.CSTNode) -> List[cst.Name]:
+    """Every Name node under ``root`` (attribute names and keywords excluded)."""
+    found: List[cst.Name] = []
+
+    class _Names(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            found.append(node)
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            node.value.visit(self)
+            return False
+
+        def visit_Arg(self, node: cst.Arg) -> bool:
+            node.value.visit(self)
+            return False
+
+    root.visit(_Names())
+    return found
+
+
+def _flatten_targets(target: cst.BaseExpression) -> List[cst.BaseExpression]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [t for e in target.elements for t in _flatten_targets(e.value)]
+    if isinstance(target, cst.StarredElement):
+        return _flatten_targets(target.value)
+    return [target]
+
+
+def _arithmetic(expr: cst.BaseExpression) -> bool:
+    """Literals, names and attributes combined by arithmetic only (no calls)."""
+    if isinstance(expr, (cst.Integer, cst.Float, cst.Name)):
+        return not is_name(expr) or expr.value not in ("None", "True", "False")  # type: ignore[attr-defined]
+    if isinstance(expr, cst.Attribute):
+        return _arithmetic(expr.value) if isinstance(expr.value, (cst.Name, cst.Attribute)) else False
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        return _arithmetic(expr.expression)
+    if isinstance(expr, cst.BinaryOperation) and isinstance(
+        expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
+    ):
+        return _arithmetic(expr.left) and _arithmetic(expr.right)
+    return False
+
+
+def _flag_root(test: cst.BaseExpression) -> Optional[str]:
+    """The root name of a plain flag: `name`, `self.attr`, `not self.attr`."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _flag_root(test.expression)
+    node = test
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else None
+
+
+def _may_change(stmt: cst.BaseStatement, root: str) -> Optional[str]:
+    """Why running ``stmt`` may change a flag read through ``root`` (None: it cannot)."""
+    assigned, _ = statement_names(stmt)
+    if root in assigned:
+        return f"{root} is rebound"
+    reasons: List[str] = []
+
+    def rooted(node: cst.BaseExpression) -> bool:
+        while isinstance(node, (cst.Attribute, cst.Subscript)):
+            node = node.value
+        return is_name(node, root)
+
+    class _Visitor(cst.CSTVisitor):
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            if any(rooted(t) for t in _flatten_targets(node.target)):
+                reasons.append(f"an assignment to {code(node.target)}")
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            if rooted(node.target):
+                reasons.append(f"an assignment to {code(node.target)}")
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            if rooted(node.target):
+                reasons.append(f"an assignment to {code(node.target)}")
+
+        def visit_Del(self, node: cst.Del) -> None:
+            reasons.append("a del statement")
+
+        def visit_Call(self, node: cst.Call) -> None:
+            if rooted(node.func) or any(rooted(a.value) for a in node.args):
+                reasons.append(f"a call {code(node.func)}(...) that can reach {root}")
+
+    stmt.visit(_Visitor())
+    return reasons[0] if reasons else None
 
 
 def _restore_chain(value: cst.BaseExpression) -> Optional[Tuple[cst.BaseExpression, List[cst.BaseExpression]]]:
@@ -423,9 +873,10 @@ def _component(line: cst.SimpleStatementLine, name: str) -> Optional[Tuple[str, 
     names = [e.value for e in target.elements]
     if not all(is_name(n) for n in names):
         return None
-    position = [n.value for n in names].index(name) if name in [n.value for n in names] else None  # type: ignore[attr-defined]
-    if position is None:
+    values = [n.value for n in names]  # type: ignore[attr-defined]
+    if name not in values or len(set(values)) != 3:
         return None
+    position = values.index(name)
     if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == 3:
         parts = [_subscript(e.value) for e in value.elements]
         if any(p is None for p in parts) or [p[1] for p in parts] != [0, 1, 2]:  # type: ignore[index]
