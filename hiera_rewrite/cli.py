@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify = parser.add_argument_group("verify (needs torch: pip install 'hiera-rewrite[verify]')")
     verify.add_argument("--verify", action="store_true", help="build models from the original and the rewritten files (same weights), compare outputs and gradients in float64; write only if they match")
-    verify.add_argument("--factory", action="append", metavar="MODULE:FUNC", help="with --verify: build this factory or class instead of the discovered ones (repeatable; MODULE is dotted or a file path)")
+    verify.add_argument("--factory", action="append", metavar="MODULE:FUNC", help="with --verify: build this factory or class instead of the discovered ones (repeatable; MODULE is dotted or a file path; optional :JSON keyword arguments for this one)")
     verify.add_argument("--kwargs", metavar="JSON", help="with --verify: keyword arguments for every factory, e.g. '{\"q_pool\": 2}'")
     verify.add_argument("--input-shape", metavar="B,C,...", help="with --verify: input shape (default: derived from the model, shrunk)")
     verify.add_argument("--package-root", metavar="DIR", help="with --verify: the top-level package folder of the files (default: walk up while __init__.py exists)")

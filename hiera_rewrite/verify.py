@@ -90,6 +90,10 @@ _MAX_COPY_BYTES = 8 * 1024 * 1024
 # ----------------------------------------------------------------------------------
 
 
+class UsageError(ValueError):
+    """A bad --factory/--package-root: exit 2."""
+
+
 def find_root(path: Path) -> Tuple[Path, bool]:
     """(root folder, is_package): walk up while ``__init__.py`` exists."""
     folder = path.resolve().parent
@@ -237,16 +241,23 @@ def verify_group(
         flat_dirs = sorted({str(p.parent.relative_to(group.root)) for p in group.targets})
         user_factories = []
         for spec in factories:
-            mod, _, func = spec.rpartition(":")
+            mod, _, rest = spec.partition(":")
+            func, _, extra = rest.partition(":")
             if not mod or not func:
-                raise ValueError(f"--factory {spec!r}: expected module:function")
+                raise UsageError(f"--factory {spec!r}: expected MODULE:FUNC or MODULE:FUNC:JSON")
+            try:
+                own_kwargs = json.loads(extra) if extra else {}
+                if not isinstance(own_kwargs, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as exc:
+                raise UsageError(f"--factory {spec!r}: keyword arguments after the second ':' must be a JSON object ({exc})") from None
             if mod.endswith(".py") or os.sep in mod or "/" in mod:
                 path = Path(mod).resolve()
                 try:
                     mod = module_name(group.root, group.is_package, path)
                 except ValueError:
-                    raise ValueError(f"--factory {spec!r}: {path} is not inside {group.root}") from None
-            user_factories.append({"module": mod, "attr": func})
+                    raise UsageError(f"--factory {spec!r}: {path} is not inside {group.root}") from None
+            user_factories.append({"module": mod, "attr": func, "kwargs": own_kwargs})
         spec = {
             "sides": sides,
             "package": group.root.name if group.is_package else None,
@@ -268,7 +279,22 @@ def verify_group(
             f"runpy.run_path({str(Path(__file__).resolve())!r}, run_name='_hiera_rewrite_verify_worker')\n"
         )
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-        proc = subprocess.run([sys.executable, "-c", boot, str(tmp / "spec.json")], cwd=tmp, env=env, stdout=err)
+        # The worker's stdout and stderr (progress, warnings) are relayed line by line to
+        # our stderr, so they stream live and also reach a redirected/captured sys.stderr.
+        proc = subprocess.Popen(
+            [sys.executable, "-c", boot, str(tmp / "spec.json")],
+            cwd=tmp,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            err.write(line)
+            err.flush()
+        proc.wait()
         report_path = tmp / "report.json"
         if not report_path.is_file():
             print(f"verify: FAILED: the verification worker died (exit {proc.returncode}) before reporting", file=out)
@@ -403,7 +429,7 @@ def run_cli(args, codes: List[str]) -> int:
                 quiet=args.quiet,
                 out=report_out,
             )
-        except ValueError as exc:
+        except UsageError as exc:
             print(f"hiera-rewrite: {exc}", file=sys.stderr)
             return EXIT_ERROR
         if ok:
@@ -548,7 +574,7 @@ class _Worker:
         nn = torch.nn
         if self.spec["factories"]:
             return [
-                {"module": f["module"], "attr": f["attr"], "label": f"{f['module']}:{f['attr']}", "pins_size": False}
+                {"module": f["module"], "attr": f["attr"], "label": f"{f['module']}:{f['attr']}", "pins_size": False, "kwargs": f["kwargs"]}
                 for f in self.spec["factories"]
             ]
 
@@ -698,7 +724,7 @@ class _Worker:
 
     def plan_model(self, item: Dict[str, Any], torch) -> Dict[str, Any]:
         """Original side: choose kwargs and inputs, build, keep the float32 weights."""
-        kwargs = dict(self.spec["kwargs"])
+        kwargs = dict(self.spec["kwargs"], **item.get("kwargs", {}))
         self.progress(f"building {item['label']} (original)")
         model = self.build(item, torch, kwargs)
         if "input_size" not in kwargs and not self.spec["input_shape"]:

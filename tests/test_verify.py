@@ -1,0 +1,302 @@
+"""``hiera-rewrite --verify``: original and rewritten trees built side by side.
+
+Fixture packages are written here, in a temp dir, with relative, package-absolute
+and flat imports (the absolute one is named ``hiera`` on purpose: verification must
+import the copy, not the installed upstream package of that name).  A sabotaged
+rewrite must be caught; the upstream package (copied from site-packages, i.e. the
+original files) must pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hiera_rewrite import cli
+from hiera_rewrite.verify import EXIT_VERIFY_FAILED, find_root, module_name
+
+pytest.importorskip("torch")
+
+ATTN = '''\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class WindowAttention(nn.Module):
+    def __init__(self, dim, dim_out, heads, q_stride=1, window_size=4, windowed=True):
+        super().__init__()
+        self.heads, self.q_stride, self.dim_out = heads, q_stride, dim_out
+        self.head_dim = dim_out // heads
+        self.window_size, self.windowed = window_size, windowed
+        self.qkv = nn.Linear(dim, 3 * dim_out)
+        self.proj = nn.Linear(dim_out, dim_out)
+
+    def forward(self, x):
+        B, N, _ = x.shape
+        num_windows = N // (self.q_stride * self.window_size) if self.windowed else 1
+        qkv = self.qkv(x).reshape(B, -1, num_windows, 3, self.heads, self.head_dim).permute(3, 0, 4, 2, 1, 5)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        if self.q_stride > 1:
+            q = q.view(B, self.heads, num_windows, self.q_stride, -1, self.head_dim).max(dim=3).values
+        x = F.scaled_dot_product_attention(q, k, v)
+        x = x.transpose(1, 3).reshape(B, -1, self.dim_out)
+        return self.proj(x)
+'''
+
+MODEL = '''\
+import torch
+import torch.nn as nn
+
+{import_line}
+
+
+class TinyNet(nn.Module):
+    """A Hiera-like 1-D model: patch embed, windowed attention with q-pool, global attention."""
+
+    def __init__(self, input_size=(32,), in_chans=4, dim=8, heads=2, num_classes=5):
+        super().__init__()
+        self.input_size = input_size
+        self.embed = nn.Conv1d(in_chans, dim, kernel_size=1)
+        self.blocks = nn.Sequential(
+            WindowAttention(dim, 2 * dim, heads, q_stride=2, window_size=2),
+            WindowAttention(2 * dim, 2 * dim, heads, window_size=2),
+            WindowAttention(2 * dim, 2 * dim, heads, windowed=False),
+        )
+        self.head = nn.Linear(2 * dim, num_classes)
+
+    def forward(self, x, return_intermediates=False):
+        x = self.embed(x).transpose(1, 2)
+        x = self.blocks(x)
+        out = self.head(x.mean(dim=1))
+        return (out, [x]) if return_intermediates else out
+
+
+def tinynet_small(**kwargs):
+    return TinyNet(dim=16, **kwargs)
+
+
+def tinynet_tiny(**kwargs):
+    return TinyNet(**kwargs)
+'''
+
+IMPORTS = {
+    "relative": "from .attn import WindowAttention",
+    "absolute": "from hiera.models.attn import WindowAttention",
+    "flat": "from attn import WindowAttention",
+}
+
+
+def make_fixture(tmp_path: Path, style: str) -> Path:
+    """Write a fixture; returns the file to rewrite (attn.py)."""
+    if style == "flat":
+        folder = tmp_path / "repo" / "models"
+    else:
+        folder = tmp_path / "repo" / ("hiera" if style == "absolute" else "mypkg") / "models"
+        folder.mkdir(parents=True)
+        (folder.parent / "__init__.py").write_text("")
+        (folder / "__init__.py").write_text("")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "attn.py").write_text(ATTN)
+    (folder / "model.py").write_text(MODEL.format(import_line=IMPORTS[style]))
+    return folder / "attn.py"
+
+
+def snapshot(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def run_cli(argv, capsys):
+    code = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_find_root_and_module_name(tmp_path: Path):
+    target = make_fixture(tmp_path, "relative")
+    root, is_package = find_root(target)
+    assert (root, is_package) == (tmp_path / "repo" / "mypkg", True)
+    assert module_name(root, True, target) == "mypkg.models.attn"
+    flat = make_fixture(tmp_path / "f", "flat")
+    root, is_package = find_root(flat)
+    assert (root, is_package) == (flat.parent, False)
+    assert module_name(root, False, flat) == "attn"
+
+
+@pytest.mark.parametrize("style", ["relative", "absolute", "flat"])
+def test_verify_fixture_packages_check_mode(tmp_path: Path, style: str, capsys):
+    target = make_fixture(tmp_path, style)
+    before = snapshot(tmp_path / "repo")
+    code, out, err = run_cli(["--verify", "--check", target], capsys)
+    assert code == cli.EXIT_CHANGED, out + err
+    assert "TinyNet" in out and "tinynet_tiny" in out, out  # smallest factory, found via the dependent model.py
+    assert "tinynet_small" not in out
+    assert "verify: PASSED" in out
+    assert "forward(x, return_intermediates=True)" in out
+    assert "FAIL" not in out
+    # nothing written, nothing left behind (no __pycache__, no temp files)
+    assert snapshot(tmp_path / "repo") == before
+
+
+def test_verify_in_place_writes_after_passing(tmp_path: Path, capsys):
+    target = make_fixture(tmp_path, "relative")
+    original = target.read_bytes()
+    code, out, err = run_cli(["--verify", "--package-root", target.parent.parent, target], capsys)
+    assert code == cli.EXIT_CHANGED, out + err
+    assert "verify: PASSED" in out
+    assert target.read_bytes() != original
+    assert b"amax" in target.read_bytes()
+    assert "1 file rewritten" in err and "verified" in err
+    assert not list((tmp_path / "repo").rglob("__pycache__"))
+
+
+def _sabotage(monkeypatch):
+    """Make the engine emit a wrong permutation that still runs (and a second pass accepts)."""
+    real = cli.rewrite_bytes
+
+    def wrong(data, **kwargs):
+        result = real(data, **kwargs)
+        text = result.output.decode()
+        swapped, n = re.subn(r"\.permute\(0, 3, 1, 2, 4\)", ".permute(0, 3, 2, 1, 4)", text)
+        assert n, "the sabotage pattern is gone: update this test to the new emitted code"
+        result.output = swapped.encode()
+        return result
+
+    monkeypatch.setattr(cli, "rewrite_bytes", wrong)
+
+
+def test_verify_catches_a_wrong_rewrite(tmp_path: Path, monkeypatch, capsys):
+    target = make_fixture(tmp_path, "relative")
+    original = target.read_bytes()
+    _sabotage(monkeypatch)
+    code, out, err = run_cli(["--verify", target], capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    assert target.read_bytes() == original  # in-place mode writes nothing when verification fails
+    assert "not rewritten: verification failed" in err
+    assert "verify: FAILED" in out and "=> FAIL" in out
+    # readable: the failing output row names the output, its shape and the error
+    failing = [line for line in out.splitlines() if "FAIL" in line and "forward(x)" in line]
+    assert any("out" in line and "(2,5)" in line for line in failing), out
+    assert any("grads" in line and "rel err" in line for line in failing), out
+    assert not list((tmp_path / "repo").rglob("__pycache__"))
+
+
+def test_verify_reports_a_model_it_cannot_build(tmp_path: Path, capsys):
+    target = make_fixture(tmp_path, "relative")
+    code, out, err = run_cli(
+        ["--verify", "--check", "--factory", "mypkg.models.model:no_such_factory", target], capsys
+    )
+    assert code == EXIT_VERIFY_FAILED, out + err
+    assert "mypkg.models.model:no_such_factory" in out
+    assert "cannot build the original: AttributeError" in out
+
+
+def test_verify_explicit_factory_kwargs_and_input_shape(tmp_path: Path, capsys):
+    target = make_fixture(tmp_path, "relative")
+    code, out, err = run_cli(
+        [
+            "--verify",
+            "--check",
+            "--factory",
+            f"{target.parent / 'model.py'}:tinynet_small",
+            "--kwargs",
+            '{"num_classes": 3}',
+            "--input-shape",
+            "3,4,16",
+            target,
+        ],
+        capsys,
+    )
+    assert code == cli.EXIT_CHANGED, out + err
+    assert "mypkg.models.model:tinynet_small" in out
+    assert "input (3, 4, 16)" in out and "(3,3)" in out
+
+
+def test_verify_nothing_changes(tmp_path: Path, capsys):
+    target = make_fixture(tmp_path, "relative")
+    model = target.parent / "model.py"
+    code, out, err = run_cli(["--verify", model], capsys)
+    assert code == cli.EXIT_CLEAN
+    assert "nothing to verify" in out
+
+
+def test_verify_rejects_stdin_and_bad_kwargs(tmp_path: Path, capsys):
+    assert run_cli(["--verify", "-"], capsys)[0] == cli.EXIT_ERROR
+    target = make_fixture(tmp_path, "relative")
+    code, _, err = run_cli(["--verify", "--kwargs", "[1]", target], capsys)
+    assert code == cli.EXIT_ERROR and "--kwargs" in err
+
+
+def test_no_torch_message(tmp_path: Path):
+    target = make_fixture(tmp_path, "relative")
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["torch"] = None  # as if torch were not installed
+        import hiera_rewrite.verify  # importable without torch
+        from hiera_rewrite.cli import main
+        sys.exit(main(["--verify", {str(target)!r}]))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == EXIT_VERIFY_FAILED, proc.stdout + proc.stderr
+    assert "pip install 'hiera-rewrite[verify]'" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert target.read_text() == ATTN
+
+
+# -- upstream ------------------------------------------------------------------------------
+
+TINY_HIERA = {"embed_dim": 8, "num_heads": 1, "stages": [1, 1, 1, 1], "num_classes": 10}
+TINY_MAE = {"embed_dim": 8, "num_heads": 1, "stages": [1, 1, 1, 1], "q_pool": 2,
+            "decoder_embed_dim": 16, "decoder_depth": 1, "decoder_num_heads": 1}
+
+
+@pytest.fixture
+def upstream_copy(tmp_path: Path) -> Path:
+    """The ORIGINAL upstream files (export would give already-rewritten ones)."""
+    pytest.importorskip("timm")
+    from hiera_rewrite.export import upstream_dir
+
+    dest = tmp_path / "src" / "hiera"
+    shutil.copytree(upstream_dir(), dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def test_verify_upstream_tiny_configs(upstream_copy: Path, capsys):
+    files = [upstream_copy / "hiera_mae.py", upstream_copy / "hiera.py", upstream_copy / "hiera_utils.py"]
+    code, out, err = run_cli(
+        [
+            "--verify",
+            "--check",
+            "--factory",
+            "hiera.hiera:Hiera:" + json.dumps(TINY_HIERA),
+            "--factory",
+            "hiera.hiera_mae:MaskedAutoencoderHiera:" + json.dumps(TINY_MAE),
+            *files,
+        ],
+        capsys,
+    )
+    assert code == cli.EXIT_CHANGED, out + err
+    assert "verify: PASSED" in out
+    assert "model hiera.hiera:Hiera" in out and "model hiera.hiera_mae:MaskedAutoencoderHiera" in out
+    assert "forward(x, mask, return_intermediates=True)" in out
+
+
+@pytest.mark.slow
+def test_verify_upstream_factories(upstream_copy: Path, capsys):
+    """The issue's acceptance: --verify on hiera_mae.py builds the MAE and classifier factories."""
+    code, out, err = run_cli(["--verify", "--check", upstream_copy / "hiera_mae.py", upstream_copy / "hiera.py"], capsys)
+    print(out)
+    assert code == cli.EXIT_CHANGED, out + err
+    assert "mae_hiera_tiny_224 -> MaskedAutoencoderHiera" in out
+    assert "hiera_tiny_224 -> Hiera" in out
+    assert "verify: PASSED" in out
