@@ -89,31 +89,33 @@ def free_names(flow: FunctionFlow, *names: str) -> List[str]:
     return [n for n in names if n in used]
 
 
-def add_keyword_param(params: cst.Parameters, name: str, annotation: Optional[str]) -> cst.Parameters:
-    """``params`` plus ``name=None`` at the end (keyword-only if there is a ``*``)."""
-    param = cst.Param(
-        name=cst.Name(name),
-        annotation=cst.Annotation(cst.parse_expression(annotation)) if annotation else None,
-        default=cst.Name("None"),
-        equal=cst.AssignEqual(cst.SimpleWhitespace(" "), cst.SimpleWhitespace(" "))
-        if annotation
-        else cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-    )
-    if isinstance(params.star_arg, (cst.Param, cst.ParamStar)) or params.kwonly_params:
-        kwonly = list(params.kwonly_params)
-        if kwonly and kwonly[-1].comma is cst.MaybeSentinel.DEFAULT:
-            kwonly[-1] = kwonly[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        star = params.star_arg if params.star_arg is not cst.MaybeSentinel.DEFAULT else cst.ParamStar()
-        return params.with_changes(star_arg=star, kwonly_params=[*kwonly, param])
-    plain = list(params.params)
-    if plain:
-        last = plain[-1]
-        comma = last.comma
-        if comma is cst.MaybeSentinel.DEFAULT:
-            plain[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-            return params.with_changes(params=[*plain, param])
-        # a trailing comma (multi-line signature): keep the layout, one param per line
-        between = plain[-2].comma if len(plain) > 1 else comma
-        plain[-1] = last.with_changes(comma=between)
-        return params.with_changes(params=[*plain, param.with_changes(comma=comma)])
-    return params.with_changes(params=[param])
+def with_keyword_param(ctx, func: cst.FunctionDef, name: str, annotation: Optional[str]):
+    """An edit of ``func`` (a function of the updated node) adding ``name=None``.
+
+    The new parameter goes last (keyword-only when there is a ``*``); the signature
+    is re-formatted by black, the body and decorators are untouched.
+    """
+    params = func.params
+    star = isinstance(params.star_arg, (cst.Param, cst.ParamStar)) or params.kwonly_params
+    listed = _EMPTY.code_for_node(params).strip().rstrip(",")
+    new = f"{name}: {annotation} = None" if annotation else f"{name}=None"
+    if not listed:
+        joined = new
+    elif star and not isinstance(params.star_arg, (cst.Param, cst.ParamStar)):
+        joined = f"{listed}, *, {new}"
+    else:
+        joined = f"{listed}, {new}"
+    returns = f" -> {code(func.returns.annotation)}" if func.returns is not None else ""
+    header = ctx.statement(f"def {func.name.value}({joined}){returns}:\n    pass\n", like=func, replaces=False)
+
+    def edit(updated: cst.FunctionDef) -> cst.FunctionDef:
+        return updated.with_changes(
+            params=header.params,
+            whitespace_before_params=header.whitespace_before_params,
+            returns=header.returns,
+        )
+
+    return edit
+
+
+_EMPTY = cst.Module(body=[])

@@ -40,12 +40,12 @@ from ._flow import (
     target_code,
 )
 from ._mask import (
-    add_keyword_param,
     ascending_true,
     free_names,
     imports_module,
     imports_typing_optional,
     last_top_level_import,
+    with_keyword_param,
 )
 
 COUNT = "num_kept"
@@ -200,8 +200,7 @@ def _token_drop(ctx: PlanContext, node: cst.Subscript) -> Dict[cst.CSTNode, Repl
     index = index.with_changes(leading_lines=[], trailing_whitespace=cst.TrailingWhitespace())
     statements = [guard, index, drop.with_changes(leading_lines=[])]
     annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
-    new_params = add_keyword_param(func.params, COUNT, annotation)
-    return {line: cst.FlattenSentinel(statements), func.params: new_params}
+    return {line: cst.FlattenSentinel(statements), func: with_keyword_param(ctx, func, COUNT, annotation)}
 
 
 def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacement]:

@@ -1,0 +1,186 @@
+"""HR004: decoder fill by a scatter of the kept units.
+
+It matches, in one function (names are followed, not assumed):
+
+    x_dec = torch.zeros(*mask.shape, *x.shape[2:], ...)       # [B, #MUs, *unit, C]
+    mask = mask.reshape(mask.shape + (1,) * len(x.shape[2:]))  # [B, #MUs, 1, ..., 1]
+    mask = mask.expand((-1,) * 2 + x.shape[2:]).bool()        # [B, #MUs, *unit, C]
+    x_dec[mask] = x.flatten()
+
+and emits
+
+    kept_windows = mask.logical_not().byte().argsort(dim=1, stable=True)[:, : x.shape[1]]
+    mask = mask.reshape(...)                                   # unchanged
+    mask = mask.expand(...).bool()                             # unchanged
+    x_dec = x_dec.scatter(
+        1, kept_windows.reshape(kept_windows.shape + (1,) * (x.dim() - 2)).expand_as(x), x
+    )
+
+The blend with the mask token that follows is left as it is, so dtypes (autocast)
+behave exactly as before.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+import libcst as cst
+
+from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
+
+from ._flow import (
+    FunctionFlow,
+    Stmt,
+    code,
+    enclosing_function,
+    enclosing_line,
+    is_name,
+    method_call,
+    single_assign,
+)
+from ._mask import ascending_true, free_names, imports_module
+
+INDEX = "kept_windows"
+
+
+class Refuse(Exception):
+    pass
+
+
+@register
+class DecoderFill(Rewrite):
+    code = "HR004"
+    name = "decoder-fill"
+    message = "decoder fill: x_dec[mask] = x.flatten() -> scatter of the kept units (static shape, no sync)"
+    explanation = """
+    The MAE decoder puts the encoder's kept units back on the full grid with
+    `x_dec[mask] = x.flatten()`, where `mask` is the unit mask expanded to
+    x_dec's shape.  Boolean index_put is a data-dependent `nonzero` (a host sync
+    and a graph break under torch.compile) with a slow backward.
+
+    The encoder output x holds the kept units in ascending unit order and
+    `x.shape[1]` of them per row, a static count.  The rewrite takes the kept unit
+    indices from a stable argsort of the 2-D mask (before it is expanded) and
+    scatters x into x_dec along the unit axis: the same values land in the same
+    places.  The blend `~mask * mask_tokens + mask * x_dec` that follows is left
+    untouched, so dtype promotion (under autocast too) is exactly as before.
+    """
+
+    def plan(self, ctx: PlanContext) -> None:
+        finder = _IndexPuts()
+        ctx.module.visit(finder)
+        for line in finder.lines:
+            try:
+                edits = _fill(ctx, line)
+            except Refuse as reason:
+                ctx.refuse(line, str(reason))
+                continue
+            ctx.add_site(line, edits)
+
+
+class _IndexPuts(cst.CSTVisitor):
+    """Statements `X[M] = Y.flatten()`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: List[cst.SimpleStatementLine] = []
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        assign = single_assign(node)
+        if assign is None or not isinstance(assign[0], cst.Subscript):
+            return
+        flat = method_call(assign[1], "flatten")
+        if flat is not None and not flat[1].args and len(assign[0].slice) == 1:
+            self.lines.append(node)
+
+
+def _latest_def(flow: FunctionFlow, name: str, before: Stmt) -> Optional[Stmt]:
+    defs = [s for s in flow.assigning(name) if s.index < before.index]
+    return defs[-1] if defs else None
+
+
+def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, Replacement]:
+    func = enclosing_function(ctx, line)
+    if func is None:
+        raise Refuse("the index_put is not inside a function")
+    flow = FunctionFlow(func)
+    put = flow.stmt_of(line)
+    target, value = single_assign(line)  # type: ignore[misc]
+    grid, index = target.value, target.slice[0].slice  # type: ignore[attr-defined]
+    units = method_call(value, "flatten")[0]  # type: ignore[index]
+    if not (is_name(grid) and isinstance(index, cst.Index) and is_name(index.value) and is_name(units)):
+        raise Refuse("the index_put is not `x_dec[mask] = x.flatten()` on local names")
+    grid, mask, units = grid.value, index.value.value, units.value  # type: ignore[attr-defined]
+
+    # mask = mask2.expand(...)[.bool()]  <-  mask2 = mask1.reshape(mask1.shape + (1,) * k)
+    expand_stmt = _latest_def(flow, mask, put)
+    expanded = single_assign(expand_stmt.line) if expand_stmt else None
+    chain = expanded[1] if expanded else None
+    cast = method_call(chain, "bool")
+    if cast is not None and not cast[1].args:
+        chain = cast[0]
+    expand = method_call(chain, "expand")
+    if expand is None or not is_name(expand[0]):
+        raise Refuse(f"{mask} is not a unit mask expanded to the grid (mask.expand(...))")
+    reshape_stmt = _latest_def(flow, expand[0].value, expand_stmt)  # type: ignore[attr-defined, arg-type]
+    reshaped = single_assign(reshape_stmt.line) if reshape_stmt else None
+    reshape = method_call(reshaped[1], "reshape", "view") if reshaped else None
+    if reshape is None or not is_name(reshape[0]) or len(reshape[1].args) != 1:
+        raise Refuse(f"{mask} does not come from the unit mask reshaped with trailing singleton dims")
+    unit_mask = reshape[0].value  # type: ignore[attr-defined]
+    shape_arg = reshape[1].args[0].value
+    if not (
+        isinstance(shape_arg, cst.BinaryOperation)
+        and isinstance(shape_arg.operator, cst.Add)
+        and code(shape_arg.left) == f"{unit_mask}.shape"
+        and isinstance(shape_arg.right, cst.BinaryOperation)
+        and isinstance(shape_arg.right.operator, cst.Multiply)
+        and code(shape_arg.right.left).replace(" ", "") == "(1,)"
+    ):
+        raise Refuse(f"{mask} is not reshaped to {unit_mask}.shape + (1,) * k")
+
+    # x_dec = torch.zeros(*unit_mask.shape, *x.shape[2:], ...)
+    grid_stmt = _latest_def(flow, grid, put)
+    made = single_assign(grid_stmt.line) if grid_stmt else None
+    zeros = made[1] if made else None
+    if not (
+        isinstance(zeros, cst.Call)
+        and code(zeros.func) == "torch.zeros"
+        and len(zeros.args) >= 2
+        and zeros.args[0].star == "*"
+        and code(zeros.args[0].value) == f"{unit_mask}.shape"
+        and zeros.args[1].star == "*"
+        and code(zeros.args[1].value).replace(" ", "") == f"{units}.shape[2:]"
+        and all(a.keyword is not None for a in zeros.args[2:])
+    ):
+        raise Refuse(f"{grid} is not torch.zeros(*{unit_mask}.shape, *{units}.shape[2:], ...)")
+    if _latest_def(flow, unit_mask, grid_stmt) is not _latest_def(flow, unit_mask, reshape_stmt):  # type: ignore[arg-type]
+        raise Refuse(f"{unit_mask} changes between the grid allocation and the reshape")
+    for name in (units, grid):
+        between = [s for s in flow.assigning(name) if grid_stmt.index < s.index < put.index]  # type: ignore[union-attr]
+        if between:
+            raise Refuse(f"{name} is reassigned between the grid allocation and the fill")
+    if free_names(flow, INDEX):
+        raise Refuse(f"the function already uses the name {INDEX}")
+    if not imports_module(ctx.module, "torch"):
+        raise Refuse("the module does not `import torch`")
+
+    index_stmt = ctx.statement(
+        f"# the kept units in ascending order: {units}.shape[1] of them, a static count\n"
+        f"{INDEX} = {ascending_true(unit_mask, f'{units}.shape[1]')}\n",
+        like=reshape_stmt.line,  # type: ignore[union-attr]
+        replaces=False,
+    )
+    scatter = ctx.statement(
+        f"{grid} = {grid}.scatter(1, {INDEX}.reshape({INDEX}.shape + (1,) * ({units}.dim() - 2))"
+        f".expand_as({units}), {units})\n",
+        like=line,
+    )
+    anchor = reshape_stmt.line  # type: ignore[union-attr]
+    return {
+        anchor: lambda updated: cst.FlattenSentinel(
+            [index_stmt.with_changes(leading_lines=[*updated.leading_lines, *index_stmt.leading_lines]),
+             updated.with_changes(leading_lines=[])]
+        ),
+        line: scatter,
+    }
