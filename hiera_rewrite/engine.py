@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Set
 
@@ -110,7 +111,7 @@ def _parse(data: bytes) -> cst.Module:
         # libcst's native parser reports imprecise positions (often column 0 of a
         # later line); Python's own compiler names the real line, column and reason.
         try:
-            compile(data, "<input>", "exec", dont_inherit=True)
+            _compile(data)
         except SyntaxError as syn:
             raise InputError(f"cannot parse: {syn.msg}", syn.lineno or 1, syn.offset or 1) from None
         except ValueError:
@@ -127,12 +128,20 @@ def _parse(data: bytes) -> cst.Module:
             line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"cannot decode: {exc}", line) from None
     try:
-        compile(module.code, "<input>", "exec", dont_inherit=True)
+        _compile(module.code)
     except SyntaxError as exc:
         raise InputError(f"cannot parse: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
     except ValueError as exc:  # e.g. source code string cannot contain null bytes
         raise InputError(f"cannot parse: {exc}") from None
     return module
+
+
+def _compile(source: "str | bytes") -> None:
+    """Python's own syntax check, quietly: SyntaxWarnings about the user's code
+    (``1()``, ``"\\d"``) are not ours to print."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compile(source, "<input>", "exec", dont_inherit=True)
 
 
 def _rewrite_module(
