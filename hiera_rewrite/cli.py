@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import stat
 import sys
 import textwrap
@@ -113,6 +114,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.paths:
         parser.error("no PATH given (use '-' for stdin)")
 
+    verify_only = [f for f, v in (("--factory", args.factory), ("--kwargs", args.kwargs), ("--input-shape", args.input_shape), ("--package-root", args.package_root), ("--verify-cuda", args.verify_cuda)) if v]
+    if verify_only and not args.verify:
+        parser.error(f"{', '.join(verify_only)} only make sense with --verify")
     if args.verify:
         from .verify import run_cli as run_verify
 
@@ -163,11 +167,13 @@ class _Runner:
                 continue
             path = Path(name)
             if path.is_dir():
-                files.extend(str(p) for p in sorted(path.rglob("*.py")) if p.is_file())
+                files.extend(_python_files(path))
             elif path.exists():
                 files.append(name)
             else:
                 self.error(f"{name}:1:1: no such file or directory")
+        seen: set = set()
+        files = [f for f in files if not (os.path.realpath(f) in seen or seen.add(os.path.realpath(f)))]
         jobs = [(f, self.codes, self.args.line_length, self.args.traceback) for f in files]
         if self.args.jobs > 1 and len(jobs) > 1:
             with ProcessPoolExecutor(max_workers=self.args.jobs) as pool:
@@ -248,6 +254,20 @@ class _Runner:
         if self.errors:
             parts.append(f"{self.errors} error{'s' if self.errors != 1 else ''}")
         print("hiera-rewrite: " + ", ".join(parts) + ".", file=sys.stderr)
+
+
+# Folders a directory walk does not enter (as black): environments, caches, builds.
+# A folder named on the command line is always entered.
+SKIPPED_DIRS = {"venv", "site-packages", "__pypackages__", "__pycache__", "node_modules", "build", "dist", "buck-out", "_build"}
+
+
+def _python_files(root: Path) -> List[str]:
+    """The *.py files under ``root``, sorted, skipping hidden and environment folders."""
+    found: List[str] = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS)
+        found.extend(os.path.join(folder, n) for n in sorted(names) if n.endswith(".py") and os.path.isfile(os.path.join(folder, n)))
+    return found
 
 
 def _unified_diff(name: str, result: FileResult) -> bytes:

@@ -300,3 +300,11 @@ def test_verify_upstream_factories(upstream_copy: Path, capsys):
     assert "mae_hiera_tiny_224 -> MaskedAutoencoderHiera" in out
     assert "hiera_tiny_224 -> Hiera" in out
     assert "verify: PASSED" in out
+
+
+def test_verify_options_need_verify(tmp_path: Path, capsys):
+    target = make_fixture(tmp_path, "relative")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--factory", "a:b", str(target)])
+    assert exc.value.code == cli.EXIT_ERROR
+    assert "only make sense with --verify" in capsys.readouterr().err
