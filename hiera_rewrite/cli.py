@@ -11,7 +11,7 @@ import textwrap
 import traceback
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import __version__
 from .engine import (
@@ -172,8 +172,10 @@ class _Runner:
                 files.append(name)
             else:
                 self.error(f"{name}:1:1: no such file or directory")
-        seen: set = set()
-        files = [f for f in files if not (os.path.realpath(f) in seen or seen.add(os.path.realpath(f)))]
+        unique: Dict[str, str] = {}  # a file named twice (or via a folder too) is done once
+        for f in files:
+            unique.setdefault(os.path.realpath(f), f)
+        files = list(unique.values())
         jobs = [(f, self.codes, self.args.line_length, self.args.traceback) for f in files]
         if self.args.jobs > 1 and len(jobs) > 1:
             with ProcessPoolExecutor(max_workers=self.args.jobs) as pool:

@@ -470,3 +470,16 @@ def test_export(tmp_path):
         sys.path.remove(str(target.parent))
         for key in [k for k in sys.modules if k == "hiera_fast_cli" or k.startswith("hiera_fast_cli.")]:
             del sys.modules[key]
+
+
+def test_directory_walk_skips_environments_and_duplicates(tmp_path):
+    for rel in (".venv/lib/site-packages/hiera/hiera.py", "venv/x.py", "build/lib/y.py", ".git/z.py", "src/__pycache__/w.py", "src/model.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(GOLDEN_IN)
+    r = run("--check", ".", "src/model.py", "./src/model.py", cwd=tmp_path)
+    assert r.rc == 1, r
+    assert {m["path"] for m in r.changes()} == {str(Path("src/model.py"))}, r
+    assert r.summary()["changed"] == "1"
+    # A folder named on the command line is entered even if the walk would skip it.
+    r = run("--check", ".venv", cwd=tmp_path)
+    assert r.rc == 1 and r.summary()["changed"] == "1", r
