@@ -351,6 +351,15 @@ def print_report(report: Dict[str, Any], out) -> bool:
     return ok
 
 
+def _walk(folder: Path) -> List[str]:
+    """The *.py files under a folder, as the plain CLI walks it."""
+    from . import cli
+
+    if hasattr(cli, "_python_files"):
+        return list(cli._python_files(folder))
+    return [str(p) for p in sorted(folder.rglob("*.py")) if p.is_file() and not set(p.parts) & _SKIP_DIRS]
+
+
 def run_cli(args, codes: List[str]) -> int:
     """``hiera-rewrite --verify PATH...``: rewrite in memory, verify, then write (or just report)."""
     from .cli import EXIT_CHANGED, EXIT_CLEAN, EXIT_ERROR, _process_file, _unified_diff
@@ -380,12 +389,14 @@ def run_cli(args, codes: List[str]) -> int:
             print("hiera-rewrite: --verify needs files (it imports them with their package), not stdin", file=sys.stderr)
             return EXIT_ERROR
         if path.is_dir():
-            files.extend(str(p) for p in sorted(path.rglob("*.py")) if p.is_file() and not set(p.parts) & _SKIP_DIRS)
+            files.extend(_walk(path))
         elif path.exists():
             files.append(name)
         else:
             print(f"{name}:1:1: no such file or directory", file=sys.stderr)
             errors += 1
+    seen: set = set()
+    files = [f for f in files if not (os.path.realpath(f) in seen or seen.add(os.path.realpath(f)))]
     results = []
     for job in [(f, codes, args.line_length, args.traceback) for f in files]:
         name, result, message, tb = _process_file(job)
@@ -399,7 +410,12 @@ def run_cli(args, codes: List[str]) -> int:
             for r in result.reports:
                 print(f"{name}:{r.line}:{r.col}: {r.code} {r.message}", file=sys.stderr)
         if args.diff and result.changed:
-            sys.stdout.write(_unified_diff(name, result))
+            diff = _unified_diff(name, result)
+            if isinstance(diff, bytes):
+                sys.stdout.flush()
+                sys.stdout.buffer.write(diff)
+            else:
+                sys.stdout.write(diff)
             sys.stdout.flush()
         results.append((name, result))
     if errors:

@@ -308,3 +308,14 @@ def test_verify_options_need_verify(tmp_path: Path, capsys):
         cli.main(["--factory", "a:b", str(target)])
     assert exc.value.code == cli.EXIT_ERROR
     assert "only make sense with --verify" in capsys.readouterr().err
+
+
+def test_verify_with_diff_on_a_folder(tmp_path: Path, capsysbinary):
+    target = make_fixture(tmp_path, "flat")
+    code = cli.main(["--verify", "--diff", str(target.parent)])
+    captured = capsysbinary.readouterr()
+    out, err = captured.out.decode(), captured.err.decode()
+    assert code == cli.EXIT_CHANGED, out + err
+    assert out.startswith("--- a/") and "+++ b/" in out  # stdout is the diff only
+    assert "verify: PASSED" in err and "tinynet_tiny" in err
+    assert target.read_text() == ATTN
