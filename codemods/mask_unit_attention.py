@@ -236,7 +236,15 @@ class _Match:
         if not isinstance(block, cst.IndentedBlock):
             raise Refuse("SDPA is in a one-line block")
         index = list(block.body).index(region.top)
-        restore = self.restore(sdpa_line, region, block, index)
+        try:
+            restore = self.restore(sdpa_line, region, block, index)
+        except Refuse:
+            # Prefer the reason on the input side when there is one (a 4-D or
+            # 3-D reshape is better described by its qkv than by its output).
+            items, _ = self.path(block.body[:index], None)
+            unpack, _, _ = self.unpack(items, q, k, v)
+            self.qkv_definition(items, unpack[0], min(unpack[1]), max(unpack[1]))
+            raise
         items, first_cond_if = self.path(block.body[:index], restore)
         if restore.condition is not None:
             self.check_condition_stable(restore, block, first_cond_if)
@@ -303,13 +311,13 @@ class _Match:
         for arg in restore.args:
             self.not_reading(arg, changed_out, "the output reshape")
         new_restore = ctx.statement(
-            f"{target_code(restore.line)} {code(restore.receiver)}.unflatten(0, ({code(batch)}, -1))"
+            f"{_restore_prefix(restore.line)} {code(restore.receiver)}.unflatten(0, ({code(batch)}, -1))"
             f".permute(0, 3, 1, 2, 4).reshape({', '.join(code(a) for a in restore.args)})",
             like=restore.line,
         )
         if region.out is not None:
-            restore_target = single_assign(restore.line)[0]  # type: ignore[index]
-            if not is_name(restore_target, region.out):
+            assign = single_assign(restore.line)
+            if assign is None or not is_name(assign[0], region.out):
                 self.no_reads_after(restore.statement, {region.out}, "SDPA's output changes layout")
         if region.guard is not None:
             body = [new_restore if s is restore.line else s for s in region.guard.body.body]  # type: ignore[union-attr]
@@ -387,7 +395,7 @@ class _Match:
         owner = test.args[0].value
         if isinstance(func, cst.Attribute):
             return same_code(owner, func.value)
-        names = {q.name for q in self.ctx.wrapper.resolve(QualifiedNameProvider).get(owner, set())}
+        names = _qualified_names(self.ctx, owner)
         return bool(names & {"torch.nn.functional", "torch._C._nn"})
 
     def manual_attention(self, block: cst.IndentedBlock, q: str, k: str, v: str, out: str) -> Set[str]:
@@ -430,19 +438,21 @@ class _Match:
             if dims is None or sorted(dims) != [-2, -1]:
                 return f"{code(expr)} is not .transpose(-1, -2)"
             return self.rank_agnostic(found[0], tensors)
+        if isinstance(expr, cst.Call):
+            names = _qualified_names(self.ctx, expr.func)
+            if names & SOFTMAX_NAMES:  # F.softmax(t, dim=-1)
+                if len(expr.args) == 2 and expr.args[0].keyword is None and not expr.args[0].star:
+                    second = expr.args[1]
+                    if not second.star and (second.keyword is None or second.keyword.value == "dim") and int_value(second.value) == -1:
+                        return self.rank_agnostic(expr.args[0].value, tensors)
+                return f"{code(expr)} is not softmax over dim=-1"
         found = method_call(expr, "softmax")
         if found is not None:
             ok, dim = dim_arg(found[1])
             if not ok or dim != -1:
                 return f"{code(expr)} is not .softmax(dim=-1)"
             return self.rank_agnostic(found[0], tensors)
-        if isinstance(expr, cst.Call):
-            names = {q.name for q in self.ctx.wrapper.resolve(QualifiedNameProvider).get(expr.func, set())}
-            if names & SOFTMAX_NAMES and len(expr.args) == 2 and expr.args[0].keyword is None and not expr.args[0].star:
-                second = expr.args[1]
-                if not second.star and (second.keyword is None or second.keyword.value == "dim") and int_value(second.value) == -1:
-                    return self.rank_agnostic(expr.args[0].value, tensors)
-        return f"{code(expr)}"
+        return f"{code(expr)} is not an op this rewrite knows to treat leading dims as batch"
 
     def scalar(self, expr: cst.BaseExpression) -> bool:
         """A Python number: a literal, arithmetic on numbers, or a numeric `self.attr`."""
@@ -485,7 +495,8 @@ class _Match:
                 if is_name(node.func, "setattr"):
                     stores.append((node, node))
 
-        cls.visit(_Stores())
+        for owner_class in _class_and_local_bases(self.ctx.module, cls):
+            owner_class.visit(_Stores())
         if len(stores) != 1:
             return False
         node, _ = stores[0]
@@ -502,10 +513,10 @@ class _Match:
         self, sdpa_line: cst.SimpleStatementLine, region: _Region, block: cst.IndentedBlock, index: int
     ) -> _Restore:
         """Find `y = out.transpose(1, 3).reshape(B, N, C)` (or on the call itself)."""
-        assign = single_assign(sdpa_line)
-        if assign is None:
+        value = _restore_value(sdpa_line)
+        if value is None:
             raise Refuse("SDPA's result is not assigned by a single assignment")
-        matched = _restore_chain(assign[1])
+        matched = _restore_chain(value)
         if matched is not None and matched[0] is self.call:
             if region.manual is not None:
                 raise Refuse("SDPA's output is restored on the SDPA line but the fallback branch is not")
@@ -552,21 +563,21 @@ class _Match:
     def restore_line(
         self, line: cst.SimpleStatementLine, out: str
     ) -> Optional[Tuple[cst.BaseExpression, List[cst.BaseExpression]]]:
-        assign = single_assign(line)
-        matched = _restore_chain(assign[1]) if assign else None
+        value = _restore_value(line)
+        matched = _restore_chain(value) if value is not None else None
         if matched is None or not is_name(matched[0], out):
             return None
         return matched
 
     # -- the windowed path ----------------------------------------------------------
     def path(
-        self, before: Sequence[cst.BaseStatement], restore: _Restore
+        self, before: Sequence[cst.BaseStatement], restore: Optional[_Restore]
     ) -> Tuple[List[_Item], Optional[cst.If]]:
         """Statements before the attention, with `if C:` replaced by its restore side."""
         items: List[_Item] = []
         first: Optional[cst.If] = None
         for stmt in before:
-            if restore.condition is not None and isinstance(stmt, cst.If) and same_code(stmt.test, restore.condition):
+            if restore is not None and restore.condition is not None and isinstance(stmt, cst.If) and same_code(stmt.test, restore.condition):
                 if restore.side == "body":
                     chosen: Sequence[cst.BaseStatement] = stmt.body.body  # type: ignore[union-attr]
                 elif isinstance(stmt.orelse, cst.Else):
@@ -659,10 +670,12 @@ class _Match:
         if any(qkv in items[i].assigned for i in range(first_unpack, last_unpack)):
             raise Refuse(f"{qkv} is rebound between the unpacks of q, k and v")
         node = items[at].node
-        assign = single_assign(node) if isinstance(node, cst.SimpleStatementLine) else None
+        if not isinstance(node, cst.SimpleStatementLine):
+            raise Refuse(f"{qkv} is built inside control flow this rewrite does not follow")
+        assign = single_assign(node)
         found = method_call(assign[1], "permute") if assign else None
         if found is None or not is_name(assign[0], qkv):  # type: ignore[index]
-            raise Refuse(f"{qkv} is not made by .permute(...): not the 5-D mask-unit layout")
+            raise Refuse(f"{qkv} is not a bare .permute(...) of a 6-D reshape: not the 5-D mask-unit layout")
         receiver, permute_call = found
         if int_args(permute_call) != FIVE_D_PERMUTE:
             raise Refuse(f"{qkv} is made by {code(permute_call.func)}(...) with another order than (3, 0, 4, 2, 1, 5)")
@@ -750,6 +763,28 @@ def _is_zero(node: cst.BaseExpression) -> bool:
     if int_value(node) == 0:
         return True
     return isinstance(node, cst.Float) and float(node.value) == 0.0
+
+
+def _class_and_local_bases(module: cst.Module, cls: cst.ClassDef) -> List[cst.ClassDef]:
+    """``cls`` and the base classes defined (once) at the top of the same module."""
+    classes: Dict[str, List[cst.ClassDef]] = {}
+    for stmt in module.body:
+        if isinstance(stmt, cst.ClassDef):
+            classes.setdefault(stmt.name.value, []).append(stmt)
+    found = [cls]
+    for current in found:
+        for base in current.bases:
+            same = classes.get(base.value.value, []) if is_name(base.value) else []  # type: ignore[attr-defined]
+            if len(same) == 1 and same[0] not in found:
+                found.append(same[0])
+    return found
+
+
+def _qualified_names(ctx: PlanContext, node: cst.CSTNode) -> Set[str]:
+    value = ctx.wrapper.resolve(QualifiedNameProvider).get(node, set())
+    if callable(value):  # libcst resolves lazily
+        value = value()
+    return {q.name for q in value}
 
 
 def _at(position) -> Tuple[int, int]:
@@ -843,6 +878,20 @@ def _may_change(stmt: cst.BaseStatement, root: str) -> Optional[str]:
 
     stmt.visit(_Visitor())
     return reasons[0] if reasons else None
+
+
+def _restore_value(line: cst.SimpleStatementLine) -> Optional[cst.BaseExpression]:
+    """The value of `target = <value>` or `return <value>`."""
+    assign = single_assign(line)
+    if assign is not None:
+        return assign[1]
+    if len(line.body) == 1 and isinstance(line.body[0], cst.Return):
+        return line.body[0].value
+    return None
+
+
+def _restore_prefix(line: cst.SimpleStatementLine) -> str:
+    return "return" if isinstance(line.body[0], cst.Return) else target_code(line)
 
 
 def _restore_chain(value: cst.BaseExpression) -> Optional[Tuple[cst.BaseExpression, List[cst.BaseExpression]]]:

@@ -37,14 +37,74 @@ class PoolAmax(Rewrite):
         finder = _Reductions()
         ctx.module.visit(finder)
         for node in finder.found:
-            _, pooled, dim = reduction_values(node)  # type: ignore[misc]
-            replacement = cst.Call(
-                func=cst.Attribute(value=pooled, attr=cst.Name("amax")),
-                args=[cst.Arg(keyword=cst.Name("dim"), value=cst.Integer(str(dim)) if dim >= 0 else cst.UnaryOperation(cst.Minus(), cst.Integer(str(-dim))), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))],
-                lpar=node.lpar,
-                rpar=node.rpar,
-            )
+            try:
+                replacement = _amax(node)
+            except _Refuse as reason:
+                ctx.refuse(node, str(reason))
+                continue
             ctx.add_site(node, {node: replacement})
+
+
+class _Refuse(Exception):
+    pass
+
+
+def _amax(node: "cst.Attribute | cst.Subscript") -> cst.Call:
+    """``X.max(k).values`` / ``X.max(k)[0]`` -> ``X.amax(k)``, keeping layout and comments.
+
+    Only the ``.max`` name changes and the ``.values``/``[0]`` goes; a comment that
+    sat before the dropped ``.values`` moves to the line of the closing parenthesis.
+    """
+    max_call = node.value
+    assert isinstance(max_call, cst.Call) and isinstance(max_call.func, cst.Attribute)
+    lpar = [*node.lpar, *max_call.lpar]
+    rpar = [*max_call.rpar, *node.rpar]
+    if isinstance(node, cst.Subscript):
+        if _has_comment(node.lbracket) or _has_comment(node.rbracket) or _has_comment(node.whitespace_after_value):
+            raise _Refuse("a comment inside the [0] would be lost")
+    else:
+        dropped = node.dot.whitespace_before
+        if _has_comment(node.dot.whitespace_after):
+            raise _Refuse("a comment inside .values would be lost")
+        if _has_comment(dropped):
+            assert isinstance(dropped, cst.ParenthesizedWhitespace)
+            if not node.rpar:
+                raise _Refuse("a comment before .values would be lost (no closing parenthesis to move it to)")
+            closing = node.rpar[0].whitespace_before
+            if isinstance(closing, cst.ParenthesizedWhitespace):
+                carried = []
+                if closing.first_line.comment is not None:
+                    carried.append(
+                        cst.EmptyLine(
+                            indent=dropped.indent,
+                            whitespace=dropped.last_line,
+                            comment=closing.first_line.comment,
+                            newline=closing.first_line.newline,
+                        )
+                    )
+                moved = closing.with_changes(
+                    first_line=dropped.first_line,
+                    empty_lines=[*dropped.empty_lines, *carried, *closing.empty_lines],
+                )
+            else:
+                moved = dropped
+            rpar[len(max_call.rpar)] = node.rpar[0].with_changes(whitespace_before=moved)
+    return max_call.with_changes(
+        func=max_call.func.with_changes(attr=cst.Name("amax")),
+        lpar=lpar,
+        rpar=rpar,
+    )
+
+
+def _has_comment(node: cst.CSTNode) -> bool:
+    found = []
+
+    class _Comments(cst.CSTVisitor):
+        def visit_Comment(self, comment: cst.Comment) -> None:
+            found.append(comment)
+
+    node.visit(_Comments())
+    return bool(found)
 
 
 class _Reductions(cst.CSTVisitor):

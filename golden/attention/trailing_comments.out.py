@@ -1,0 +1,37 @@
+"""Golden: trailing comments on every idiom line survive the rewrite."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads, q_stride=1, window_size=2):
+        super().__init__()
+        self.heads, self.q_stride, self.window_size = heads, q_stride, window_size
+        self.head_dim = dim // heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        num_windows = N // (self.q_stride * self.window_size)
+        # project
+        # 6-D
+        # (3, B, heads, windows, T, d)
+        qkv = (
+            self.qkv(x)
+            .reshape(B, -1, num_windows, 3, self.heads, self.head_dim)
+            .permute(3, 0, 2, 4, 1, 5)
+            .flatten(1, 2)
+        )  # qkv ready
+        q, k, v = qkv[0], qkv[1], qkv[2]  # unpack
+        if self.q_stride > 1:
+            q = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)  # q-pool
+        x = F.scaled_dot_product_attention(q, k, v)  # attention
+        x = x.unflatten(0, (B, -1)).permute(0, 3, 1, 2, 4).reshape(B, -1, C)  # back to tokens
+        return self.proj(x)
+
+
+def golden_example():
+    model = nn.Sequential(Attention(8, 2, q_stride=4, window_size=2), Attention(8, 2, window_size=4))
+    return model.double(), (torch.randn(2, 32, 8, dtype=torch.float64),)
