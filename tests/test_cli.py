@@ -481,5 +481,5 @@ def test_directory_walk_skips_environments_and_duplicates(tmp_path):
     assert {os.path.normpath(m["path"]) for m in r.changes()} == {str(Path("src/model.py"))}, r
     assert r.summary()["changed"] == "1"
     # A folder named on the command line is entered even if the walk would skip it.
-    r = run("--check", ".venv", cwd=tmp_path)
+    r = run("--check", ".venv/lib/site-packages/hiera", cwd=tmp_path)
     assert r.rc == 1 and r.summary()["changed"] == "1", r
