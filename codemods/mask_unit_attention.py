@@ -287,6 +287,7 @@ class _Match:
         for value in sdpa_extra:
             self.not_reading(value, changed_out, "an SDPA keyword argument")
         self.no_reads_after(region.top, changed, "its layout changes")
+        self.no_closure_reads(changed)
 
         new: Dict[cst.CSTNode, Replacement] = {}
         permute_line = items[permute_at].node
@@ -739,6 +740,25 @@ class _Match:
         read = names_in(expr) & names
         if read:
             raise Refuse(f"{what} reads {sorted(read)[0]}, whose layout changes")
+
+    def no_closure_reads(self, names: Set[str]) -> None:
+        """A nested def or lambda that reads q/k/v/qkv may run after the attention."""
+        nested: List[cst.CSTNode] = []
+
+        class _Nested(cst.CSTVisitor):
+            def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+                nested.append(node)
+                return False
+
+            def visit_Lambda(self, node: cst.Lambda) -> bool:
+                nested.append(node)
+                return False
+
+        self.func.body.visit(_Nested())
+        for node in nested:
+            for name in _all_loads(node):
+                if name.value in names:
+                    raise Refuse(f"a nested function reads {name.value} (line {self.line(name)}): its layout changes")
 
     def no_reads_after(self, stmt: cst.CSTNode, names: Set[str], why: str) -> None:
         """No name in ``names`` is read after ``stmt`` (up to a top-level return)."""
