@@ -77,9 +77,13 @@ EXIT_VERIFY_FAILED = 3
 INSTALL_HINT = "pip install 'hiera-rewrite[verify]'"
 TORCH_MISSING = f"--verify needs torch, which is not installed here: {INSTALL_HINT}"
 
-# (device, dtype, relative tolerance on max|a-b| / max|a|)
+# (device, dtype, tolerance).  float64 CPU: max|a-b| / max|a| <= 1e-9 between the two
+# sides.  Lower precisions on CUDA run different kernels on each side (that is the
+# point of the rewrite), so their difference is rounding noise, not a verdict; there
+# the rewritten model must be about as accurate as the original, both measured
+# against the original's float64 CPU result: err_new <= 2 * err_orig + tolerance.
 CPU_CONFIG = ("cpu", "float64", 1e-9)
-CUDA_CONFIGS = [("cuda", "float32", 1e-4), ("cuda", "bfloat16", 5e-2)]
+CUDA_CONFIGS = [("cuda", "float32", 1e-5), ("cuda", "bfloat16", 1e-2)]
 
 _SKIP_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".tox", ".venv", "venv", "node_modules"}
 _MAX_COPY_BYTES = 8 * 1024 * 1024
@@ -846,8 +850,21 @@ class _Worker:
         scale = float(a64.abs().nan_to_num(0.0).max())
         return abs_err, abs_err / max(scale, 1e-30)
 
-    def compare(self, config, label, outs_a, grads_a, outs_b, grads_b, tol, torch) -> List[Dict[str, Any]]:
+    def compare(self, config, label, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=None) -> List[Dict[str, Any]]:
+        """Rows for one case.  ``ref``: the original's float64 (outputs, grads) for an
+        accuracy comparison (lower precisions) instead of a direct one."""
         rows = []
+        ref_outs = dict(ref[0]) if ref else {}
+        ref_grads = ref[1] if ref else {}
+
+        def judge(name, a, b, rel, reference) -> Tuple[bool, str]:
+            if reference is None or not torch.is_tensor(reference):
+                return rel <= tol, f"rel err {rel:.2e}"
+            e_orig = self._errs(reference, a, torch)[1]
+            e_new = self._errs(reference, b, torch)[1]
+            ok = e_new <= 2 * e_orig + tol
+            return ok, f"error vs float64 {e_new:.2e}, original's {e_orig:.2e}"
+
         if len(outs_a) != len(outs_b):
             rows.append({"config": config, "case": label, "what": "outputs", "shape": f"{len(outs_a)} vs {len(outs_b)}", "ok": False, "note": "different number of outputs"})
             return rows
@@ -859,7 +876,9 @@ class _Worker:
                     row.update(ok=False, note=f"{tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}")
                 elif a.is_floating_point() or a.is_complex():
                     row["abs"], row["rel"] = self._errs(a, b, torch)
-                    row["ok"] = row["rel"] <= tol
+                    row["ok"], why = judge(name, a, b, row["rel"], ref_outs.get(name) if ref else None)
+                    if not row["ok"]:
+                        row["note"] = why
                 else:
                     row["abs"] = float((a.long() - b.long()).abs().max()) if a.numel() else 0.0
                     row["rel"] = None
@@ -886,8 +905,9 @@ class _Worker:
                 bad.append(f"{name}: shape {tuple(ga.shape)} vs {tuple(gb.shape)}")
                 continue
             abs_err, rel = self._errs(ga, gb, torch)
-            if rel > tol:
-                bad.append(f"{name}: rel err {rel:.2e}")
+            ok, why = judge(name, ga, gb, rel, ref_grads.get(name) if ref else None)
+            if not ok:
+                bad.append(f"{name}: {why}")
             if rel >= worst[1]:
                 worst = (abs_err, rel, name)
         rows.append(
@@ -957,6 +977,7 @@ class _Worker:
             self.leave()
 
         # rewritten side: same names, fresh modules
+        ref_name = configs[0][3] if configs else None
         self.enter("new")
         try:
             for plan in plans:
@@ -990,7 +1011,10 @@ class _Worker:
                             except Exception as exc:  # noqa: BLE001
                                 entry["rows"].append({"config": cname, "case": label, "what": "forward/backward", "shape": "-", "ok": False, "note": f"the rewritten model raised {type(exc).__name__}: {exc}"})
                                 continue
-                            entry["rows"].extend(self.compare(cname, label, outs_a, grads_a, outs_b, grads_b, tol, torch))
+                            ref = None
+                            if cname != ref_name:  # lower precision: judged by accuracy vs float64
+                                ref = plan["runs"].get((ref_name, label), (None, None))[1]
+                            entry["rows"].extend(self.compare(cname, label, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=ref))
                     del model
                 except Exception as exc:  # noqa: BLE001
                     entry["error"] = f"cannot build the rewritten model: {type(exc).__name__}: {exc}"
