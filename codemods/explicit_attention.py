@@ -1,0 +1,761 @@
+"""HR006: explicit matmul-softmax mask-unit attention -> 4-D SDPA where no one sees the weights.
+
+What it matches (by data flow, not by names), as statements of one function body:
+
+    qkv = <E>.reshape(B, T, nw, 3, H, D).permute(3, 0, 4, 2, 1, 5)   # one or split statements
+    q, k, v = qkv.unbind(0)                   # or qkv[0], qkv[1], qkv[2], or one per line
+    if <cond>:                                # optional q-pool, one or two statements,
+        q = q.view(B, H, nw, S, Tq, D)        # with or without the `if`
+        q = q.max(dim=3).values               # (or .amax(dim=3), or .max(dim=3)[0])
+    attn = (q * scale) @ k.transpose(-1, -2)  # or (q @ k.transpose(-2, -1)) * scale, ...
+    attn = attn.softmax(dim=-1)               # or F.softmax(attn, dim=-1)
+    out = attn @ v
+    out = out.transpose(1, 3).reshape(B, N, C)
+
+(the attention lines may be merged or split; every one of them must feed the output).
+
+The attention probabilities ``attn`` (B, H, nw, Tq, T) are the one thing SDPA cannot
+give.  Two cases are provably equivalent:
+
+- ``attn`` is never read after the attention: the whole path becomes the 4-D path
+  of HR001 (windows folded into the batch, q-pool by amax, SDPA with the same
+  scale, output put back in the same token order).
+- ``attn`` is read after the attention only under a flag ``F`` (a parameter of the
+  function that is never reassigned), in ``X if F else Y`` or in an ``if F:`` body,
+  as transformers' ``(out, attn) if output_attentions else (out, None)``: the path
+  is wrapped in ``if F:`` (the original 5-D statements, unchanged, so the returned
+  probabilities keep their shape and order) ``else:`` (the 4-D SDPA path, and
+  ``attn = None``, which nothing reads).
+
+Anything else is left alone with the reason.  An explicit attention in one branch
+of an ``if`` whose other branch calls SDPA (a fused/unfused pair, HR001's business,
+or this rewrite's own output) is left alone silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+from libcst.metadata import PositionProvider, QualifiedNameProvider
+
+from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
+
+from ._flow import (
+    FunctionFlow,
+    code,
+    dim_arg,
+    enclosing_function,
+    enclosing_line,
+    int_args,
+    int_value,
+    is_name,
+    method_call,
+    names_in,
+    positional,
+    reduction_values,
+    rewrap_code,
+    same_code,
+    single_assign,
+    statement_names,
+    target_code,
+)
+from .mask_unit_attention import _arithmetic, _class_and_local_bases, _component, _restore_chain
+
+SDPA_NAMES = {
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch._C._nn.scaled_dot_product_attention",
+}
+SOFTMAX_NAMES = {"torch.nn.functional.softmax", "torch.softmax", "torch.Tensor.softmax"}
+FIVE_D_PERMUTE = [3, 0, 4, 2, 1, 5]
+
+
+class Refuse(Exception):
+    """Raised inside the matcher with the reason the spot is left alone ("" = silently)."""
+
+
+@register
+class ExplicitAttention(Rewrite):
+    code = "HR006"
+    name = "explicit-attention-sdpa"
+    message = (
+        "explicit mask-unit attention: 5-D matmul-softmax -> 4-D SDPA"
+        " (the explicit path is kept where the attention probabilities are returned)"
+    )
+    explanation = """
+    Some Hiera ports (transformers' HieraMaskUnitAttention) compute the mask-unit
+    attention by hand on 5-D tensors (B, heads, num_windows, T, head_dim):
+    `attn = (q * scale) @ k.transpose(-1, -2)`, `attn.softmax(dim=-1)`, `attn @ v`.
+    That materialises the whole attention matrix and its softmax, and keeps both
+    alive for backward.  F.scaled_dot_product_attention on 4-D q/k/v runs a fused
+    kernel (flash / memory-efficient / cuDNN) that never stores the matrix.
+
+    The rewrite folds the windows into the batch exactly as HR001 does: qkv is
+    permuted (3, 0, 2, 4, 1, 5) and flattened to (3, B*num_windows, heads, T,
+    head_dim), the q-pool becomes `q.unflatten(2, (q_stride, Tq)).amax(dim=2)`,
+    SDPA gets the same `scale=`, and the output (B*num_windows, heads, Tq, head_dim)
+    is put back as (B, Tq*num_windows, C) with token n = tq*num_windows + w, the
+    order the 5-D code produced.
+
+    SDPA does not return the attention probabilities.  When the code returns them
+    only under a flag (`(out, attn) if output_attentions else (out, None)`), the
+    rewrite keeps the original 5-D statements, byte for byte, under `if <flag>:` so
+    the probabilities keep their documented (B, heads, num_windows, Tq, T) shape,
+    and uses SDPA in the `else:`.  When nothing reads them, SDPA is used always.
+    If they are read in any other way, the attention is left alone.
+
+    Same parameters, same state_dict, same outputs and gradients up to float
+    rounding (the scale is applied inside SDPA instead of to q first).  `.amax`
+    splits the gradient evenly between exactly tied maxima of the q-pool, where
+    `.max(...).values` gives it to one of them.
+
+    Left alone, with a reason: another permutation or reshape, q/k/v or the qkv
+    tensor read besides the attention, a scale that is not provably a Python
+    number, softmax over another dim or with a dtype, dropout or anything else
+    between the steps, the attention inside a loop or a branch (other than the
+    fused/unfused pair), the probabilities read without the flag guard.
+    """
+
+    def plan(self, ctx: PlanContext) -> None:
+        finder = _ScoreLines()
+        ctx.module.visit(finder)
+        seen: Set[int] = set()
+        for node in finder.matmuls:
+            line = enclosing_line(ctx, node)
+            if line is None or id(line) in seen:
+                continue
+            seen.add(id(line))
+            try:
+                edits, mode = _Match(ctx, line).edits()
+            except Refuse as reason:
+                if str(reason):
+                    ctx.refuse(line, str(reason))
+                continue
+            message = None
+            if mode is not None:
+                message = (
+                    f"explicit mask-unit attention -> 4-D SDPA under `else` of `if {mode}:`"
+                    " (the explicit 5-D path is kept where the probabilities are returned)"
+                )
+            else:
+                message = "explicit mask-unit attention: 5-D matmul-softmax -> 4-D SDPA (probabilities never read)"
+            ctx.add_site(line, edits, message)
+
+
+class _ScoreLines(cst.CSTVisitor):
+    """`A @ K.transpose(-1, -2)`: the scores of an explicit attention."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.matmuls: List[cst.BinaryOperation] = []
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if isinstance(node.operator, cst.MatrixMultiply) and _transposed_last(node.right) is not None:
+            self.matmuls.append(node)
+
+
+def _transposed_last(node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    found = method_call(node, "transpose")
+    if found is None:
+        return None
+    dims = int_args(found[1])
+    if dims is None or sorted(dims) != [-2, -1]:
+        return None
+    return found[0]
+
+
+@dataclasses.dataclass
+class _Binding:
+    index: int  # position in the function body
+    value: cst.BaseExpression
+    env: Dict[str, "_Binding"]
+
+
+class _Match:
+    def __init__(self, ctx: PlanContext, line: cst.SimpleStatementLine) -> None:
+        self.ctx = ctx
+        self.line = line
+        self.positions = ctx.wrapper.resolve(PositionProvider)
+        func = enclosing_function(ctx, line)
+        if func is None:
+            raise Refuse("the explicit attention is not inside a function")
+        self.func = func
+        self.used: Set[int] = set()
+
+    # -- entry ------------------------------------------------------------------------
+    def edits(self) -> Tuple[Dict[cst.CSTNode, Replacement], Optional[str]]:
+        ctx, func = self.ctx, self.func
+        block = ctx.parent(self.line)
+        if not isinstance(block, cst.IndentedBlock) or ctx.parent(block) is not func:
+            self.check_pair()
+            raise Refuse("the explicit attention is inside control flow this rewrite does not follow")
+        body = list(block.body)
+        start = body.index(self.line)
+        flow = FunctionFlow(func)
+
+        # 1. The attention chain, from the scores line to the output restore.
+        chain_end, parts = self.chain(body, start)
+        q, k, v = parts["q"], parts["k"], parts["v"]
+        if len({q, k, v}) != 3:
+            raise Refuse("q, k and v are not three distinct names")
+
+        # 2. Where q, k, v come from: an unpack of qkv, maybe a q-pool in between.
+        pool_at, pool_parts = self.pool(body, start, q)
+        before_pool = pool_at[0] if pool_at else start
+        unpack_at, qkv = self.unpack(body, before_pool, q, k, v)
+        if pool_at and min(pool_at) < max(unpack_at):
+            raise Refuse(f"{q} is pooled before k and v are unpacked")
+        permute_at, reshape_args, receiver = self.qkv_definition(body, min(unpack_at), qkv)
+        region = list(range(permute_at, chain_end + 1))
+        known = {permute_at, *unpack_at, *pool_at, *range(start, chain_end + 1)}
+        for i in region:
+            if i not in known:
+                raise Refuse(f"line {self.lineno(body[i])} sits inside the attention and is not part of it")
+
+        # 3. What the region binds, and who reads it afterwards.
+        bound: Set[str] = set()
+        for i in region:
+            bound |= statement_names(body[i])[0]
+        batch = reshape_args[0]
+        if int_value(batch) is not None:
+            raise Refuse("the qkv reshape's batch size is a literal: the output cannot be unflattened by it")
+        if names_in(batch) & bound:
+            raise Refuse("the batch size is rebound inside the attention")
+        restore_args = parts["restore_args"]
+        if not same_code(restore_args[0], batch):
+            raise Refuse("the output reshape's batch size is not provably the qkv reshape's batch size")
+        for what, expr in [("the output reshape", a) for a in restore_args] + [("the scale", parts["scale"])] + [
+            ("the q-pool", e) for e in pool_parts.get("exprs", [])
+        ]:
+            if expr is not None and names_in(expr) & bound:
+                raise Refuse(f"{what} reads {sorted(names_in(expr) & bound)[0]}, which the attention rebinds")
+        for got, want in zip(pool_parts.get("checked", []), (reshape_args[0], reshape_args[4], reshape_args[2], reshape_args[5])):
+            if not same_code(got, want):
+                raise Refuse(f"the q-pool view's {code(got)} is not provably the qkv reshape's {code(want)}")
+        out = parts["out"]  # None: `return <restore>`
+        weights = parts["weights"]
+        if out in (q, k, v, qkv):
+            raise Refuse("the attention output is bound to q, k, v or qkv")
+        end = self.positions[body[chain_end]].end
+        late = {n.value: n for n in self.loads_after(end) if n.value in bound - {out}}
+        for name in sorted(late):
+            if name != weights:
+                raise Refuse(f"{name} is read after the attention at line {self.lineno(late[name])}: its layout changes")
+        flag = None
+        if weights in late:
+            flag = self.flag_guard(weights, end, flow)
+        for name in bound:
+            for stmt in flow.assigning(name):
+                if self.positions[stmt.line].start.line > end.line and stmt.line.body:
+                    if name == weights or name in (q, k, v, qkv):
+                        raise Refuse(f"{name} is bound again after the attention")
+        if any(flow.compound_assigned.get(n) for n in bound):
+            raise Refuse("a name of the attention is also bound by a for/with/except header")
+        sdpa = self.sdpa_function(flow)
+        return self.emit(body, region, permute_at, unpack_at, pool_at, pool_parts, start, chain_end, parts, receiver, sdpa, flag), flag
+
+    def check_pair(self) -> None:
+        """Silent when the attention is one side of an `if` whose other side calls SDPA."""
+        for ancestor in self.ctx.ancestors(self.line):
+            if ancestor is self.func:
+                return
+            if isinstance(ancestor, cst.If) and _calls_sdpa(self.ctx, ancestor):
+                raise Refuse("")
+
+    # -- the attention chain --------------------------------------------------------------
+    def chain(self, body: List[cst.BaseStatement], start: int) -> Tuple[int, Dict]:
+        env: Dict[str, _Binding] = {}
+        for i in range(start, min(len(body), start + 8)):
+            stmt = body[i]
+            if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+                raise Refuse(f"line {self.lineno(stmt)} inside the explicit attention is not a single simple statement")
+            small = stmt.body[0]
+            value: Optional[cst.BaseExpression]
+            target: Optional[str] = None
+            if isinstance(small, cst.Return):
+                value = small.value
+            else:
+                assign = single_assign(stmt)
+                if assign is None or not is_name(assign[0]):
+                    raise Refuse(f"line {self.lineno(stmt)} inside the explicit attention is not `name = ...`")
+                target, value = assign[0].value, assign[1]  # type: ignore[attr-defined]
+            if value is None:
+                raise Refuse("the attention ends in a bare return")
+            self.used = set()
+            parts = self.restore(value, env)
+            if parts is not None:
+                consumed = self.used | {i}
+                missing = [j for j in range(start, i + 1) if j not in consumed]
+                if missing:
+                    raise Refuse(f"line {self.lineno(body[missing[0]])} inside the explicit attention does not feed its output")
+                parts["out"] = target
+                parts["weights"] = self.weights_name(env, parts["softmax"])
+                return i, parts
+            if isinstance(small, cst.Return):
+                break
+            env = {**env, target: _Binding(i, value, env)}  # type: ignore[dict-item]
+        raise Refuse("the explicit attention's output is not restored by out.transpose(1, 3).reshape(B, N, C)")
+
+    def deref(self, node: cst.BaseExpression, env: Dict[str, _Binding]) -> Tuple[cst.BaseExpression, Dict[str, _Binding]]:
+        while is_name(node) and node.value in env:  # type: ignore[attr-defined]
+            binding = env[node.value]  # type: ignore[attr-defined]
+            self.used.add(binding.index)
+            node, env = binding.value, binding.env
+        return node, env
+
+    def restore(self, value: cst.BaseExpression, env: Dict[str, _Binding]) -> Optional[Dict]:
+        value, env = self.deref(value, env)
+        matched = _restore_chain(value)
+        if matched is None:
+            return None
+        av, av_env = self.deref(matched[0], env)
+        if not (isinstance(av, cst.BinaryOperation) and isinstance(av.operator, cst.MatrixMultiply)):
+            raise Refuse("the restored output is not probabilities @ v")
+        probs, probs_env = self.deref(av.left, av_env)
+        v = av.right
+        if not is_name(v) or v.value in av_env:  # type: ignore[attr-defined]
+            raise Refuse("the probabilities are not multiplied by a plain v")
+        scores, scores_env = self.deref(self.softmax(probs), probs_env)
+        q, k, scale, divide = self.scores(scores, scores_env)
+        return {
+            "q": q, "k": k, "v": v.value,  # type: ignore[attr-defined]
+            "scale": scale, "divide": divide, "restore_args": matched[1], "softmax": probs,
+        }
+
+    def softmax(self, node: cst.BaseExpression) -> cst.BaseExpression:
+        found = method_call(node, "softmax")
+        if found is not None:
+            ok, dim = dim_arg(found[1])
+            if not ok or dim != -1:
+                raise Refuse(f"{code(node)} is not .softmax(dim=-1)")
+            return found[0]
+        if isinstance(node, cst.Call) and _qualified(self.ctx, node.func) & SOFTMAX_NAMES:
+            args = node.args
+            if len(args) == 2 and not args[0].star and args[0].keyword is None and not args[1].star:
+                second = args[1]
+                if (second.keyword is None or second.keyword.value == "dim") and int_value(second.value) == -1:
+                    return args[0].value
+            raise Refuse(f"{code(node)} is not softmax over dim=-1 (without dtype)")
+        raise Refuse(f"the attention probabilities are not a softmax of the scores: {code(node)}")
+
+    def scores(self, node: cst.BaseExpression, env: Dict) -> Tuple[str, str, Optional[cst.BaseExpression], bool]:
+        """`(q * s) @ k.T`, `(s * q) @ k.T`, `(q @ k.T) * s`, `s * (q @ k.T)`, `(q @ k.T) / d`, `q @ k.T`."""
+        scale: Optional[cst.BaseExpression] = None
+        divide = False
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Multiply, cst.Divide)):
+            if self.scalar(node.right):
+                divide = isinstance(node.operator, cst.Divide)
+                scale, node = node.right, node.left
+            elif isinstance(node.operator, cst.Multiply) and self.scalar(node.left):
+                scale, node = node.left, node.right
+            else:
+                raise Refuse(f"the scores are scaled by something not provably a Python number: {code(node)}")
+            node, env = self.deref(node, env)
+        if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply)):
+            raise Refuse(f"the scores are not q @ k.transpose(-1, -2): {code(node)}")
+        k_expr = _transposed_last(node.right)
+        if k_expr is None or not is_name(k_expr) or k_expr.value in env:  # type: ignore[attr-defined]
+            raise Refuse("the scores are not q @ k.transpose(-1, -2) with a plain k")
+        left, left_env = self.deref(node.left, env)
+        if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Multiply):
+            if scale is not None:
+                raise Refuse("the scores are scaled twice")
+            if self.scalar(left.right):
+                scale, left = left.right, left.left
+            elif self.scalar(left.left):
+                scale, left = left.left, left.right
+            else:
+                raise Refuse(f"q is scaled by something not provably a Python number: {code(left)}")
+        if not is_name(left) or left.value in left_env:  # type: ignore[attr-defined]
+            raise Refuse("the scores are not computed from a plain q")
+        return left.value, k_expr.value, scale, divide  # type: ignore[attr-defined]
+
+    def weights_name(self, env: Dict[str, _Binding], probs: cst.BaseExpression) -> Optional[str]:
+        names = [n for n, b in env.items() if b.value is probs]
+        if len(names) > 1:
+            raise Refuse("the attention probabilities are bound to several names")
+        return names[0] if names else None
+
+    # -- scalars --------------------------------------------------------------------------
+    def scalar(self, expr: cst.BaseExpression) -> bool:
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+            return self.scalar(expr.expression)
+        if isinstance(expr, cst.BinaryOperation) and isinstance(
+            expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
+        ):
+            return self.scalar(expr.left) and self.scalar(expr.right)
+        if isinstance(expr, cst.Attribute) and is_name(expr.value, "self"):
+            return self.numeric_attribute(expr.attr.value)
+        return False
+
+    def numeric_attribute(self, attr: str) -> bool:
+        """`self.attr` is stored once, by `self.attr = <arithmetic, no calls>` in __init__."""
+        cls = next((a for a in self.ctx.ancestors(self.func) if isinstance(a, cst.ClassDef)), None)
+        if cls is None:
+            return False
+        stores: List[cst.CSTNode] = []
+
+        class _Stores(cst.CSTVisitor):
+            def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+                self._check(node.target, node)
+
+            def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+                self._check(node.target, node)
+
+            def visit_AugAssign(self, node: cst.AugAssign) -> None:
+                self._check(node.target, node)
+
+            def _check(self, target, node) -> None:
+                targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
+                for t in targets:
+                    if isinstance(t, cst.Attribute) and t.attr.value == attr:
+                        stores.append(node)
+
+            def visit_Call(self, node: cst.Call) -> None:
+                if is_name(node.func, "setattr"):
+                    stores.append(node)
+
+        for owner in _class_and_local_bases(self.ctx.module, cls):
+            owner.visit(_Stores())
+        if len(stores) != 1 or not isinstance(stores[0], cst.AssignTarget):
+            return False
+        owner_func = next((a for a in self.ctx.ancestors(stores[0]) if isinstance(a, cst.FunctionDef)), None)
+        assign = self.ctx.parent(stores[0])
+        if owner_func is None or owner_func.name.value != "__init__" or not isinstance(assign, cst.Assign):
+            return False
+        if len(assign.targets) != 1 or not is_name(stores[0].target.value, "self"):  # type: ignore[attr-defined]
+            return False
+        return _arithmetic(assign.value)
+
+    # -- where q, k, v come from ------------------------------------------------------------
+    def pool(self, body: List[cst.BaseStatement], start: int, q: str) -> Tuple[List[int], Dict]:
+        """The q-pool right before the scores: an `if` holding it, or 1-2 top-level lines."""
+        i = start - 1
+        if i < 0 or q not in statement_names(body[i])[0]:
+            return [], {}
+        stmt = body[i]
+        if isinstance(stmt, cst.If):
+            if stmt.orelse is not None or not isinstance(stmt.body, cst.IndentedBlock):
+                raise Refuse(f"{q} is reassigned under control flow this rewrite does not follow")
+            lines = list(stmt.body.body)
+            if names_in(stmt.test) & {q}:
+                raise Refuse("the q-pool condition reads q")
+            parts = self.pool_lines(lines, q)
+            parts["if"] = stmt
+            parts["exprs"] = parts["exprs"] + [stmt.test]
+            return [i], parts
+        # one or two top-level lines
+        lines = [stmt]
+        if i - 1 >= 0 and isinstance(body[i - 1], cst.SimpleStatementLine):
+            prev = single_assign(body[i - 1])  # type: ignore[arg-type]
+            if prev is not None and is_name(prev[0], q) and method_call(prev[1], "view", "reshape") and is_name(
+                method_call(prev[1], "view", "reshape")[0], q  # type: ignore[index]
+            ):
+                lines = [body[i - 1], stmt]
+        parts = self.pool_lines(lines, q)
+        return list(range(i - len(lines) + 1, i + 1)), parts
+
+    def pool_lines(self, lines: List[cst.BaseStatement], q: str) -> Dict:
+        if not 1 <= len(lines) <= 2 or not all(isinstance(s, cst.SimpleStatementLine) for s in lines):
+            raise Refuse(f"{q} is reassigned by something other than a q-pool max")
+        assigns = [single_assign(s) for s in lines]  # type: ignore[arg-type]
+        if any(a is None or not is_name(a[0], q) for a in assigns):
+            raise Refuse(f"{q} is reassigned by something other than a q-pool max")
+        reduced = reduction_values(assigns[-1][1])  # type: ignore[index]
+        if reduced is None or reduced[2] not in (3, -3):
+            raise Refuse(f"{q}'s pool is not a max over dim 3 of q.view(B, heads, num_windows, q_stride, -1, head_dim)")
+        pooled = reduced[1]
+        if len(lines) == 2:
+            if not is_name(pooled, q):
+                raise Refuse(f"{q}'s pool does not reduce the view of the line before")
+            pooled = assigns[0][1]  # type: ignore[index]
+        view = method_call(pooled, "view", "reshape")
+        args = positional(view[1]) if view else None
+        if view is None or not is_name(view[0], q) or args is None or len(args) != 6:
+            raise Refuse(f"{q}'s pool is not q.view(B, heads, num_windows, q_stride, -1, head_dim).max(dim=3)")
+        return {"lines": lines, "stride": args[3], "tq": args[4], "checked": [args[0], args[1], args[2], args[5]], "exprs": list(args)}
+
+    def unpack(self, body: List[cst.BaseStatement], before: int, q: str, k: str, v: str) -> Tuple[List[int], str]:
+        where: List[int] = []
+        sources: Dict[int, str] = {}
+        for name in (q, k, v):
+            at = next((i for i in range(before - 1, -1, -1) if name in statement_names(body[i])[0]), None)
+            comp = _component(body[at], name) if at is not None and isinstance(body[at], cst.SimpleStatementLine) else None  # type: ignore[arg-type]
+            if comp is None:
+                raise Refuse(f"{name} is not unpacked from a qkv tensor (qkv[0], qkv.unbind(0), ...) right before the attention")
+            if comp[1] in sources:
+                raise Refuse("q, k and v do not take three different qkv components")
+            sources[comp[1]] = comp[0]
+            where.append(at)  # type: ignore[arg-type]
+        if len(set(sources.values())) != 1 or set(sources) != {0, 1, 2}:
+            raise Refuse("q, k and v do not come from the same qkv tensor")
+        return sorted(set(where)), sources[0]
+
+    def qkv_definition(self, body: List[cst.BaseStatement], first_unpack: int, qkv: str):
+        at = first_unpack - 1
+        stmt = body[at] if at >= 0 else None
+        assign = single_assign(stmt) if isinstance(stmt, cst.SimpleStatementLine) else None
+        if assign is None or not is_name(assign[0], qkv):
+            raise Refuse(f"{qkv} is not built by the statement right before the unpack")
+        found = method_call(assign[1], "permute")
+        if found is None:
+            raise Refuse(f"{qkv} is not a .permute(...) of a 6-D reshape: not the 5-D mask-unit layout")
+        receiver, permute = found
+        if int_args(permute) != FIVE_D_PERMUTE:
+            raise Refuse(f"{qkv} is permuted in another order than (3, 0, 4, 2, 1, 5)")
+        reshape = method_call(receiver, "reshape", "view")
+        if reshape is None and is_name(receiver) and at >= 1 and isinstance(body[at - 1], cst.SimpleStatementLine):
+            prev = single_assign(body[at - 1])  # type: ignore[arg-type]
+            if prev is not None and is_name(prev[0], receiver.value):  # type: ignore[attr-defined]
+                reshape = method_call(prev[1], "reshape", "view")
+        args = positional(reshape[1]) if reshape else None
+        if args is None or len(args) != 6 or int_value(args[3]) != 3:
+            raise Refuse(f"{qkv} is not reshaped to (B, T, num_windows, 3, heads, head_dim) right before the permute")
+        return at, args, receiver
+
+    # -- reads after ----------------------------------------------------------------------
+    def loads_after(self, end) -> List[cst.Name]:
+        from .mask_unit_attention import _all_loads
+
+        found = []
+        for node in _all_loads(self.func.body):
+            start = self.positions[node].start
+            if (start.line, start.column) > (end.line, end.column):
+                found.append(node)
+        return found
+
+    def flag_guard(self, weights: str, end, flow: FunctionFlow) -> str:
+        flags: Set[str] = set()
+        for node in self.loads_after(end):
+            if node.value != weights:
+                continue
+            flag = self.guarding_flag(node)
+            if flag is None:
+                raise Refuse(
+                    f"the attention probabilities {weights} are read at line {self.lineno(node)} without a flag guard:"
+                    " SDPA cannot give them"
+                )
+            flags.add(flag)
+        if len(flags) != 1:
+            raise Refuse(f"the attention probabilities {weights} are read under different flags")
+        (flag,) = flags
+        params = {p.name.value for p in (*self.func.params.params, *self.func.params.kwonly_params, *self.func.params.posonly_params)}
+        if flag not in params:
+            raise Refuse(f"the flag {flag} guarding the probabilities is not a parameter of {self.func.name.value}")
+        if flow.assigning(flag) or flow.compound_assigned.get(flag):
+            raise Refuse(f"the flag {flag} guarding the probabilities is reassigned in {self.func.name.value}")
+        return flag
+
+    def guarding_flag(self, node: cst.Name) -> Optional[str]:
+        child: cst.CSTNode = node
+        for ancestor in self.ctx.ancestors(node):
+            if ancestor is self.func:
+                return None
+            if isinstance(ancestor, cst.IfExp) and child is ancestor.body and is_name(ancestor.test):
+                return ancestor.test.value  # type: ignore[attr-defined]
+            if isinstance(ancestor, cst.If) and child is ancestor.body and is_name(ancestor.test):
+                return ancestor.test.value  # type: ignore[attr-defined]
+            if isinstance(ancestor, (cst.Lambda, cst.FunctionDef, cst.For, cst.While)):
+                return None
+            child = ancestor
+        return None
+
+    def sdpa_function(self, flow: FunctionFlow) -> str:
+        module = self.ctx.module
+        choices: List[Tuple[str, str]] = []
+        for stmt in module.body:
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                continue
+            for small in stmt.body:
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        full = code(alias.name)
+                        if full == "torch.nn.functional" and alias.asname is not None:
+                            choices.append((alias.asname.name.value, "{}"))  # type: ignore[attr-defined]
+                        elif full == "torch" and alias.asname is None:
+                            choices.append(("torch", "{}.nn.functional"))
+                elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar) and small.module is not None:
+                    mod = code(small.module)
+                    for alias in small.names:
+                        bound = alias.asname.name.value if alias.asname else code(alias.name)  # type: ignore[attr-defined]
+                        if mod == "torch.nn" and code(alias.name) == "functional":
+                            choices.append((bound, "{}"))
+                        elif mod == "torch" and code(alias.name) == "nn":
+                            choices.append((bound, "{}.functional"))
+        local = set(flow.params)
+        for s in flow.stmts:
+            local |= s.assigned
+        for root, pattern in choices:
+            if root not in local and sum(1 for s in module.body if root in statement_names(s)[0]) == 1:
+                return pattern.format(root) + ".scaled_dot_product_attention"
+        raise Refuse("the module imports neither torch nor torch.nn.functional at top level")
+
+    def lineno(self, node: cst.CSTNode) -> int:
+        return self.positions[node].start.line
+
+    # -- emitting -------------------------------------------------------------------------
+    def emit(self, body, region, permute_at, unpack_at, pool_at, pool_parts, start, chain_end, parts, receiver, sdpa, flag):
+        ctx = self.ctx
+        permute_line = body[permute_at]
+        batch = code(parts["restore_args"][0])
+        q, k, v = parts["q"], parts["k"], parts["v"]
+        scale = parts["scale"]
+        if scale is None:
+            scale_code = "1.0"
+        elif parts["divide"]:
+            scale_code = f"1 / ({code(scale)})"
+        else:
+            scale_code = code(scale)
+        permute_src = f"{target_code(permute_line)} {rewrap_code(receiver)}.permute(3, 0, 2, 4, 1, 5).flatten(1, 2)\n"
+        pool_src = None
+        if pool_at:
+            pool_src = f"{q} = {q}.unflatten(2, ({code(pool_parts['stride'])}, {code(pool_parts['tq'])})).amax(dim=2)\n"
+        call = f"{sdpa}({q}, {k}, {v}, scale={scale_code})"
+        restore_args = ", ".join(code(a) for a in parts["restore_args"])
+        out = parts["out"]
+        last = body[chain_end]
+        if out is None:
+            sdpa_src = None
+            restore_src = f"return {call}.unflatten(0, ({batch}, -1)).permute(0, 3, 1, 2, 4).reshape({restore_args})\n"
+        else:
+            sdpa_src = f"{out} = {call}\n"
+            restore_src = (
+                f"{target_code(last)} {out}.unflatten(0, ({batch}, -1)).permute(0, 3, 1, 2, 4).reshape({restore_args})\n"
+            )
+        edits: Dict[cst.CSTNode, Replacement] = {}
+
+        if flag is None:
+            removed_comments: List[cst.EmptyLine] = []
+            for i in region:
+                stmt = body[i]
+                if i == permute_at:
+                    edits[stmt] = _const(ctx.statement(permute_src, like=stmt))
+                elif i in unpack_at:
+                    continue
+                elif i in pool_at:
+                    edits.update(self.pool_edit(body, pool_at, pool_parts, pool_src, i))
+                elif i == chain_end:
+                    new: List[cst.BaseStatement] = []
+                    if sdpa_src is not None:
+                        first = ctx.statement(sdpa_src, like=body[start], replaces=False)
+                        restored = ctx.statement(restore_src, like=stmt)
+                        new.append(first.with_changes(leading_lines=[*removed_comments, *restored.leading_lines]))
+                        new.append(restored.with_changes(leading_lines=[]))
+                    else:
+                        restored = ctx.statement(restore_src, like=stmt)
+                        new.append(restored.with_changes(leading_lines=[*removed_comments, *restored.leading_lines]))
+                    edits[stmt] = _const(cst.FlattenSentinel(new))
+                else:  # a scores/softmax line: its comments move to the SDPA line
+                    removed_comments += [line for line in stmt.leading_lines if line.comment is not None]
+                    if i == start and stmt.leading_lines and stmt.leading_lines[0].comment is None:
+                        removed_comments.insert(0, stmt.leading_lines[0])
+                    edits[stmt] = _const(cst.RemovalSentinel.REMOVE)
+            return edits
+
+        # Flag mode: `if flag:` the original statements, `else:` the 4-D SDPA path.
+        indent = self.positions[permute_line].start.column
+        inner: List[str] = [permute_src]
+        for i in unpack_at:
+            inner.append(code(body[i].body[0]) + "\n")  # type: ignore[attr-defined]
+        if pool_at:
+            if "if" in pool_parts:
+                inner.append(f"if {code(pool_parts['if'].test)}:\n    {pool_src}")
+            else:
+                inner.append(pool_src)  # type: ignore[arg-type]
+        if sdpa_src is not None:
+            inner.append(sdpa_src)
+        if parts["weights"] is not None:
+            inner.append(f"# SDPA does not materialise the probabilities: read only when {flag}\n{parts['weights']} = None\n")
+        inner.append(restore_src)
+        source = (
+            f"if {flag}:\n"
+            "    pass\n"
+            "else:\n"
+            "    # 4-D q/k/v (batch*windows, heads, tokens, head_dim): SDPA runs a fused kernel\n"
+            + "".join("    " + line.replace("\n", "\n    ").rstrip(" ") for line in inner)
+        )
+        template = ctx._format_statement(source, indent)  # type: ignore[attr-defined]
+        collected: Dict[int, cst.BaseStatement] = {}
+
+        def removed(i):
+            def edit(updated):
+                collected[i] = updated
+                return cst.RemovalSentinel.REMOVE
+
+            return edit
+
+        def wrap(updated):
+            collected[chain_end] = updated
+            stmts = [collected[i] for i in region]
+            leading = list(stmts[0].leading_lines)
+            note = cst.EmptyLine(
+                comment=cst.Comment("# the attention probabilities are returned: the explicit 5-D attention, unchanged")
+            )
+            stmts[0] = stmts[0].with_changes(leading_lines=[note])
+            stmts = [_shift_continuations(s, ctx.module.default_indent) for s in stmts]
+            return template.with_changes(
+                leading_lines=leading, body=template.body.with_changes(body=stmts)  # type: ignore[union-attr]
+            )
+
+        for i in region[:-1]:
+            edits[body[i]] = removed(i)
+        edits[body[chain_end]] = wrap
+        return edits
+
+    def pool_edit(self, body, pool_at, pool_parts, pool_src, i) -> Dict[cst.CSTNode, Replacement]:
+        ctx = self.ctx
+        stmt = body[i]
+        if "if" in pool_parts:
+            lines = pool_parts["lines"]
+            new_line = ctx.statement(pool_src, like=lines[0])
+            extra = [line for s in lines[1:] for line in s.leading_lines if line.comment is not None]
+            new_line = new_line.with_changes(leading_lines=[*new_line.leading_lines, *extra])
+            new_if = stmt.with_changes(body=stmt.body.with_changes(body=[new_line]))
+            return {stmt: _const(new_if)}
+        lines = pool_parts["lines"]
+        if stmt is lines[-1] and len(lines) == 2:
+            return {stmt: _const(cst.RemovalSentinel.REMOVE)}
+        new_line = ctx.statement(pool_src, like=stmt)
+        if len(lines) == 2:
+            extra = [line for line in lines[1].leading_lines if line.comment is not None]
+            new_line = new_line.with_changes(leading_lines=[*new_line.leading_lines, *extra])
+        return {stmt: _const(new_line)}
+
+
+def _const(node):
+    """A replacement that ignores inner edits (HR002 may rewrite a q-pool line we replace)."""
+    return lambda updated: node
+
+
+def _qualified(ctx: PlanContext, node: cst.CSTNode) -> Set[str]:
+    value = ctx.wrapper.resolve(QualifiedNameProvider).get(node, set())
+    if callable(value):
+        value = value()
+    return {q.name for q in value}
+
+
+def _calls_sdpa(ctx: PlanContext, node: cst.CSTNode) -> bool:
+    found: List[bool] = []
+
+    class _Calls(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            if _qualified(ctx, call.func) & SDPA_NAMES:
+                found.append(True)
+
+    node.visit(_Calls())
+    return bool(found)
+
+
+def _shift_continuations(stmt: cst.BaseStatement, indent: str) -> cst.BaseStatement:
+    """Backslash continuations hold absolute indentation: move them one level in."""
+
+    class _Shift(cst.CSTTransformer):
+        def leave_SimpleWhitespace(self, original_node, updated_node):
+            if "\\" in updated_node.value and "\n" in updated_node.value:
+                return updated_node.with_changes(value=updated_node.value.replace("\n", "\n" + indent))
+            return updated_node
+
+    return stmt.visit(_Shift())  # type: ignore[return-value]
