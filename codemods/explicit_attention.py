@@ -324,19 +324,19 @@ class _Match:
         }
 
     def softmax(self, node: cst.BaseExpression) -> cst.BaseExpression:
-        found = method_call(node, "softmax")
-        if found is not None:
-            ok, dim = dim_arg(found[1])
-            if not ok or dim != -1:
-                raise Refuse(f"{code(node)} is not .softmax(dim=-1)")
-            return found[0]
-        if isinstance(node, cst.Call) and _qualified(self.ctx, node.func) & SOFTMAX_NAMES:
+        if isinstance(node, cst.Call) and _qualified(self.ctx, node.func) & SOFTMAX_NAMES - {"torch.Tensor.softmax"}:
             args = node.args
             if len(args) == 2 and not args[0].star and args[0].keyword is None and not args[1].star:
                 second = args[1]
                 if (second.keyword is None or second.keyword.value == "dim") and int_value(second.value) == -1:
                     return args[0].value
             raise Refuse(f"{code(node)} is not softmax over dim=-1 (without dtype)")
+        found = method_call(node, "softmax")
+        if found is not None:
+            ok, dim = dim_arg(found[1])
+            if not ok or dim != -1:
+                raise Refuse(f"{code(node)} is not .softmax(dim=-1)")
+            return found[0]
         raise Refuse(f"the attention probabilities are not a softmax of the scores: {code(node)}")
 
     def scores(self, node: cst.BaseExpression, env: Dict) -> Tuple[str, str, Optional[cst.BaseExpression], bool]:
@@ -437,6 +437,8 @@ class _Match:
         if i < 0 or q not in statement_names(body[i])[0]:
             return [], {}
         stmt = body[i]
+        if isinstance(stmt, cst.SimpleStatementLine) and _component(stmt, q) is not None:
+            return [], {}  # the unpack itself: no pool
         if isinstance(stmt, cst.If):
             if stmt.orelse is not None or not isinstance(stmt.body, cst.IndentedBlock):
                 raise Refuse(f"{q} is reassigned under control flow this rewrite does not follow")
