@@ -156,10 +156,20 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
         raise Refuse(f"{grid} is not torch.zeros(*{unit_mask}.shape, *{units}.shape[2:], ...)")
     if _latest_def(flow, unit_mask, grid_stmt) is not _latest_def(flow, unit_mask, reshape_stmt):  # type: ignore[arg-type]
         raise Refuse(f"{unit_mask} changes between the grid allocation and the reshape")
+    steps = [grid_stmt, reshape_stmt, expand_stmt, put]
+    blocks = {id(ctx.parent(s.line)) for s in steps}  # type: ignore[union-attr]
+    if len(blocks) != 1:
+        raise Refuse("the grid allocation, the mask reshape and expand and the fill are not in one block")
+    first = min(grid_stmt.index, reshape_stmt.index)  # type: ignore[union-attr]
     for name in (units, grid):
-        between = [s for s in flow.assigning(name) if grid_stmt.index < s.index < put.index]  # type: ignore[union-attr]
-        if between:
+        between = [s for s in flow.assigning(name) if first < s.index < put.index]
+        if between or flow.compound_assigned.get(name):
             raise Refuse(f"{name} is reassigned between the grid allocation and the fill")
+    # The fill writes into the zeros in place; a scatter makes a new tensor.  Any other
+    # reference to the zeros before the fill would see the difference.
+    reads = [s for s, _ in flow.loads_of(grid) if grid_stmt.index < s.index < put.index]  # type: ignore[union-attr]
+    if reads:
+        raise Refuse(f"{grid} is read before the fill: the in-place write may be observed through it")
     if free_names(flow, INDEX):
         raise Refuse(f"the function already uses the name {INDEX}")
     if not imports_module(ctx.module, "torch"):

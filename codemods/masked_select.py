@@ -11,24 +11,36 @@ it emits (the method gains ``num_masked=None``, counted from the mask if not giv
         # a mask from the caller: count its selected tokens (one host sync)
         num_masked = int(mask[0].sum())
     ...
-    label = torch.take_along_dim(label, <ascending True indices>[..., None], dim=1).flatten(0, 1)
+    label = torch.take_along_dim(label, <ascending True indices, as (B, n, 1, ...)>, dim=1).flatten(0, 1)
 
-Calls inside the method to sibling methods that gain ``num_masked`` pass it on, and an
-MAE ``forward`` that computes ``self.forward_loss(x, pred, ~pred_mask)`` right after
-``pred, pred_mask = self.forward_decoder(latent, mask)`` passes the static count
-``pred.shape[1] - latent.shape[1] * math.prod(latent.shape[2:-1])``.
+Calls inside the method to methods of the same class that gain ``num_masked`` pass it
+on when they pass the same mask, and an MAE ``forward`` that computes
+``self.forward_loss(x, pred, ~pred_mask)`` after ``pred, pred_mask =
+self.forward_decoder(latent, mask)`` (a decoder of the same class that fills the kept
+units) passes the static count
+``pred_mask.shape[1] - latent.shape[1] * math.prod(latent.shape[2:-1])``.
+A method under `# hiera-rewrite: skip` neither gains the count nor is passed it.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set, Tuple
+
+import dataclasses
 
 import libcst as cst
 
 from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
 
 from ._flow import FunctionFlow, code, is_name, method_call, single_assign, target_code
-from ._mask import ascending_true, free_names, imports_module, imports_typing_optional, with_keyword_param
+from ._mask import (
+    ascending_true,
+    free_names,
+    imports_module,
+    imports_typing_optional,
+    skip_marked_owner,
+    with_keyword_param,
+)
 
 COUNT = "num_masked"
 INDEX = "masked_tokens"
@@ -66,38 +78,78 @@ class MaskedSelect(Rewrite):
             return
         finder = _Selections()
         ctx.module.visit(finder)
-        gaining: Dict[cst.FunctionDef, List[cst.SimpleStatementLine]] = {}
+        for line, name in finder.unannotated:
+            ctx.refuse(
+                line,
+                f"{name} has no tensor annotation: nothing proves it is a (B, N) boolean mask rather than an index",
+            )
+        # Methods that gain `num_masked`, per class: name -> (function, mask parameter).
+        gaining: Dict[cst.ClassDef, Dict[str, _Method]] = {}
+        lines_of: Dict[cst.FunctionDef, List[cst.SimpleStatementLine]] = {}
         for func, lines in finder.by_function.items():
             masks = {code(line.body[0].value.slice[0].slice.value) for line in lines}  # type: ignore[attr-defined]
-            reason = _unsupported(func, masks)
+            owner = skip_marked_owner(ctx, func)
+            cls = _class_of(ctx, func)
+            reason = _unsupported(func, masks, cls)
+            if owner is not None:
+                reason = f"left alone: `# hiera-rewrite: skip` on {owner}"
             if reason:
                 for line in lines:
                     ctx.refuse(line, reason)
                 continue
-            gaining[func] = lines
-        names = {f.name.value for f in gaining}
-        for func, lines in gaining.items():
-            edits: Dict[cst.CSTNode, Replacement] = {}
-            for line in lines:
-                target, value = single_assign(line)  # type: ignore[misc]
-                source = code(value.value)  # type: ignore[attr-defined]
-                mask = code(value.slice[0].slice.value)  # type: ignore[attr-defined]
-                index = ctx.statement(f"{INDEX} = {ascending_true(mask, COUNT)}\n", like=line)
-                select = ctx.statement(
-                    f"{target_code(line)} torch.take_along_dim({source}, {INDEX}[..., None], dim=1).flatten(0, 1)\n",
-                    like=line,
-                    replaces=False,
-                )
-                edits[line] = cst.FlattenSentinel(
-                    [index.with_changes(trailing_whitespace=cst.TrailingWhitespace()),
-                     select.with_changes(trailing_whitespace=line.trailing_whitespace)]
-                )
-            mask = code(lines[0].body[0].value.slice[0].slice.value)  # type: ignore[attr-defined]
-            edits.update(_pass_count_on(ctx, func, names))
-            edits.update(_count_prelude(ctx, func, mask))
-            ctx.add_site(lines[0], edits)
-        for site in _mae_forward_calls(ctx, names):
-            ctx.add_site(*site)
+            (mask,) = masks
+            gaining.setdefault(cls, {})[func.name.value] = _Method(func, mask)  # type: ignore[arg-type]
+            lines_of[func] = lines
+        for cls, methods in gaining.items():
+            for method in methods.values():
+                func, mask = method.func, method.mask
+                edits: Dict[cst.CSTNode, Replacement] = {}
+                for line in lines_of[func]:
+                    target, value = single_assign(line)  # type: ignore[misc]
+                    source = code(value.value)  # type: ignore[attr-defined]
+                    index = ctx.statement(f"{INDEX} = {ascending_true(mask, COUNT)}\n", like=line)
+                    select = ctx.statement(
+                        f"{target_code(line)} torch.take_along_dim({source}, "
+                        f"{INDEX}.reshape({INDEX}.shape + (1,) * ({source}.dim() - 2)), dim=1).flatten(0, 1)\n",
+                        like=line,
+                        replaces=False,
+                    )
+                    edits[line] = cst.FlattenSentinel(
+                        [index.with_changes(trailing_whitespace=cst.TrailingWhitespace()),
+                         select.with_changes(trailing_whitespace=line.trailing_whitespace)]
+                    )
+                edits.update(_pass_count_on(func, methods, lambda arg: is_name(arg, mask)))
+                _count_prelude(ctx, func, mask, edits)
+                ctx.add_site(lines_of[func][0], edits)
+            for site in _mae_forward_calls(ctx, cls, methods):
+                ctx.add_site(*site)
+
+
+@dataclasses.dataclass
+class _Method:
+    """A method gaining `num_masked`, and the name of its mask parameter."""
+
+    func: cst.FunctionDef
+    mask: str
+
+    def mask_argument(self, call: cst.Call) -> Optional[cst.BaseExpression]:
+        """The expression ``call`` (a ``self.<method>(...)`` call) binds to the mask."""
+        if any(a.star for a in call.args):
+            return None
+        params = [p.name.value for p in (*self.func.params.posonly_params, *self.func.params.params)][1:]
+        positional = [a.value for a in call.args if a.keyword is None]
+        if self.mask in params and params.index(self.mask) < len(positional):
+            return positional[params.index(self.mask)]
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == self.mask:
+                return arg.value
+        return None
+
+
+def _class_of(ctx: PlanContext, func: cst.FunctionDef) -> Optional[cst.ClassDef]:
+    block = ctx.parent(func)
+    owner = ctx.parent(block) if block is not None else None
+    return owner if isinstance(owner, cst.ClassDef) else None
 
 
 class _Selections(cst.CSTVisitor):
@@ -107,6 +159,7 @@ class _Selections(cst.CSTVisitor):
         super().__init__()
         self.stack: List[cst.FunctionDef] = []
         self.by_function: Dict[cst.FunctionDef, List[cst.SimpleStatementLine]] = {}
+        self.unannotated: List[Tuple[cst.SimpleStatementLine, str]] = []
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.stack.append(node)
@@ -125,59 +178,68 @@ class _Selections(cst.CSTVisitor):
         if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index) or not is_name(sub.value):
             return
         index = sub.slice[0].slice.value
-        if is_name(index) and _tensor_param(func, index.value):  # type: ignore[attr-defined]
+        if not is_name(index):
+            return
+        kind = _param_kind(func, index.value)  # type: ignore[attr-defined]
+        if kind == "tensor":
             self.by_function.setdefault(func, []).append(node)
+        elif kind == "unannotated":
+            self.unannotated.append((node, index.value))  # type: ignore[attr-defined]
 
 
-def _tensor_param(func: cst.FunctionDef, name: str) -> bool:
-    for param in func.params.params:
-        if param.name.value == name and param.annotation is not None:
-            return code(param.annotation.annotation) in ("torch.Tensor", "Tensor", "torch.BoolTensor")
-    return False
+def _param_kind(func: cst.FunctionDef, name: str) -> Optional[str]:
+    """"tensor" for a parameter annotated as a tensor, "unannotated" for one without an
+    annotation, None otherwise (another annotation, or not a parameter)."""
+    for param in (*func.params.posonly_params, *func.params.params):
+        if param.name.value == name:
+            if param.annotation is None:
+                return "unannotated"
+            if code(param.annotation.annotation) in ("torch.Tensor", "Tensor", "torch.BoolTensor"):
+                return "tensor"
+            return None
+    return None
 
 
-def _unsupported(func: cst.FunctionDef, masks: Set[str]) -> Optional[str]:
+def _unsupported(func: cst.FunctionDef, masks: Set[str], cls: Optional[cst.ClassDef]) -> Optional[str]:
     flow = FunctionFlow(func)
     if len(masks) != 1:
         return f"{func.name.value} selects with several masks ({', '.join(sorted(masks))})"
     if free_names(flow, COUNT, INDEX):
         return f"{func.name.value} already uses the name {COUNT} or {INDEX}"
-    if not func.params.params or func.params.params[0].name.value != "self":
-        return f"{func.name.value} is not a method: its callers cannot pass the count"
+    if cls is None or not func.params.params or func.params.params[0].name.value != "self" or func.decorators:
+        return f"{func.name.value} is not a plain method of a class: its callers cannot pass the count"
     (mask,) = masks
-    if flow.assigning(mask):
+    if flow.assigning(mask) or flow.compound_assigned.get(mask):
         return f"the mask argument {mask} is reassigned in {func.name.value}"
     return None
 
 
-def _count_prelude(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Dict[cst.CSTNode, Replacement]:
+def _count_prelude(ctx: PlanContext, func: cst.FunctionDef, mask: str, edits: Dict[cst.CSTNode, Replacement]) -> None:
+    """Add `num_masked=None` to the signature and the count at the top of the body
+    (after a docstring), composed with an edit of that first statement if any."""
     body = list(func.body.body)  # type: ignore[union-attr]
     first = 1 if body and _is_docstring(body[0]) and len(body) > 1 else 0
     anchor = body[first]
-    like = anchor if isinstance(anchor, cst.SimpleStatementLine) else None
-    indent_source = like or _first_simple(anchor)
     prelude = ctx.statement(
         f"if {COUNT} is None:\n"
         f"    # a mask from the caller: count its selected tokens (one host sync)\n"
         f"    {COUNT} = int({mask}[0].sum())\n",
-        like=indent_source,  # type: ignore[arg-type]
+        like=anchor,  # type: ignore[arg-type]
         replaces=False,
     )
     annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
-    return {
-        func: with_keyword_param(ctx, func, COUNT, annotation),
-        anchor: lambda updated: cst.FlattenSentinel(
-            [prelude.with_changes(leading_lines=updated.leading_lines), updated.with_changes(leading_lines=[])]
-            if first == 0
-            else [prelude, updated]
-        ),
-    }
+    edits[func] = with_keyword_param(ctx, func, COUNT, annotation)
+    replaced = edits.get(anchor)
 
+    def insert(updated: cst.CSTNode) -> cst.FlattenSentinel:
+        nodes = list(replaced.nodes) if isinstance(replaced, cst.FlattenSentinel) else [updated]
+        if first:
+            return cst.FlattenSentinel([prelude, *nodes])
+        return cst.FlattenSentinel(
+            [prelude.with_changes(leading_lines=nodes[0].leading_lines), nodes[0].with_changes(leading_lines=[]), *nodes[1:]]
+        )
 
-def _first_simple(stmt: cst.CSTNode) -> Optional[cst.SimpleStatementLine]:
-    """A simple statement at the same indentation as compound ``stmt``: not needed, so
-    fall back to the statement itself (its column is the indentation)."""
-    return stmt  # type: ignore[return-value]
+    edits[anchor] = insert
 
 
 def _is_docstring(stmt: cst.CSTNode) -> bool:
@@ -189,128 +251,140 @@ def _is_docstring(stmt: cst.CSTNode) -> bool:
     )
 
 
-def _pass_count_on(ctx: PlanContext, func: cst.FunctionDef, names: Set[str]) -> Dict[cst.CSTNode, Replacement]:
-    """`self.<sibling>(..., mask)` calls inside ``func`` get `num_masked=num_masked`."""
+def _pass_count_on(
+    func: cst.FunctionDef, methods: Dict[str, "_Method"], same_mask: Callable[[cst.BaseExpression], bool]
+) -> Dict[cst.CSTNode, Replacement]:
+    """`self.<method>(...)` calls inside ``func`` to methods of the same class that gain
+    ``num_masked`` get `num_masked=num_masked`, when the mask they pass is the one
+    counted (``same_mask``); other calls are left to count their own mask."""
     edits: Dict[cst.CSTNode, Replacement] = {}
 
     class _Calls(cst.CSTVisitor):
         def visit_Call(self, node: cst.Call) -> None:
-            found = method_call(node, *names)
-            if found and is_name(found[0], "self") and not any(
-                a.keyword is not None and a.keyword.value == COUNT for a in node.args
-            ):
-                args = list(node.args)
-                last = args[-1]
-                if last.comma is cst.MaybeSentinel.DEFAULT:
-                    args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-                args.append(
-                    cst.Arg(
-                        keyword=cst.Name(COUNT),
-                        value=cst.Name(COUNT),
-                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-                        comma=last.comma if last.comma is not cst.MaybeSentinel.DEFAULT else cst.MaybeSentinel.DEFAULT,
-                    )
-                )
-                edits[node] = node.with_changes(args=args)
+            found = method_call(node, *methods)
+            if not found or not is_name(found[0], "self") or not node.args:
+                return
+            if any(a.keyword is not None and a.keyword.value == COUNT for a in node.args):
+                return
+            argument = methods[found[1].func.attr.value].mask_argument(node)  # type: ignore[attr-defined]
+            if argument is None or not same_mask(argument):
+                return
+            edits[node] = _with_count(node)
 
     func.body.visit(_Calls())
     return edits
 
 
-def _mae_forward_calls(ctx: PlanContext, names: Set[str]):
-    """In the MAE forward: `self.forward_loss(x, pred, ~pred_mask)` gets the static count."""
+def _with_count(node: cst.Call) -> cst.Call:
+    args = list(node.args)
+    last = args[-1]
+    if last.comma is cst.MaybeSentinel.DEFAULT:
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    args.append(
+        cst.Arg(
+            keyword=cst.Name(COUNT),
+            value=cst.Name(COUNT),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+            comma=last.comma if last.comma is not cst.MaybeSentinel.DEFAULT else cst.MaybeSentinel.DEFAULT,
+        )
+    )
+    return node.with_changes(args=args)
+
+
+def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "_Method"]):
+    """In the MAE forward: `self.forward_loss(x, pred, ~pred_mask)` (any method of the
+    class that gains the count, called with `~pred_mask` as its mask) gets the static
+    count, right after `pred, pred_mask = self.forward_decoder(latent, mask)`."""
     if not imports_module(ctx.module, "math"):
         return []
     sites = []
-    for cls in [n for n in ctx.module.body if isinstance(n, cst.ClassDef)]:
-        methods = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
-        if "forward_decoder" not in methods:
+    defined = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
+    decoder = defined.get("forward_decoder")
+    if decoder is None or not _fills_units(decoder):
+        # pred_mask's count is known only for Hiera's decoder: the kept units, upsampled.
+        return []
+    for func in defined.values():
+        if skip_marked_owner(ctx, func) is not None:
             continue
-        for func in methods.values():
-            flow = FunctionFlow(func)
-            for stmt in flow.stmts:
-                decoded = single_assign(stmt.line) if stmt.line.body else None
-                if decoded is None or not isinstance(decoded[0], cst.Tuple) or len(decoded[0].elements) != 2:
+        flow = FunctionFlow(func)
+        for stmt in flow.stmts:
+            decoded = single_assign(stmt.line) if stmt.line.body else None
+            if decoded is None or not isinstance(decoded[0], cst.Tuple) or len(decoded[0].elements) != 2:
+                continue
+            call = method_call(decoded[1], "forward_decoder")
+            if call is None or not is_name(call[0], "self") or not call[1].args or call[1].args[0].keyword:
+                continue
+            pred, pred_mask = (e.value for e in decoded[0].elements)
+            latent = call[1].args[0].value
+            if not (is_name(pred) and is_name(pred_mask) and is_name(latent)):
+                continue
+            names = (pred_mask.value, latent.value)  # type: ignore[attr-defined]
+            if any(len(flow.assigning(n)) != 1 or flow.compound_assigned.get(n) or n in flow.params for n in names):
+                continue  # the count is right only for the decoder's own outputs
+            if latent.value == pred_mask.value:  # type: ignore[attr-defined]
+                continue
+            toggled = lambda arg: (  # noqa: E731
+                isinstance(arg, cst.UnaryOperation)
+                and isinstance(arg.operator, cst.BitInvert)
+                and is_name(arg.expression, pred_mask.value)  # type: ignore[attr-defined]
+            )
+            for after in flow.stmts[stmt.index + 1:]:
+                if not after.line.body:
                     continue
-                call = method_call(decoded[1], "forward_decoder")
-                if call is None or not is_name(call[0], "self") or not call[1].args:
+                calls = _pass_count_on(cst.FunctionDef(cst.Name("f"), cst.Parameters(), cst.IndentedBlock([after.line])),
+                                       methods, toggled)
+                if not calls:
                     continue
-                pred, pred_mask = (e.value for e in decoded[0].elements)
-                latent = call[1].args[0].value
-                if not (is_name(pred) and is_name(pred_mask) and is_name(latent)):
+                if free_names(flow, COUNT):
+                    ctx.refuse(next(iter(calls)), f"{func.name.value} already uses the name {COUNT}")
                     continue
-                later = [s for s in flow.stmts if s.index > stmt.index]
-                reassigned = {pred.value, pred_mask.value, latent.value}  # type: ignore[attr-defined]
-                for after in later:
-                    for loss_call in _loss_calls(after.line, names):
-                        args = loss_call.args
-                        if len(args) != 3 or any(a.keyword or a.star for a in args):
-                            continue
-                        mask_arg = args[2].value
-                        if not (
-                            is_name(args[1].value, pred.value)  # type: ignore[attr-defined]
-                            and isinstance(mask_arg, cst.UnaryOperation)
-                            and isinstance(mask_arg.operator, cst.BitInvert)
-                            and is_name(mask_arg.expression, pred_mask.value)  # type: ignore[attr-defined]
-                        ):
-                            continue
-                        count = (
-                            f"{pred.value}.shape[1] - {latent.value}.shape[1]"  # type: ignore[attr-defined]
-                            f" * math.prod({latent.value}.shape[2:-1])"  # type: ignore[attr-defined]
-                        )
-                        new_args = list(args)
-                        new_args[-1] = new_args[-1].with_changes(
-                            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-                        )
-                        new_args.append(
-                            cst.Arg(
-                                keyword=cst.Name(COUNT),
-                                value=cst.Name(COUNT),
-                                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-                            )
-                        )
-                        if free_names(flow, COUNT):
-                            ctx.refuse(loss_call, f"{func.name.value} already uses the name {COUNT}")
-                            continue
-                        new_call = loss_call.with_changes(args=new_args)
-                        count_stmt = ctx.statement(
-                            "# masked prediction tokens: all of them minus the kept units' (static shapes)\n"
-                            f"{COUNT} = {count}\n",
-                            like=after.line,
-                            replaces=False,
-                        )
-                        new_line = _replace_in_line(ctx, after.line, loss_call, new_call)
-                        sites.append(
-                            (loss_call,
-                             {after.line: cst.FlattenSentinel(
-                                 [count_stmt.with_changes(
-                                     leading_lines=[*after.line.leading_lines, *count_stmt.leading_lines]),
-                                  new_line.with_changes(leading_lines=[])])},
-                             "MAE forward: pass the masked-token count from static shapes")
-                        )
-                    if after.assigned & reassigned:
-                        break
+                count = (
+                    f"{pred_mask.value}.shape[1] - {latent.value}.shape[1]"  # type: ignore[attr-defined]
+                    f" * math.prod({latent.value}.shape[2:-1])"  # type: ignore[attr-defined]
+                )
+                count_stmt = ctx.statement(
+                    "# masked prediction tokens: all of them minus the kept units' (static shapes)\n"
+                    f"{COUNT} = {count}\n",
+                    like=after.line,
+                    replaces=False,
+                )
+                new_line = _replace_in_line(ctx, after.line, calls)
+                sites.append(
+                    (next(iter(calls)),
+                     {after.line: cst.FlattenSentinel(
+                         [count_stmt.with_changes(
+                             leading_lines=[*after.line.leading_lines, *count_stmt.leading_lines]),
+                          new_line.with_changes(leading_lines=[])])},
+                     "MAE forward: pass the masked-token count from static shapes")
+                )
     return sites
 
 
-def _loss_calls(line: cst.SimpleStatementLine, names: Set[str]) -> List[cst.Call]:
-    found: List[cst.Call] = []
+def _fills_units(decoder: cst.FunctionDef) -> bool:
+    """The decoder puts the kept units on the full grid: `x_dec[mask] = x.flatten()`,
+    or HR004's scatter of `kept_windows` (a file rewritten in two runs)."""
+    found = []
 
-    class _Calls(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            hit = method_call(node, "forward_loss")
-            if hit and "forward_loss" in names and is_name(hit[0], "self"):
-                if not any(a.keyword is not None and a.keyword.value == COUNT for a in node.args):
-                    found.append(node)
+    class _Fill(cst.CSTVisitor):
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+            assign = single_assign(node)
+            if assign is None:
+                return
+            if isinstance(assign[0], cst.Subscript) and method_call(assign[1], "flatten"):
+                found.append(node)
+            scatter = method_call(assign[1], "scatter")
+            if scatter and "kept_windows" in code(scatter[1]):
+                found.append(node)
 
-    line.visit(_Calls())
-    return found
+    decoder.body.visit(_Fill())
+    return bool(found)
 
 
-def _replace_in_line(ctx: PlanContext, line: cst.SimpleStatementLine, old: cst.Call, new: cst.Call) -> cst.BaseStatement:
+def _replace_in_line(ctx: PlanContext, line: cst.SimpleStatementLine, calls: Dict[cst.CSTNode, Replacement]) -> cst.BaseStatement:
     class _Swap(cst.CSTTransformer):
         def leave_Call(self, original_node, updated_node):
-            return new if original_node is old else updated_node
+            new = calls.get(original_node)
+            return new if new is not None else updated_node
 
     swapped = line.visit(_Swap())
     body_code = "; ".join(cst.Module(body=[]).code_for_node(s) for s in swapped.body)  # type: ignore[attr-defined]

@@ -21,6 +21,7 @@ it computes the kept count as a Python int and passes it on, when the base class
 
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
@@ -50,7 +51,7 @@ from ._mask import (
 
 COUNT = "num_kept"
 INDEX = "kept_windows"
-FLAG = "_HIERA_FORWARD_TAKES_NUM_KEPT"
+FLAG = "__super_forward_takes_num_kept"
 
 
 class Refuse(Exception):
@@ -90,9 +91,9 @@ class EncoderTokenDrop(Rewrite):
     def plan(self, ctx: PlanContext) -> None:
         finder = _Finder()
         ctx.module.visit(finder)
-        for node in finder.drops:
+        for node, via in finder.drops + _drops_through_names(ctx, finder.tile_lines):
             try:
-                edits = _token_drop(ctx, node)
+                edits = _token_drop(ctx, node, via)
             except Refuse as reason:
                 ctx.refuse(node, str(reason))
                 continue
@@ -105,18 +106,33 @@ class EncoderTokenDrop(Rewrite):
                     ctx.refuse(call, str(reason))
                 continue
             ctx.add_site(call, edits, "MAE encoder: pass the kept count of get_random_mask as a Python int")
+        for call in finder.submodule_masks:
+            encoder = code(call.func.value)  # type: ignore[attr-defined]
+            ctx.refuse(
+                call,
+                f"the mask comes from {encoder}.get_random_mask: the encoder is a submodule (composition, not a "
+                f"base class), so its forward's signature is unknown here; the kept count is not passed and "
+                f"{encoder} counts the mask itself (one host sync)",
+            )
 
 
 class _Finder(cst.CSTVisitor):
     def __init__(self) -> None:
         super().__init__()
-        self.drops: List[cst.Subscript] = []
+        self.drops: List[Tuple[cst.Subscript, Optional[cst.SimpleStatementLine]]] = []
+        self.tile_lines: List[cst.SimpleStatementLine] = []
         self.super_forwards: List[cst.Call] = []
+        self.submodule_masks: List[cst.Call] = []
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
             if _unit_mask(node.slice[0].slice.value) is not None:
-                self.drops.append(node)
+                self.drops.append((node, None))
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        assign = single_assign(node)
+        if assign is not None and is_name(assign[0]) and _unit_mask(assign[1]) is not None:
+            self.tile_lines.append(node)
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -127,6 +143,31 @@ class _Finder(cst.CSTVisitor):
             and is_name(func.value.func, "super")
         ):
             self.super_forwards.append(node)
+        found = method_call(node, "get_random_mask")
+        if found is not None and isinstance(found[0], cst.Attribute) and is_name(found[0].value, "self"):
+            self.submodule_masks.append(node)
+
+
+def _drops_through_names(ctx: PlanContext, tile_lines: List[cst.SimpleStatementLine]):
+    """`keep = mask[..., None].tile(1, MU, C)` then `x[keep]` in the same function."""
+    found: List[Tuple[cst.Subscript, Optional[cst.SimpleStatementLine]]] = []
+    for line in tile_lines:
+        func = enclosing_function(ctx, line)
+        if func is None:
+            continue
+        name = single_assign(line)[0].value  # type: ignore[index, attr-defined]
+
+        class _Uses(cst.CSTVisitor):
+            def visit_Subscript(self, node: cst.Subscript) -> None:
+                if (
+                    len(node.slice) == 1
+                    and isinstance(node.slice[0].slice, cst.Index)
+                    and is_name(node.slice[0].slice.value, name)
+                ):
+                    found.append((node, line))
+
+        func.body.visit(_Uses())
+    return found
 
 
 def _unit_mask(index: cst.BaseExpression) -> Optional[Tuple[str, cst.BaseExpression, cst.BaseExpression]]:
@@ -158,24 +199,38 @@ def _unit_mask(index: cst.BaseExpression) -> Optional[Tuple[str, cst.BaseExpress
     return base.value, args[1], args[2]  # type: ignore[attr-defined]
 
 
-def _token_drop(ctx: PlanContext, node: cst.Subscript) -> Dict[cst.CSTNode, Replacement]:
+def _token_drop(
+    ctx: PlanContext, node: cst.Subscript, via: Optional[cst.SimpleStatementLine]
+) -> Dict[cst.CSTNode, Replacement]:
     index = node.slice[0].slice.value  # type: ignore[attr-defined]
-    mask, _, _ = _unit_mask(index)  # type: ignore[misc]
+    mask, _, _ = _unit_mask(index if via is None else single_assign(via)[1])  # type: ignore[misc, index]
     func = enclosing_function(ctx, node)
     line = enclosing_line(ctx, node)
     if func is None or line is None:
         raise Refuse("the boolean token drop is not a statement inside a function")
     flow = FunctionFlow(func)
+    if via is not None:
+        name = index.value  # type: ignore[attr-defined]
+        made = flow.stmt_of(via)
+        if (
+            [s.index for s in flow.assigning(name)] != [made.index]
+            or flow.compound_assigned.get(name)
+            or made.index >= flow.stmt_of(line).index
+        ):
+            raise Refuse(f"{name} is not the unit mask made once before the token drop")
     assign = single_assign(line)
     view = method_call(assign[1], "view", "reshape") if assign else None
-    if view is None or view[0] is not node:
-        raise Refuse("the boolean token drop is not `x = x[mask...].view(B, -1, C)`")
+    if assign is not None and assign[1] is node:
+        view_args = None  # `x = x[m]`: the flat result; a view may follow in another statement
+    elif view is None or view[0] is not node:
+        raise Refuse("the boolean token drop is not `x = x[mask...]` or `x = x[mask...].view(B, -1, C)`")
+    else:
+        view_args = positional(view[1])
+        if view_args is None or len(view_args) != 3:
+            raise Refuse("the token drop's view is not (B, -1, C)")
     tokens = node.value
     if not is_name(tokens):
         raise Refuse("the tokens indexed by the mask are not a local name")
-    view_args = positional(view[1])
-    if view_args is None or len(view_args) != 3:
-        raise Refuse("the token drop's view is not (B, -1, C)")
     if mask not in flow.params or flow.assigning(mask):
         raise Refuse(f"{mask} is not the function's own mask argument (reassigned or not a parameter)")
     clash = free_names(flow, COUNT, INDEX)
@@ -192,7 +247,9 @@ def _token_drop(ctx: PlanContext, node: cst.Subscript) -> Dict[cst.CSTNode, Repl
         f"    {COUNT} = int({mask}[0].sum())\n",
         f"{INDEX} = {ascending_true(mask, COUNT)}\n",
         f"{target} torch.take_along_dim({x}.view({x}.shape[0], -1, {mask}.shape[-1], {x}.shape[-1]), "
-        f"{INDEX}[:, None, :, None], dim=2).view({', '.join(code(a) for a in view_args)})\n",
+        f"{INDEX}[:, None, :, None], dim=2)"
+        + (".flatten()" if view_args is None else f".view({', '.join(code(a) for a in view_args)})")
+        + "\n",
     ]
     guard, index, drop = (ctx.statement(src, like=line) for src in new_lines)
     # The comments above the old statement go above the first new one; its
@@ -213,29 +270,35 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     if mask_arg.keyword is not None or mask_arg.star or not is_name(mask_arg.value):
         raise Refuse("")
     mask = mask_arg.value.value  # type: ignore[attr-defined]
-    if any(a.keyword is not None and a.keyword.value == COUNT for a in call.args):
+    if any(a.star or a.keyword is not None and a.keyword.value == COUNT for a in call.args):
         raise Refuse("")
     flow = FunctionFlow(func)
     generate = _random_mask_guard(ctx, func, mask)
-    if generate is None:
+    if generate is None or not is_name(generate[2], "self"):
         raise Refuse("")
-    guard, ratio = generate
-    if ratio not in flow.params or flow.assigning(ratio):
+    guard, ratio, _ = generate
+    if ratio not in flow.params or flow.assigning(ratio) or flow.compound_assigned.get(ratio):
         raise Refuse(f"the mask ratio {ratio} is not an unmodified argument of {func.name.value}")
+    made = flow.stmt_of(guard.body.body[0])  # type: ignore[union-attr, arg-type]
+    if [s.index for s in flow.assigning(mask)] != [made.index] or flow.compound_assigned.get(mask):
+        raise Refuse(f"{mask} is assigned elsewhere in {func.name.value}: the kept count may not be get_random_mask's")
+    if ctx.position(call).line <= ctx.position(guard).line:
+        raise Refuse("the encoder call does not come after the random mask is made")
     cls = next((a for a in ctx.ancestors(func) if isinstance(a, cst.ClassDef)), None)
-    if cls is None or not cls.bases or not is_name(cls.bases[0].value):
+    if cls is None or not cls.bases or not is_name(cls.bases[0].value) or ctx.parent(ctx.parent(func)) is not cls:
         raise Refuse("the MAE's encoder base class is not a plain name")
     base = cls.bases[0].value.value  # type: ignore[attr-defined]
-    if any(
-        isinstance(s, cst.FunctionDef) and s.name.value == "get_random_mask" for s in cls.body.body  # type: ignore[union-attr]
-    ):
+    if _defines(cls, "get_random_mask"):
         raise Refuse("the MAE overrides get_random_mask: its kept count is not provably upstream's")
+    unknown = _same_file_random_mask(ctx, base)
+    if unknown:
+        raise Refuse(unknown)
     if not (imports_module(ctx.module, "math") and imports_module(ctx.module, "torch")):
         raise Refuse("the module does not `import math` and `import torch`")
     clash = free_names(flow, COUNT)
     if clash:
         raise Refuse(f"{func.name.value} already uses the name {COUNT}")
-    if any(code(t) == FLAG for s in ctx.module.body for t in _assigned_names(s)):
+    if _defines(cls, FLAG):
         raise Refuse("")
 
     edits: Dict[cst.CSTNode, Replacement] = {}
@@ -251,7 +314,7 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
 
     assign = single_assign(line)
     call_code = code(call)
-    new_call = call_code[:-1].rstrip().rstrip(",") + f", **({{{COUNT!r}: {COUNT}}} if {FLAG} else {{}}))"
+    new_call = call_code[:-1].rstrip().rstrip(",") + f", **({{{COUNT!r}: {COUNT}}} if self.{FLAG} else {{}}))"
     if assign is not None:
         new_line = ctx.statement(f"{target_code(line)} {new_call}\n", like=line)
     elif len(line.body) == 1 and isinstance(line.body[0], (cst.Expr, cst.Return)):
@@ -259,27 +322,50 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
         new_line = ctx.statement(f"{keyword}{new_call}\n", like=line)
     else:
         raise Refuse("the encoder call is not a plain assignment, expression or return")
-    if not (isinstance(line.body[0], cst.Return) or assign is not None and code(assign[1]) == call_code or (
-        len(line.body) == 1 and isinstance(line.body[0], cst.Expr) and line.body[0].value is call
-    )):
+    if not (
+        isinstance(line.body[0], cst.Return) and line.body[0].value is call
+        or assign is not None and assign[1] is call
+        or len(line.body) == 1 and isinstance(line.body[0], cst.Expr) and line.body[0].value is call
+    ):
         raise Refuse("the encoder call is part of a larger expression")
     edits[line] = new_line
 
-    flag = cst.parse_statement(
+    # A class attribute with a private (mangled) name: each rewritten MAE class asks
+    # its own base, and a subclass cannot shadow it.
+    first = cls.body.body[0]  # type: ignore[union-attr]
+    has_doc = _is_docstring(first) and len(cls.body.body) > 1  # type: ignore[union-attr]
+    anchor = cls.body.body[1] if has_doc else first  # type: ignore[union-attr]
+    flag = ctx.statement(
         f"# hiera.py may be rewritten separately: pass {COUNT} only if {base}.forward takes it.\n"
-        f'{FLAG} = "{COUNT}" in inspect.signature({base}.forward).parameters\n'
+        f'{FLAG} = "{COUNT}" in inspect.signature({base}.forward).parameters\n',
+        like=anchor,  # type: ignore[arg-type]
+        replaces=False,
     )
-    edits[cls] = lambda updated: cst.FlattenSentinel(
-        [
-            flag.with_changes(leading_lines=[*updated.leading_lines, *flag.leading_lines]),
-            updated.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]),
+
+    def add_flag(updated: cst.ClassDef) -> cst.ClassDef:
+        statements = list(updated.body.body)  # type: ignore[union-attr]
+        at = 1 if has_doc else 0
+        following = statements[at]
+        statements[at:at + 1] = [
+            flag.with_changes(
+                leading_lines=[*(ln for ln in following.leading_lines if ln.comment is None), *flag.leading_lines]
+            ),
+            following.with_changes(
+                leading_lines=[
+                    *([cst.EmptyLine(indent=False)] if isinstance(following, (cst.FunctionDef, cst.ClassDef)) else []),
+                    *(ln for ln in following.leading_lines if ln.comment is not None),
+                ]
+            ),
         ]
-    )
+        return updated.with_changes(body=updated.body.with_changes(body=statements))
+
+    edits[cls] = add_flag
     if not imports_module(ctx.module, "inspect"):
-        anchor = last_top_level_import(ctx.module)
-        if anchor is None:
-            raise Refuse("no top-level import to add `import inspect` after")
-        edits[anchor] = lambda updated: cst.FlattenSentinel([updated, cst.parse_statement("import inspect\n")])
+        anchor_import = last_top_level_import(ctx.module)
+        top = next((a for a in [cls, *ctx.ancestors(cls)] if ctx.parent(a) is ctx.module), None)
+        if anchor_import is None or top is None or ctx.module.body.index(anchor_import) > ctx.module.body.index(top):
+            raise Refuse("no top-level import above the MAE class to add `import inspect` after")
+        edits[anchor_import] = lambda updated: cst.FlattenSentinel([updated, cst.parse_statement("import inspect\n")])
     return edits
 
 
@@ -289,7 +375,80 @@ def _assigned_names(stmt: cst.CSTNode) -> List[cst.CSTNode]:
     return []
 
 
-def _random_mask_guard(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Optional[Tuple[cst.If, str]]:
+def _defines(cls: cst.ClassDef, name: str) -> bool:
+    for stmt in cls.body.body:  # type: ignore[union-attr]
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and stmt.name.value == name:
+            return True
+        if isinstance(stmt, cst.SimpleStatementLine) and any(code(t) == name for t in _assigned_names(stmt)):
+            return True
+    return False
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _same_file_random_mask(ctx: PlanContext, base: str) -> Optional[str]:
+    """When the base class (or a class it derives from) is defined in this file, its
+    get_random_mask must keep `int(math.prod(self.mask_spatial_shape) * (1 - ratio))`
+    units, the count the MAE passes.  A base imported from another file is upstream's
+    contract (hiera.py's get_random_mask); it cannot be checked here."""
+    classes = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.ClassDef)}
+    seen = set()
+    while base in classes and base not in seen:
+        seen.add(base)
+        cls = classes[base]
+        method = next(
+            (s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "get_random_mask"),  # type: ignore[union-attr]
+            None,
+        )
+        if method is not None:
+            return None if _upstream_random_mask(method) else (
+                f"{base}.get_random_mask does not keep int(math.prod(self.mask_spatial_shape) * (1 - ratio)) "
+                "units as upstream does: the kept count is not known"
+            )
+        if not cls.bases or not is_name(cls.bases[0].value):
+            return f"{base}'s base class is not a plain name: its get_random_mask cannot be checked"
+        base = cls.bases[0].value.value  # type: ignore[attr-defined]
+    return None
+
+
+def _upstream_random_mask(func: cst.FunctionDef) -> bool:
+    """`n = math.prod(self.mask_spatial_shape)`, `k = int(n * (1 - ratio))` with ratio the
+    second parameter, `mask[:, :k] = 1` and k not changed elsewhere."""
+    params = [p.name.value for p in func.params.params]
+    if len(params) != 3 or isinstance(func.params.star_arg, (cst.Param, cst.ParamStar)) or func.params.kwonly_params:
+        return False
+    flow = FunctionFlow(func)
+    ratio = params[2]
+    if flow.assigning(ratio) or flow.compound_assigned:
+        return False
+    windows = keep = None
+    for stmt in flow.stmts:
+        assign = single_assign(stmt.line) if stmt.line.body else None
+        if assign is None or not is_name(assign[0]):
+            continue
+        value = code(assign[1]).replace(" ", "")
+        if value == "math.prod(self.mask_spatial_shape)":
+            windows = assign[0].value  # type: ignore[attr-defined]
+        elif windows and value == f"int({windows}*(1-{ratio}))":
+            keep = assign[0].value  # type: ignore[attr-defined]
+    if windows is None or keep is None or len(flow.assigning(keep)) != 1 or len(flow.assigning(windows)) != 1:
+        return False
+    slices = [
+        s for s in flow.stmts if s.line.body and re.fullmatch(rf"\w+\[:,:{keep}\]=1", code(s.line).replace(" ", ""))
+    ]
+    return len(slices) == 1
+
+
+def _random_mask_guard(
+    ctx: PlanContext, func: cst.FunctionDef, mask: str
+) -> Optional[Tuple[cst.If, str, cst.BaseExpression]]:
     """Find `if mask is None: mask = self.get_random_mask(x, ratio)` at the top level of ``func``."""
     for stmt in func.body.body:  # type: ignore[union-attr]
         if not isinstance(stmt, cst.If) or stmt.orelse is not None:
@@ -310,10 +469,10 @@ def _random_mask_guard(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Op
         if assign is None or not is_name(assign[0], mask):
             return None
         found = method_call(assign[1], "get_random_mask")
-        if found is None or not is_name(found[0], "self"):
+        if found is None:
             return None
         args = positional(found[1])
         if args is None or len(args) != 2 or not is_name(args[1]):
             return None
-        return stmt, args[1].value  # type: ignore[attr-defined]
+        return stmt, args[1].value, found[0]  # type: ignore[attr-defined]
     return None

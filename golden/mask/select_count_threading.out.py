@@ -1,0 +1,94 @@
+"""Golden: which callees get the count.  forward_loss passes `num_masked` only to a
+method of its own class that gains it *and* receives the same mask: not to a
+skip-marked helper, not to one called with another mask, not to another class's."""
+import torch
+import torch.nn as nn
+
+
+def masked_rows(batch, tokens, selected):
+    return torch.rand(batch, tokens).argsort(dim=1).argsort(dim=1) < selected
+
+
+class Other(nn.Module):
+    def gather(
+        self, x: torch.Tensor, mask: torch.Tensor, num_masked=None
+    ) -> torch.Tensor:
+        if num_masked is None:
+            # a mask from the caller: count its selected tokens (one host sync)
+            num_masked = int(mask[0].sum())
+        masked_tokens = (
+            mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
+        )
+        rows = torch.take_along_dim(
+            x, masked_tokens.reshape(masked_tokens.shape + (1,) * (x.dim() - 2)), dim=1
+        ).flatten(0, 1)
+        return rows
+
+
+class Loss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.other = Other()
+
+    # hiera-rewrite: skip
+    def labels_skipped(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        label = x[mask]
+        return label
+
+    def labels(
+        self, x: torch.Tensor, mask: torch.Tensor, norm: bool = True, num_masked=None
+    ) -> torch.Tensor:
+        if num_masked is None:
+            # a mask from the caller: count its selected tokens (one host sync)
+            num_masked = int(mask[0].sum())
+        masked_tokens = (
+            mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
+        )
+        label = torch.take_along_dim(
+            x, masked_tokens.reshape(masked_tokens.shape + (1,) * (x.dim() - 2)), dim=1
+        ).flatten(0, 1)
+        return label - label.mean(dim=-1, keepdim=True) if norm else label
+
+    def weights(
+        self, w: torch.Tensor, mask: torch.Tensor, num_masked=None
+    ) -> torch.Tensor:
+        if num_masked is None:
+            # a mask from the caller: count its selected tokens (one host sync)
+            num_masked = int(mask[0].sum())
+        masked_tokens = (
+            mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
+        )
+        picked = torch.take_along_dim(
+            w, masked_tokens.reshape(masked_tokens.shape + (1,) * (w.dim() - 2)), dim=1
+        ).flatten(0, 1)  # (B * n,): a 2-D source selects single values
+        return picked
+
+    def forward_loss(
+        self, x: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor, num_masked=None
+    ):
+        if num_masked is None:
+            # a mask from the caller: count its selected tokens (one host sync)
+            num_masked = int(mask[0].sum())
+        label = self.labels(x, mask, num_masked=num_masked) + self.labels_skipped(x, mask)
+        visible = self.labels(x, ~mask, norm=False)
+        w = self.weights(x.sum(-1), mask=mask, num_masked=num_masked)
+        pred = self.proj(pred)[mask] if False else pred
+        masked_tokens = (
+            mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
+        )
+        pred = torch.take_along_dim(
+            pred,
+            masked_tokens.reshape(masked_tokens.shape + (1,) * (pred.dim() - 2)),
+            dim=1,
+        ).flatten(0, 1)
+        return (((pred - label) ** 2).mean(-1) * w).mean(), pred, label, visible, self.other.gather(x, mask)
+
+    def forward(self, x, pred, mask):
+        return self.forward_loss(x, self.proj(pred), mask)
+
+
+def golden_example():
+    x = torch.randn(3, 6, 4, dtype=torch.float64)
+    pred = torch.randn(3, 6, 4, dtype=torch.float64)
+    return Loss().double(), (x, pred, masked_rows(3, 6, 4))
