@@ -1,0 +1,927 @@
+#!/usr/bin/env python3
+"""Hiera MAE training-step benchmark: FAIR vs. hiera-rewrite output vs. hiera-optim.
+
+One process, one device, the same weights and the same input batch for every
+contender of a cell:
+
+* ``fair``      -- the installed ``hiera-transformer`` package, untouched;
+* ``rewritten`` -- the same package folder copied to a temp dir, its ``hiera.py``,
+  ``hiera_mae.py`` and ``hiera_utils.py`` rewritten by ``hiera_rewrite.engine.
+  rewrite_bytes`` (default rewrites), imported as the package ``hiera_rewritten``;
+* ``optim``     -- hiera-optim 0.2.1 applied to the FAIR model, when importable
+  (the script builds the ``models/hiera.py`` + ``utils/hiera_utils.py`` import
+  shim it needs and sets ``_grad_checkpointing``; both are printed).
+
+A step is forward + loss + backward + ``zero_grad(set_to_none=True)``; no optimizer
+unless ``--optimizer adamw``.  Weights are cast with ``model.to(dtype)`` (bf16 by
+default; no autocast).  By default each step draws its own random mask, as a
+training loop does (``--mask draw``); every contender's loss is checked against
+the FAIR eager loss on the mask that step returned.  See benchmarks/NOTES.md.
+
+Examples (repo root as working dir)::
+
+    python3 benchmarks/bench.py --cells headline --out out/          # eager, compile, ro
+    python3 benchmarks/bench.py --matrix --modes eager --out out/
+    python3 benchmarks/bench.py --device cpu --tiny --out /tmp/smoke  # CPU smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import importlib
+import importlib.util
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+REPO = Path(__file__).resolve().parent.parent
+T0 = time.perf_counter()
+
+# --------------------------------------------------------------------------------------
+# Cells
+# --------------------------------------------------------------------------------------
+
+_IMAGE = dict(in_chans=3, input_size=(224, 224))
+_VIDEO = dict(
+    in_chans=3,
+    input_size=(16, 224, 224),
+    q_stride=(1, 2, 2),
+    mask_unit_size=(1, 8, 8),
+    patch_kernel=(3, 7, 7),
+    patch_stride=(2, 4, 4),
+    patch_padding=(1, 3, 3),
+    sep_pos_embed=True,
+)
+_TINY = dict(embed_dim=96, num_heads=1, stages=(1, 2, 7, 2))
+_SMALL = dict(embed_dim=96, num_heads=1, stages=(1, 2, 11, 2))
+_BASE = dict(embed_dim=96, num_heads=1, stages=(2, 3, 16, 3))
+_LARGE = dict(embed_dim=144, num_heads=2, stages=(2, 6, 36, 4))
+
+
+@dataclasses.dataclass
+class Cell:
+    name: str
+    desc: str
+    config: Dict[str, Any]  # MaskedAutoencoderHiera(**config)
+    batch: int
+
+    @property
+    def input_shape(self) -> Tuple[int, ...]:
+        return (self.batch, self.config["in_chans"], *self.config["input_size"])
+
+
+CELLS: Dict[str, Cell] = {
+    c.name: c
+    for c in [
+        # the headline: mae_hiera_base_224's exact configuration
+        Cell("base", "Hiera-Base MAE 224 q_pool=2 (headline)", dict(**_BASE, q_pool=2, **_IMAGE), 128),
+        Cell("tiny", "Hiera-Tiny MAE 224 q_pool=2", dict(**_TINY, q_pool=2, **_IMAGE), 128),
+        Cell("small", "Hiera-Small MAE 224 q_pool=2", dict(**_SMALL, q_pool=2, **_IMAGE), 128),
+        Cell("large", "Hiera-Large MAE 224 q_pool=2", dict(**_LARGE, q_pool=2, **_IMAGE), 128),
+        Cell("base_q1", "Hiera-Base MAE 224 q_pool=1", dict(**_BASE, q_pool=1, **_IMAGE), 128),
+        Cell("base_q3", "Hiera-Base MAE 224 q_pool=3", dict(**_BASE, q_pool=3, **_IMAGE), 128),
+        Cell("video", "Hiera-Base MAE 16x224 video (mae_hiera_base_16x224)", dict(**_BASE, q_pool=2, **_VIDEO), 16),
+    ]
+}
+MATRIX = ["tiny", "small", "base", "large", "base_q1", "base_q3", "video"]
+ALIASES = {"headline": "base"}
+
+# --tiny: shapes small enough for a CPU smoke run (a 4-block Hiera, 1 decoder block)
+_MICRO = dict(embed_dim=16, num_heads=1, stages=(1, 1, 1, 1), decoder_embed_dim=32, decoder_depth=1, decoder_num_heads=1)
+TINY_CELLS: Dict[str, Cell] = {
+    c.name: c
+    for c in [
+        Cell("micro2d", "smoke: 4-block Hiera MAE 64x64 q_pool=2", dict(**_MICRO, q_pool=2, in_chans=3, input_size=(64, 64)), 2),
+        Cell(
+            "micro3d",
+            "smoke: 4-block Hiera MAE 4x64x64 video",
+            dict(**_MICRO, q_pool=2, **{**_VIDEO, "input_size": (4, 64, 64)}),
+            2,
+        ),
+    ]
+}
+
+CONTENDERS = ["fair", "rewritten", "optim"]
+MODES = ["eager", "compile", "ro"]
+MODE_LABEL = {"eager": "eager", "compile": "compile", "ro": "reduce-overhead"}
+# DESIGN.md section 5 targets for the headline cell (H200, bf16): ms per step, GiB
+TARGETS = {"eager": 65.0, "compile": 50.0, "ro": 40.0}
+TARGET_PEAK_GIB = 8.0
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.perf_counter() - T0:6.1f}s] {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------------------
+# The tool (hiera_rewrite) from a plain checkout
+# --------------------------------------------------------------------------------------
+
+
+def _package_dir_map() -> Dict[str, str]:
+    """``[tool.setuptools.package-dir]`` of the repo's pyproject (e.g. codemods/)."""
+    text = (REPO / "pyproject.toml").read_text()
+    try:
+        import tomllib  # python >= 3.11
+
+        return dict(tomllib.loads(text).get("tool", {}).get("setuptools", {}).get("package-dir", {}))
+    except ImportError:
+        return {"hiera_rewrite.codemods": "codemods"}
+
+
+def import_rewrite_engine():
+    """Import ``hiera_rewrite.engine`` from an install or from this checkout.
+
+    setuptools maps ``hiera_rewrite.codemods`` to the top-level ``codemods/`` folder,
+    so with only the checkout on PYTHONPATH that subpackage is not found.  Register
+    every mapped subpackage from its folder before the engine asks for it.
+    """
+    try:
+        import hiera_rewrite  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, str(REPO))
+        import hiera_rewrite  # noqa: F401
+    for pkg, rel in _package_dir_map().items():
+        if not pkg or "." not in pkg or pkg in sys.modules:
+            continue
+        try:
+            importlib.import_module(pkg)
+            continue
+        except ModuleNotFoundError as exc:
+            if exc.name != pkg:
+                raise
+        folder = (REPO / rel).resolve()
+        spec = importlib.util.spec_from_file_location(
+            pkg, folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[pkg] = module
+        parent, _, leaf = pkg.rpartition(".")
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[pkg]
+            raise
+        setattr(sys.modules[parent], leaf, module)
+        log(f"registered {pkg} from {folder} (plain checkout on PYTHONPATH)")
+    from hiera_rewrite import engine
+
+    engine.selected_codes()  # loads the rewrites now: fail early, not mid-run
+    return engine
+
+
+def upstream_dir() -> Path:
+    spec = importlib.util.find_spec("hiera")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("hiera-transformer is not installed (pip install --no-deps hiera-transformer==0.1.4)")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+REWRITTEN_FILES = ("hiera.py", "hiera_mae.py", "hiera_utils.py")
+
+
+def make_rewritten_package(tmp: Path, name: str = "hiera_rewritten", pregenerated: Optional[Path] = None):
+    """Copy the installed FAIR package to ``tmp/name``, rewrite its files, import it.
+
+    Returns (module, {file: [codes applied]}).  With ``pregenerated``, that folder's
+    files replace the rewritten ones (for machines without libcst/black).
+    """
+    src = upstream_dir()
+    dst = tmp / name
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    applied: Dict[str, List[str]] = {}
+    if pregenerated is not None:
+        for f in REWRITTEN_FILES:
+            shutil.copyfile(pregenerated / f, dst / f)
+            applied[f] = ["pregenerated"]
+    else:
+        engine = import_rewrite_engine()
+        for f in REWRITTEN_FILES:
+            result = engine.rewrite_bytes((src / f).read_bytes())
+            (dst / f).write_bytes(result.output)
+            applied[f] = [f"{r.code}@{r.line}" for r in result.changes]
+            for r in result.reports:
+                if not r.applied:
+                    log(f"  {f}:{r.line}:{r.col}: {r.code} {r.message}")
+    if str(tmp) not in sys.path:
+        sys.path.insert(0, str(tmp))
+    importlib.invalidate_caches()
+    module = importlib.import_module(name)
+    return module, applied
+
+
+# --------------------------------------------------------------------------------------
+# hiera-optim: import shim
+# --------------------------------------------------------------------------------------
+
+_SHIM_MODELS = """\
+# bench.py shim: hiera-optim 0.2.1 resolves FAIR's classes from an in-tree
+# models/hiera.py; re-export the installed hiera-transformer's.
+from hiera.hiera import *  # noqa: F401,F403
+from hiera.hiera import Hiera, HieraBlock, MaskUnitAttention, do_pool  # noqa: F401
+from hiera.hiera_mae import MaskedAutoencoderHiera, apply_fusion_head  # noqa: F401
+"""
+_SHIM_UTILS = """\
+# bench.py shim for hiera-optim 0.2.1 (see models/hiera.py)
+from hiera.hiera_utils import *  # noqa: F401,F403
+from hiera.hiera_utils import undo_windowing  # noqa: F401
+"""
+
+
+def setup_hiera_optim(tmp: Path):
+    """Import hiera-optim with the layout shim it needs. Returns (module | None, note)."""
+    if importlib.util.find_spec("hiera_optim") is None:
+        return None, "hiera-optim not installed: contender skipped"
+    import hiera
+    import hiera.hiera_mae
+    import hiera.hiera_utils
+
+    shim = tmp / "hiera_optim_shim"
+    (shim / "models").mkdir(parents=True)
+    (shim / "utils").mkdir(parents=True)
+    (shim / "models" / "__init__.py").write_text("")
+    (shim / "models" / "hiera.py").write_text(_SHIM_MODELS)
+    (shim / "utils" / "__init__.py").write_text("")
+    (shim / "utils" / "hiera_utils.py").write_text(_SHIM_UTILS)
+    clash = [n for n in ("models", "utils") if n in sys.modules]
+    sys.path.insert(0, str(shim))
+    importlib.invalidate_caches()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import hiera_optim
+            from hiera_optim.adapters import hiera as adapter
+    except Exception as exc:  # triton missing, ...
+        return None, f"hiera-optim not importable ({type(exc).__name__}: {exc}): contender skipped"
+    finally:
+        sys.path.remove(str(shim))
+    note = (
+        f"hiera-optim {getattr(hiera_optim, '__version__', '?')}: import shim {shim}/models/hiera.py + "
+        "utils/hiera_utils.py re-exporting the installed hiera-transformer (hiera-optim only resolves "
+        "FAIR classes from that in-tree layout: 'hiera.hiera' lacks MaskedAutoencoderHiera and "
+        "'hiera' lacks apply_fusion_head); model._grad_checkpointing = False set on each model "
+        "(its patched forward reads it, FAIR's model has none)"
+    )
+    syms = adapter._SYMS
+    if syms is None or syms.Hiera is not hiera.Hiera:
+        adapter._SYMS = adapter._HieraSymbols(
+            Hiera=hiera.Hiera,
+            MaskedAutoencoderHiera=hiera.MaskedAutoencoderHiera,
+            HieraBlock=hiera.HieraBlock,
+            MaskUnitAttention=hiera.MaskUnitAttention,
+            apply_fusion_head=hiera.hiera_mae.apply_fusion_head,
+            undo_windowing=hiera.hiera_utils.undo_windowing,
+        )
+        adapter._DEFAULT_ADAPTER = None
+        note += f"; shim not picked up (modules already imported: {clash}), adapter symbols patched directly"
+    return hiera_optim, note
+
+
+# --------------------------------------------------------------------------------------
+# Running one (cell, contender, mode)
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Run:
+    cell: str
+    contender: str
+    mode: str
+    status: str = "ok"  # ok | error | skipped
+    ms: Optional[float] = None  # median ms/step
+    ms_min: Optional[float] = None
+    ms_max: Optional[float] = None
+    ms_all: Optional[List[float]] = None
+    samples_s: Optional[float] = None
+    peak_gib: Optional[float] = None
+    loss: Optional[float] = None
+    ref_loss: Optional[float] = None  # FAIR eager on the same mask
+    loss_rel: Optional[float] = None
+    warmup_s: Optional[float] = None  # wall time of the warm-up steps (compile included)
+    graph_breaks: Optional[int] = None
+    graphs: Optional[int] = None
+    cudagraph_skips: Optional[int] = None
+    mask: str = ""  # where the step's mask comes from
+    notes: List[str] = dataclasses.field(default_factory=list)
+    error: Optional[str] = None
+
+
+class Bench:
+    def __init__(self, args, torch, fair, rewritten, optim):
+        self.args = args
+        self.torch = torch
+        self.fair = fair
+        self.rewritten = rewritten
+        self.optim = optim
+        self.device = torch.device(args.device)
+        self.cuda = self.device.type == "cuda"
+        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+        self.runs: List[Run] = []
+        self.warm_seen: Dict[str, float] = {}
+        self.cuda_broken = False
+
+    # ---- helpers ---------------------------------------------------------------
+    def sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def cleanup(self):
+        torch = self.torch
+        try:
+            torch._dynamo.reset()
+        except Exception:
+            pass
+        gc.collect()
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
+    def allocated(self) -> int:
+        return self.torch.cuda.memory_allocated() if self.cuda else 0
+
+    def build(self, pkg, cell: Cell, state_dict):
+        torch = self.torch
+        with torch.device(self.device):
+            model = pkg.MaskedAutoencoderHiera(**cell.config)
+        model.to(self.dtype)
+        model.load_state_dict(state_dict, strict=True)
+        model.train()
+        return model
+
+    def compile_kwargs(self, mode: str) -> Dict[str, Any]:
+        if self.args.compile_backend != "inductor":
+            return dict(backend=self.args.compile_backend, dynamic=False)
+        return dict(mode="reduce-overhead" if mode == "ro" else None, dynamic=False)
+
+    # ---- one run -----------------------------------------------------------------
+    def run(self, cell: Cell, contender: str, mode: str, x, state_dict, ref_model) -> Run:
+        args, torch = self.args, self.torch
+        run = Run(cell.name, contender, mode)
+        ratio = args.mask_ratio
+        if contender == "fair" and mode == "ro" and not args.fair_ro:
+            run.status, run.error = "skipped", "FAIR has no graph-safe path (boolean indexing); --fair-ro to try"
+            return run
+        if contender == "optim" and self.optim is None:
+            run.status, run.error = "skipped", "hiera-optim not available"
+            return run
+        if self.cuda_broken:
+            run.status, run.error = "skipped", "CUDA context broken by an earlier error"
+            return run
+        if mode == "ro" and not self.cuda and args.compile_backend == "inductor":
+            run.status, run.error = "skipped", "reduce-overhead (CUDA graphs) needs CUDA"
+            return run
+        est = self.warm_seen.get(mode, (2.0 if args.tiny else 10.0) if mode == "eager" else (10.0 if args.tiny else 120.0))
+        if time.perf_counter() - T0 + est > args.budget_s:
+            run.status, run.error = "skipped", f"--budget-s {args.budget_s:.0f} would be exceeded (estimate {est:.0f}s)"
+            return run
+
+        log(f"{cell.name} {contender} {MODE_LABEL[mode]}: build")
+        self.cleanup()
+        base = self.allocated()
+        model = cmodel = opt = None
+        try:
+            pkg = self.rewritten if contender == "rewritten" else self.fair
+            model = self.build(pkg, cell, state_dict)
+            graph_safe = contender == "optim" and mode == "ro"
+            if contender == "optim":
+                model._grad_checkpointing = False
+                self.optim.optimize(model, graph_safe=graph_safe, verbose=True)
+            if args.optimizer == "adamw":
+                opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=self.cuda)
+                run.notes.append("AdamW(fused) step in the timed step")
+            xc = x.clone()
+            if self.cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+
+            if mode == "eager":
+                cmodel = model
+            else:
+                from torch._dynamo.utils import counters
+
+                counters.clear()
+                cmodel = torch.compile(model, **self.compile_kwargs(mode))
+                if args.compile_backend != "inductor":
+                    run.notes.append(f"torch.compile backend={args.compile_backend} (smoke; not inductor)")
+
+            mark_step = None
+            if mode == "ro":
+                mark_step = getattr(torch.compiler, "cudagraph_mark_step_begin", None)
+
+            # ---- the step, by mask policy ----------------------------------------
+            fixed = args.mask == "fixed"
+            mask_buf = keep_buf = None
+            if fixed:
+                torch.manual_seed(args.seed + 7)
+                mask_buf = ref_model.get_random_mask(xc, ratio)
+            draw_outside = False
+            inputs = None
+            if contender == "optim" and (mode == "ro" or fixed):
+                from hiera_optim.ops.mask_gather import keep_idx_from_bool_mask
+
+                if fixed:
+                    keep_buf = keep_idx_from_bool_mask(mask_buf)
+                    run.mask = "fixed mask + keep_idx passed in"
+                else:
+                    inputs = self.optim.MAEStepInputs(
+                        model, batch_size=cell.batch, in_chans=cell.config["in_chans"],
+                        input_size=tuple(cell.config["input_size"]), mask_ratio=ratio,
+                        device=self.device, dtype=self.dtype,
+                    )
+                    inputs.x.copy_(xc)
+                    xc = inputs.x
+                    run.mask = "MAEStepInputs.refresh_mask() each step, outside the graph (its documented loop)"
+            elif fixed:
+                run.mask = "fixed mask passed in"
+            else:
+                run.mask = "drawn inside the model each step"
+
+            def forward():
+                if inputs is not None:
+                    inputs.refresh_mask()
+                    return cmodel(xc, mask_ratio=ratio, mask=inputs.mask, keep_idx=inputs.keep_idx)
+                if keep_buf is not None:
+                    return cmodel(xc, mask_ratio=ratio, mask=mask_buf, keep_idx=keep_buf)
+                if mask_buf is not None:
+                    if draw_outside:
+                        mask_buf.copy_(model.get_random_mask(xc, ratio))
+                    return cmodel(xc, mask_ratio=ratio, mask=mask_buf)
+                return cmodel(xc, mask_ratio=ratio)
+
+            def step(keep: bool = False):
+                if mark_step is not None:
+                    mark_step()
+                out = forward()
+                loss = out[0]
+                loss.backward()
+                if opt is not None:
+                    opt.step()
+                model.zero_grad(set_to_none=True)
+                if keep:
+                    m = out[-1]
+                    return loss.detach().float().clone(), (m.clone() if torch.is_tensor(m) else None)
+                return None
+
+            warm = args.warmup if args.warmup is not None else (2 if mode == "eager" else (6 if mode == "ro" else 3))
+            torch.manual_seed(args.seed + 1)
+            t_w = time.perf_counter()
+            first = None
+            try:
+                for i in range(warm):
+                    r = step(keep=(i == 0))
+                    if i == 0:
+                        first = r
+                self.sync()
+            except Exception as exc:
+                if not (contender == "rewritten" and mode == "ro" and not fixed and not draw_outside):
+                    raise
+                msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+                log(f"  mask inside the captured model failed ({msg}); retrying with the mask drawn outside")
+                run.notes.append(f"mask-inside capture failed ({msg}); mask drawn outside (eager get_random_mask) and passed in")
+                self.cleanup()
+                from torch._dynamo.utils import counters
+
+                counters.clear()
+                cmodel = torch.compile(model, **self.compile_kwargs(mode))
+                draw_outside = True
+                mask_buf = model.get_random_mask(xc, ratio)
+                run.mask = "drawn outside the model each step (eager), static buffer passed in"
+                if self.cuda:
+                    torch.cuda.reset_peak_memory_stats()
+                t_w = time.perf_counter()
+                for i in range(warm):
+                    r = step(keep=(i == 0))
+                    if i == 0:
+                        first = r
+                self.sync()
+            run.warmup_s = time.perf_counter() - t_w
+            self.warm_seen[mode] = max(self.warm_seen.get(mode, 0.0), run.warmup_s)
+            log(f"  warm-up {warm} steps: {run.warmup_s:.1f}s")
+
+            if mode != "eager":
+                from torch._dynamo.utils import counters
+
+                run.graph_breaks = int(sum(counters["graph_break"].values()))
+                run.graphs = int(counters["stats"].get("unique_graphs", 0))
+                run.cudagraph_skips = int(counters["inductor"].get("cudagraph_skips", 0))
+                if run.graph_breaks:
+                    top = sorted(counters["graph_break"].items(), key=lambda kv: -kv[1])[:3]
+                    run.notes.append("graph breaks: " + "; ".join(f"{n}x {r.strip().splitlines()[0][:120]}" for r, n in top))
+
+            # ---- timed steps -------------------------------------------------------
+            n = args.steps
+            times: List[float] = []
+            last = None
+            if self.cuda:
+                ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+                for i in range(n):
+                    ev[i][0].record()
+                    r = step(keep=(i == n - 1))
+                    ev[i][1].record()
+                    if r is not None:
+                        last = r
+                torch.cuda.synchronize()
+                times = [a.elapsed_time(b) for a, b in ev]
+                run.peak_gib = (torch.cuda.max_memory_allocated() - base) / 2**30
+            else:
+                for i in range(n):
+                    t = time.perf_counter()
+                    r = step(keep=(i == n - 1))
+                    times.append((time.perf_counter() - t) * 1e3)
+                    if r is not None:
+                        last = r
+            run.ms_all = [round(t, 4) for t in times]
+            run.ms = statistics.median(times)
+            run.ms_min, run.ms_max = min(times), max(times)
+            run.samples_s = cell.batch / (run.ms / 1e3)
+
+            # ---- loss check: FAIR eager on the mask this step used --------------------
+            check = first if opt is not None else last
+            if opt is not None:
+                run.notes.append("loss checked on the first step (weights move with an optimizer)")
+            loss, used_mask = check
+            run.loss = float(loss)
+            num_mu = math.prod(ref_model.mask_spatial_shape)
+            if (
+                used_mask is not None
+                and used_mask.dtype == torch.bool
+                and tuple(used_mask.shape) == (cell.batch, num_mu)
+            ):
+                with torch.no_grad():
+                    run.ref_loss = float(ref_model(x, mask_ratio=ratio, mask=used_mask)[0].float())
+                run.loss_rel = abs(run.loss - run.ref_loss) / max(abs(run.ref_loss), 1e-12)
+            else:
+                run.notes.append("last output is not a (B, #MUs) bool mask: loss not checked")
+            log(
+                f"  {run.ms:.2f} ms/step (min {run.ms_min:.2f}, max {run.ms_max:.2f}), "
+                f"{run.samples_s:.0f} samples/s, peak {run.peak_gib if run.peak_gib is not None else float('nan'):.2f} GiB, "
+                f"loss {run.loss:.5f} vs FAIR-eager {run.ref_loss if run.ref_loss is not None else float('nan'):.5f}"
+            )
+        except Exception as exc:
+            run.status = "error"
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            run.error = f"{type(exc).__name__}: {first_line}"[:400]
+            log(f"  ERROR {run.error}")
+            traceback.print_exc(limit=6)
+            text = str(exc)
+            if self.cuda and ("illegal memory access" in text or "CUDA error" in text or "device-side assert" in text):
+                self.cuda_broken = True
+        finally:
+            del model, cmodel, opt
+            self.cleanup()
+        return run
+
+    def run_cell(self, cell: Cell, contenders: List[str], modes: List[str]) -> List[Run]:
+        torch = self.torch
+        log(f"=== cell {cell.name}: {cell.desc}, input {cell.input_shape}, {self.args.dtype}")
+        self.cleanup()
+        torch.manual_seed(self.args.seed)
+        ref_model = self.build(self.fair, cell, self._init_state(cell))
+        state_dict = {k: v.detach() for k, v in ref_model.state_dict().items()}
+        g = torch.Generator(device=self.device).manual_seed(self.args.seed + 2)
+        x = torch.randn(cell.input_shape, generator=g, device=self.device, dtype=torch.float32).to(self.dtype)
+        out = []
+        for mode in modes:
+            for contender in contenders:
+                r = self.run(cell, contender, mode, x, state_dict, ref_model)
+                self.runs.append(r)
+                out.append(r)
+                self.write_json()
+        del ref_model, state_dict, x
+        self.cleanup()
+        return out
+
+    def _init_state(self, cell: Cell):
+        torch = self.torch
+        with torch.device(self.device):
+            m = self.fair.MaskedAutoencoderHiera(**cell.config)
+        return {k: v.to(self.dtype) for k, v in m.state_dict().items()}
+
+    # ---- output ---------------------------------------------------------------------
+    def write_json(self):
+        if not self.args.out:
+            return
+        out = Path(self.args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        data = dict(env=self.env, runs=[dataclasses.asdict(r) for r in self.runs])
+        tmp = out / "bench.json.tmp"
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(out / "bench.json")
+
+    env: Dict[str, Any] = {}
+
+
+# --------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------
+
+
+def _f(v, fmt):
+    return "—" if v is None else format(v, fmt)
+
+
+def markdown(runs: List[Run], env: Dict[str, Any], cells: Dict[str, Cell]) -> str:
+    lines: List[str] = []
+    by = {(r.cell, r.contender, r.mode): r for r in runs}
+    cell_names = list(dict.fromkeys(r.cell for r in runs))
+    lines.append(
+        f"## Hiera MAE step (fwd+loss+bwd+zero_grad{', AdamW' if env.get('optimizer') == 'adamw' else ''}), "
+        f"{env.get('dtype')} weights, mask ratio {env.get('mask_ratio')}, {env.get('device_name')}, "
+        f"torch {env.get('torch')}"
+    )
+    lines.append("")
+    lines.append(f"median of {env.get('steps')} timed steps after warm-up; peak = max allocated during warm-up+timing "
+                 "(compile included) minus memory held before the model was built; loss rel = |loss - FAIR eager loss "
+                 "on the same mask| / FAIR.")
+    for c in cell_names:
+        cell = cells[c]
+        lines.append("")
+        lines.append(f"### {c}: {cell.desc}, input {tuple(cell.input_shape)}")
+        lines.append("")
+        lines.append("| contender | mode | ms/step | samples/s | peak GiB | loss | loss rel | vs FAIR same mode | vs FAIR eager | warm-up s | graph breaks | mask / notes |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        fe = by.get((c, "fair", "eager"))
+        for r in runs:
+            if r.cell != c:
+                continue
+            if r.status != "ok":
+                err = (r.error or "").replace("|", "/").replace("\n", " ")
+                lines.append(f"| {r.contender} | {MODE_LABEL[r.mode]} | {r.status} | | | | | | | | | {err} |")
+                continue
+            fm = by.get((c, "fair", r.mode))
+            same = f"{fm.ms / r.ms:.2f}x" if fm and fm.ms and r.contender != "fair" else ""
+            vse = f"{fe.ms / r.ms:.2f}x" if fe and fe.ms else ""
+            gb = "" if r.graph_breaks is None else f"{r.graph_breaks} ({r.graphs} graphs{', cg skips %d' % r.cudagraph_skips if r.cudagraph_skips else ''})"
+            notes = "; ".join([r.mask] + r.notes).replace("|", "/").replace("\n", " ")
+            lines.append(
+                f"| {r.contender} | {MODE_LABEL[r.mode]} | {r.ms:.2f} | {r.samples_s:.0f} | {_f(r.peak_gib, '.2f')} | "
+                f"{_f(r.loss, '.5f')} | {_f(r.loss_rel, '.1e')} | {same} | {vse} | {_f(r.warmup_s, '.0f')} | {gb} | {notes} |"
+            )
+    # ratio matrix
+    modes = list(dict.fromkeys(r.mode for r in runs))
+    lines.append("")
+    lines.append("### ratio per cell (time / FAIR time in the same mode; < 1 is faster)")
+    lines.append("")
+    head = "| cell | " + " | ".join(f"FAIR {MODE_LABEL[m]} ms | rewritten/FAIR | optim/FAIR" for m in modes) + " |"
+    lines.append(head)
+    lines.append("|---|" + "---|---|---|" * len(modes))
+    for c in cell_names:
+        row = [c]
+        for m in modes:
+            f = by.get((c, "fair", m))
+            fms = f.ms if f and f.status == "ok" else None
+            row.append(_f(fms, ".2f"))
+            for k in ("rewritten", "optim"):
+                r = by.get((c, k, m))
+                if r and r.status == "ok" and fms:
+                    row.append(f"{r.ms / fms:.3f}")
+                elif r and r.status == "ok":
+                    row.append(f"({r.ms:.2f} ms)")
+                else:
+                    row.append("—")
+        lines.append("| " + " | ".join(row) + " |")
+    # targets
+    if env.get("full_size") and env.get("device") == "cuda" and any(r.cell == "base" for r in runs):
+        lines.append("")
+        lines.append("### headline targets (DESIGN.md section 5), rewritten contender")
+        lines.append("")
+        for m, t in TARGETS.items():
+            r = by.get(("base", "rewritten", m))
+            if r and r.status == "ok":
+                lines.append(f"- {MODE_LABEL[m]}: {r.ms:.2f} ms vs <= {t:.0f} ms: {'MET' if r.ms <= t else 'MISSED'}")
+        pk = [r.peak_gib for r in runs if r.cell == "base" and r.contender == "rewritten" and r.peak_gib is not None]
+        if pk:
+            lines.append(f"- peak memory (max over modes) {max(pk):.2f} GiB vs <= {TARGET_PEAK_GIB:.0f} GiB: "
+                         f"{'MET' if max(pk) <= TARGET_PEAK_GIB else 'MISSED'}")
+    bad = [r for r in runs if r.loss_rel is not None and r.loss_rel > env.get("loss_tol", 2e-2)]
+    lines.append("")
+    lines.append(
+        f"loss check (rel tol {env.get('loss_tol')}): "
+        + ("all checked runs agree with FAIR eager on the same mask" if not bad else
+           "DISAGREE: " + ", ".join(f"{r.cell}/{r.contender}/{r.mode} {r.loss_rel:.2e}" for r in bad))
+    )
+    return "\n".join(lines)
+
+
+def plot(runs: List[Run], path: Path) -> Optional[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:
+        return f"no plot (matplotlib: {exc})"
+    by = {(r.cell, r.contender, r.mode): r for r in runs if r.status == "ok"}
+    cells = list(dict.fromkeys(r.cell for r in runs))
+    series = []
+    for k in ("rewritten", "optim"):
+        for m in MODES:
+            vals = []
+            for c in cells:
+                f, r = by.get((c, "fair", m)), by.get((c, k, m))
+                if m == "ro" and f is None:
+                    f = by.get((c, "fair", "eager"))  # FAIR has no ro: show speedup over FAIR eager
+                vals.append(f.ms / r.ms if f and r else 0.0)
+            if any(vals):
+                label = f"{k} {MODE_LABEL[m]}" + (" (vs FAIR eager)" if m == "ro" and not any(by.get((c, 'fair', 'ro')) for c in cells) else " (vs FAIR same mode)")
+                series.append((label, vals))
+    if not series:
+        return "no plot (no comparable runs)"
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(cells) + 2), 4.5))
+    w = 0.8 / len(series)
+    for i, (label, vals) in enumerate(series):
+        xs = [j + (i - (len(series) - 1) / 2) * w for j in range(len(cells))]
+        bars = ax.bar(xs, vals, w, label=label)
+        for b, v in zip(bars, vals):
+            if v:
+                ax.text(b.get_x() + b.get_width() / 2, v, f"{v:.2f}", ha="center", va="bottom", fontsize=7)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(cells)))
+    ax.set_xticklabels(cells)
+    ax.set_ylabel("speedup over FAIR (FAIR ms / contender ms)")
+    ax.set_title("Hiera MAE training step")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return f"plot: {path}"
+
+
+# --------------------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cells", default="headline",
+                   help="comma list of cells (%s; 'headline' = base) ; default headline" % ",".join(MATRIX))
+    p.add_argument("--matrix", action="store_true", help="all cells: " + ",".join(MATRIX))
+    p.add_argument("--modes", default="eager,compile,ro", help="comma list of eager,compile,ro (ro = reduce-overhead)")
+    p.add_argument("--contenders", default="fair,rewritten,optim", help="comma list of fair,rewritten,optim")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--tiny", action="store_true", help="smoke shapes (tiny model, B=2); CPU-friendly")
+    p.add_argument("--batch", type=int, default=None, help="override every cell's batch")
+    p.add_argument("--video-batch", type=int, default=None, help="override the video cell's batch (default 16)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps (default 25; --tiny 3)")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default eager 2, compile 3, ro 6)")
+    p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"],
+                   help="weight/input dtype (default bf16; --tiny on cpu: fp32, CPU bf16 is very slow)")
+    p.add_argument("--mask-ratio", type=float, default=0.6)
+    p.add_argument("--mask", default="draw", choices=["draw", "fixed"],
+                   help="draw: every step draws a fresh mask (inside the model; hiera-optim ro: its "
+                        "MAEStepInputs.refresh_mask); fixed: one mask passed in by every contender")
+    p.add_argument("--optimizer", default="none", choices=["none", "adamw"])
+    p.add_argument("--fair-ro", action="store_true", help="also try FAIR under reduce-overhead")
+    p.add_argument("--compile-backend", default=None, help="torch.compile backend (default inductor; --tiny on cpu: aot_eager)")
+    p.add_argument("--budget-s", type=float, default=540.0, help="start no run past this wall time (default 540)")
+    p.add_argument("--loss-tol", type=float, default=2e-2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads for --device cpu (default 1)")
+    p.add_argument("--rewritten-src", type=Path, default=None,
+                   help="folder with pre-rewritten hiera.py/hiera_mae.py/hiera_utils.py (no libcst/black needed)")
+    p.add_argument("--out", default=None, help="folder for bench.json, bench.md and speedup.png")
+    args = p.parse_args(argv)
+    if args.steps is None:
+        args.steps = 3 if args.tiny else 25
+    if args.dtype is None:
+        args.dtype = "fp32" if (args.tiny and args.device == "cpu") else "bf16"
+    if args.compile_backend is None:
+        args.compile_backend = "aot_eager" if (args.tiny and args.device == "cpu") else "inductor"
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*TF32.*")
+    tmp = Path(tempfile.mkdtemp(prefix="hiera_bench_"))
+
+    # the rewrite needs no torch: do it first so a broken tool fails in a second
+    rewritten_note = None
+    try:
+        import torch
+    except ImportError:
+        raise SystemExit("torch is required")
+    import hiera  # installed FAIR package
+
+    rewritten, applied = make_rewritten_package(tmp, pregenerated=args.rewritten_src)
+    rewritten_note = ", ".join(f"{f}: {' '.join(c) or 'unchanged'}" for f, c in applied.items())
+    log(f"rewritten package {rewritten.__name__} at {Path(rewritten.__file__).parent}: {rewritten_note}")
+    optim, optim_note = setup_hiera_optim(tmp) if "optim" in args.contenders else (None, "not requested")
+    log(optim_note)
+
+    cell_table = TINY_CELLS if args.tiny else CELLS
+    if args.tiny:
+        names = list(TINY_CELLS) if args.cells == "headline" else [n.strip() for n in args.cells.split(",")]
+    elif args.matrix:
+        names = list(MATRIX)
+    else:
+        names = [ALIASES.get(n.strip(), n.strip()) for n in args.cells.split(",") if n.strip()]
+    for n in names:
+        if n not in cell_table:
+            raise SystemExit(f"unknown cell {n!r}; choose from {', '.join(cell_table)} or headline")
+    cells = []
+    for n in names:
+        c = dataclasses.replace(cell_table[n], config=dict(cell_table[n].config))
+        if args.batch:
+            c.batch = args.batch
+        if n == "video" and args.video_batch:
+            c.batch = args.video_batch
+        cells.append(c)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    contenders = [k.strip() for k in args.contenders.split(",") if k.strip()]
+    for m in modes:
+        if m not in MODES:
+            raise SystemExit(f"unknown mode {m!r}")
+    for k in contenders:
+        if k not in CONTENDERS:
+            raise SystemExit(f"unknown contender {k!r}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("CUDA not available (use --device cpu --tiny for the smoke run)")
+
+    if not args.device.startswith("cuda"):
+        # one thread: on a shared CPU, OpenMP threads spin against other processes
+        # (seen here: a 4-block model's step 1 s with 2 threads, 0.2 s with 1)
+        torch.set_num_threads(args.threads)
+    if args.device.startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    bench = Bench(args, torch, hiera, rewritten, optim)
+    dev_name = torch.cuda.get_device_name() if bench.cuda else platform.processor() or platform.machine()
+    try:
+        import hiera_optim as _ho
+
+        ho_version = getattr(_ho, "__version__", None) if optim else None
+    except Exception:
+        ho_version = None
+    bench.env = dict(
+        command=" ".join([Path(sys.executable).name] + sys.argv),
+        device=bench.device.type,
+        device_name=dev_name,
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        python=platform.python_version(),
+        hiera_transformer=_dist_version("hiera-transformer"),
+        hiera_optim=ho_version,
+        rewrites=applied,
+        optim_note=optim_note,
+        dtype=args.dtype,
+        mask_ratio=args.mask_ratio,
+        mask_policy=args.mask,
+        optimizer=args.optimizer,
+        steps=args.steps,
+        compile_backend=args.compile_backend,
+        full_size=not args.tiny and not args.batch,
+        loss_tol=args.loss_tol,
+        date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    )
+    log(f"device {dev_name}, torch {torch.__version__}, cells {names}, modes {modes}, contenders {contenders}")
+
+    def finish(*_sig):
+        md = markdown(bench.runs, bench.env, {c.name: c for c in cells})
+        if args.out:
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            bench.write_json()
+            (out / "bench.md").write_text(md + "\n")
+            log(plot(bench.runs, out / "speedup.png") or "")
+        print()
+        print(md, flush=True)
+        if _sig:
+            os._exit(3)
+
+    signal.signal(signal.SIGTERM, finish)
+    try:
+        for cell in cells:
+            bench.run_cell(cell, contenders, modes)
+    finally:
+        finish()
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if any(r.status == "error" for r in bench.runs) else 0
+
+
+def _dist_version(name: str) -> Optional[str]:
+    try:
+        import importlib.metadata
+
+        return importlib.metadata.version(name)
+    except Exception:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
