@@ -32,6 +32,7 @@ EXPECTED = {
     ("HR005", True, "loss/label selection"),  # get_pixel_label_2d's `label[bool_masked_pos]`
     ("HR004", False, "does not come from the unit mask reshaped"),  # HieraDecoder's index_put
     ("HR005", False, "reassigned in forward_loss"),  # forward_loss's `logits[bool_masked_pos]`
+    ("HR003", False, "bool_masked_pos"),  # HieraModel.forward's token drop (tile in its own statement)
 }
 
 
@@ -64,7 +65,9 @@ def test_sites_rewritten_and_skipped(modules):
         print(f"{report.line}:{report.col}: {report.code} {report.message}")
     for code, applied, text in EXPECTED:
         assert any(r.code == code and r.applied == applied and text in r.message for r in result.reports), (code, text)
-    assert len(result.reports) == len(EXPECTED)
+    # Exactly these changes; a rewrite that starts changing more must be reviewed here.
+    applied = [r.code for r in sorted(result.reports, key=lambda r: r.line) if r.applied]
+    assert applied == ["HR006", "HR002", "HR005"], applied
     # The returned attention probabilities keep the explicit 5-D path.
     out = result.output.decode()
     assert "attn_weights = (query * self.scale) @ key.transpose(-1, -2)" in out
