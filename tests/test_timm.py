@@ -96,7 +96,7 @@ def test_timm_sites(rewritten, capsys):
     assert global_path is not None and global_path.group(0) in output
     assert "x = x.transpose(1, 2).reshape(B, -1, self.dim_out)" in output
     assert ".permute(3, 0, 4, 2, 1, 5)" not in output
-    assert ".permute(3, 0, 2, 4, 1, 5)" in output and ".flatten(1, 2)" in output
+    assert ".permute(3, 0, 2, 4, 1, 5)" in output and ".flatten(2, 3)" in output
     assert "attn = (q * self.scale) @ k.transpose(-1, -2)" in output  # manual fallback kept
 
 

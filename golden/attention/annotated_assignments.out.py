@@ -20,7 +20,7 @@ class Attention(nn.Module):
             self.qkv(x)
             .reshape(B, -1, num_windows, 3, self.heads, self.head_dim)
             .permute(3, 0, 2, 4, 1, 5)
-            .flatten(1, 2)
+            .flatten(2, 3)
         )
         q: Tensor
         k: Tensor
@@ -29,7 +29,7 @@ class Attention(nn.Module):
         if self.q_stride > 1:
             q: Tensor = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)
         out: Tensor = F.scaled_dot_product_attention(q, k, v)
-        y: Tensor = out.unflatten(0, (B, -1)).permute(0, 3, 1, 2, 4).reshape(B, -1, C)
+        y: Tensor = out.transpose(1, 2).reshape(B, -1, C)
         return self.proj(y)
 
 

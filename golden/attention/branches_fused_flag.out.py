@@ -23,7 +23,7 @@ class BranchyAttention(nn.Module):
                 self.qkv(x)
                 .reshape(B, -1, num_windows, 3, self.heads, self.head_dim)
                 .permute(3, 0, 2, 4, 1, 5)
-                .flatten(1, 2)
+                .flatten(2, 3)
             )
             q, k, v = qkv.unbind(0)
             if self.q_stride > 1:
@@ -42,7 +42,7 @@ class BranchyAttention(nn.Module):
             x = attn @ v
 
         if self.windowed:
-            x = x.unflatten(0, (B, -1)).permute(0, 3, 1, 2, 4).reshape(B, -1, C)
+            x = x.transpose(1, 2).reshape(B, -1, C)
         else:
             x = x.transpose(1, 2).reshape(B, -1, C)
         return self.proj(x)
@@ -62,7 +62,7 @@ class NegatedFlagAttention(BranchyAttention):
                 self.qkv(x)
                 .reshape(B, -1, num_windows, 3, self.heads, self.head_dim)
                 .permute(3, 0, 2, 4, 1, 5)
-                .flatten(1, 2)
+                .flatten(2, 3)
             )
             q, k, v = qkv.unbind(0)
         if not self.fused:
@@ -72,7 +72,7 @@ class NegatedFlagAttention(BranchyAttention):
         if not self.windowed:
             x = x.transpose(1, 2).reshape(B, -1, C)
         else:
-            x = x.unflatten(0, (B, -1)).permute(0, 3, 1, 2, 4).reshape(B, -1, C)
+            x = x.transpose(1, 2).reshape(B, -1, C)
         return self.proj(x)
 
 

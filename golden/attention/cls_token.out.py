@@ -20,11 +20,11 @@ class ClsWindowAttention(nn.Module):
             self.qkv(x)
             .reshape(B, -1, num_windows, 3, self.heads, self.head_dim)
             .permute(3, 0, 2, 4, 1, 5)
-            .flatten(1, 2)
+            .flatten(2, 3)
         )
         q, k, v = qkv[0], qkv[1], qkv[2]
         x = F.scaled_dot_product_attention(q, k, v)
-        x = x.unflatten(0, (B, -1)).permute(0, 3, 1, 2, 4).reshape(B, -1, C)
+        x = x.transpose(1, 2).reshape(B, -1, C)
         x = torch.cat([cls_token, x], dim=1)
         return self.proj(x)
 

@@ -19,13 +19,13 @@ class Attention(nn.Module):
             self.qkv(x)
             .reshape(B, -1, num_windows, 3, self.heads, self.head_dim)
             .permute(3, 0, 2, 4, 1, 5)
-            .flatten(1, 2)
+            .flatten(2, 3)
         )
         q, k, v = qkv[0], qkv[1], qkv[2]
         if self.q_stride > 1:
             q = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)
         x = F.scaled_dot_product_attention(q, k, v)
-        x = x.unflatten(0, (B, -1)).permute(0, 3, 1, 2, 4).reshape(B, -1, C)
+        x = x.transpose(1, 2).reshape(B, -1, C)
         return self.proj(x)
         print("q norm", q.norm(), qkv.shape)  # unreachable
         return x

@@ -18,11 +18,11 @@ class EncoderAttention(nn.Module):
             self.qkv(x)
             .reshape(B, -1, nw, 3, self.heads, self.head_dim)
             .permute(3, 0, 2, 4, 1, 5)
-            .flatten(1, 2)
+            .flatten(2, 3)
         )
         q, k, v = qkv[0], qkv[1], qkv[2]
         x = F.scaled_dot_product_attention(q, k, v)
-        return x.unflatten(0, (B, -1)).permute(0, 3, 1, 2, 4).reshape(B, -1, C)
+        return x.transpose(1, 2).reshape(B, -1, C)
 
 
 class DecoderAttention(EncoderAttention):
@@ -33,15 +33,10 @@ class DecoderAttention(EncoderAttention):
             self.qkv(x)
             .reshape(B, -1, nw, 3, self.heads, self.head_dim)
             .permute(3, 0, 2, 4, 1, 5)
-            .flatten(1, 2)
+            .flatten(2, 3)
         )
         q, k, v = qkv.unbind(0)
-        y = (
-            F.scaled_dot_product_attention(q, k, v)
-            .unflatten(0, (B, -1))
-            .permute(0, 3, 1, 2, 4)
-            .reshape(B, -1, C)
-        )
+        y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, -1, C)
         return y
 
 

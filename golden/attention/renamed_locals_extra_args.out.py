@@ -20,17 +20,13 @@ class MultiScaleAttention(nn.Module):
             self.to_qkv(hidden_states)
             .reshape(batch, tokens_per_window, n_units, 3, self.num_heads, self.d_head)
             .permute(3, 0, 2, 4, 1, 5)
-            .flatten(1, 2)
+            .flatten(2, 3)
         )
         query, key, value = packed.unbind(0)
         if self.pool_stride > 1:
             query = query.unflatten(2, (self.pool_stride, -1)).amax(dim=2)
         attended = sdpa(query=query, key=key, value=value)
-        hidden_states = (
-            attended.unflatten(0, (batch, -1))
-            .permute(0, 3, 1, 2, 4)
-            .reshape(batch, -1, width)
-        )
+        hidden_states = attended.transpose(1, 2).reshape(batch, -1, width)
         if gate is not None:
             hidden_states = hidden_states * gate
         if return_pre_proj:

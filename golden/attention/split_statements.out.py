@@ -17,14 +17,14 @@ class Attention(nn.Module):
         num_windows = N // (self.q_stride * self.window_size)
         projected = self.qkv(x)
         qkv6 = projected.view(B, -1, num_windows, 3, self.heads, self.head_dim)
-        qkv = qkv6.permute(3, 0, 2, 4, 1, 5).flatten(1, 2)
+        qkv = qkv6.permute(3, 0, 2, 4, 1, 5).flatten(2, 3)
         q = qkv[0]
         k = qkv[1]
         v = qkv[2]
         if self.q_stride > 1:
             q = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)
         out = F.scaled_dot_product_attention(q, k, v)
-        merged = out.unflatten(0, (B, -1)).permute(0, 3, 1, 2, 4).reshape(B, -1, C)
+        merged = out.transpose(1, 2).reshape(B, -1, C)
         return self.proj(merged)
 
 
@@ -33,10 +33,10 @@ class SameNameSplit(Attention):
         B, N, C = x.shape
         num_windows = N // (self.q_stride * self.window_size)
         qkv = self.qkv(x).reshape(B, -1, num_windows, 3, self.heads, self.head_dim)
-        qkv = qkv.permute(3, 0, 2, 4, 1, 5).flatten(1, 2)
+        qkv = qkv.permute(3, 0, 2, 4, 1, 5).flatten(2, 3)
         q, k, v = qkv[0], qkv[1], qkv[2]
         x = F.scaled_dot_product_attention(q, k, v)
-        x = x.unflatten(0, (B, -1)).permute(0, 3, 1, 2, 4).reshape(B, -1, C)
+        x = x.transpose(1, 2).reshape(B, -1, C)
         return self.proj(x)
 
 
