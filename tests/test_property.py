@@ -240,3 +240,16 @@ def test_rename_helper_renames_only_locals():
     assert "dim=3" in renamed
     assert "def forward(self, inp):" in renamed
     assert "def golden_example():" in renamed and "WindowAttention(8, 16, 2, q_stride=4" in renamed
+
+
+def test_token_drop_lookalike_without_view_is_untouched():
+    # Found by test_near_miss_programs_are_untouched.  Without `.view(B, -1, C)` after
+    # it, `x[mask[..., None].tile(1, MU, C)]` is valid for masks that keep a different
+    # number of units per row; a gather sized by mask[0].sum() would silently differ.
+    data = (
+        b"import torch\n\n\n"
+        b"def forward(self, x, mask):\n"
+        b"    a = x[mask[..., None].tile(1, 4, 8)]\n"
+        b"    return a\n"
+    )
+    _assert_untouched(data)
