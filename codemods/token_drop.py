@@ -221,7 +221,23 @@ def _token_drop(
     assign = single_assign(line)
     view = method_call(assign[1], "view", "reshape") if assign else None
     if assign is not None and assign[1] is node:
-        view_args = None  # `x = x[m]`: the flat result; a view may follow in another statement
+        # `x = x[m]` then `x = x.view(B, -1, C)`: the flat result, viewed by the next
+        # statement.  Without that view, masks keeping different counts per row are
+        # valid input and a gather sized by one row would differ: refuse.
+        view_args = None
+        block = ctx.parent(line)
+        siblings = list(getattr(block, "body", ()))
+        after = siblings[siblings.index(line) + 1] if line in siblings[:-1] else None
+        follow = single_assign(after) if isinstance(after, cst.SimpleStatementLine) else None
+        then = method_call(follow[1], "view", "reshape") if follow else None
+        if not (
+            is_name(assign[0])
+            and then is not None
+            and is_name(then[0], assign[0].value)  # type: ignore[attr-defined]
+            and positional(then[1]) is not None
+            and len(positional(then[1])) == 3  # type: ignore[arg-type]
+        ):
+            raise Refuse("the boolean token drop is not followed by `.view(B, -1, C)`: rows may keep different counts")
     elif view is None or view[0] is not node:
         raise Refuse("the boolean token drop is not `x = x[mask...]` or `x = x[mask...].view(B, -1, C)`")
     else:
