@@ -11,7 +11,7 @@ it emits (the method gains ``num_masked=None``, counted from the mask if not giv
         # a mask from the caller: count its selected tokens (one host sync)
         num_masked = int(mask[0].sum())
     ...
-    label = torch.take_along_dim(label, <ascending True indices, as (B, n, 1, ...)>, dim=1).flatten(0, 1)
+    label = label.gather(1, <ascending True indices, expanded to (B, n, F)>).flatten(0, 1)
 
 Calls inside the method to methods of the same class that gain ``num_masked`` pass it
 on when they pass the same mask, and an MAE ``forward`` that computes
@@ -58,8 +58,9 @@ class MaskedSelect(Rewrite):
 
     With a (B, N) bool mask that selects the same number of tokens in every row,
     `t[mask]` is the rows of t at the True positions, row by row, in ascending
-    token order.  The rewrite gathers exactly those rows with
-    `torch.take_along_dim` along the token axis, using a stable argsort of `~mask`
+    token order.  The rewrite gathers exactly those rows with `gather` along the
+    token axis (the index expanded, so autograd saves only the small (B, n) index),
+    using a stable argsort of `~mask`
     sliced to a Python-int count, and flattens (B, n, F) to (B * n, F): the same
     tensor, same shape, same row order, so `forward_loss` still returns
     `(loss, pred[mask], label[mask])` as before.
@@ -109,8 +110,8 @@ class MaskedSelect(Rewrite):
                     source = code(value.value)  # type: ignore[attr-defined]
                     index = ctx.statement(f"{INDEX} = {ascending_true(mask, COUNT)}\n", like=line)
                     select = ctx.statement(
-                        f"{target_code(line)} torch.take_along_dim({source}, "
-                        f"{INDEX}.reshape({INDEX}.shape + (1,) * ({source}.dim() - 2)), dim=1).flatten(0, 1)\n",
+                        f"{target_code(line)} {source}.gather(1, {INDEX}.reshape({INDEX}.shape + (1,) * "
+                        f"({source}.dim() - 2)).expand(-1, -1, *{source}.shape[2:])).flatten(0, 1)\n",
                         like=line,
                         replaces=False,
                     )

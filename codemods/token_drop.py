@@ -8,10 +8,13 @@ and emits (the function gains a ``num_kept=None`` argument):
 
     if num_kept is None:  # a mask from the caller: count it (one host sync)
         num_kept = int(mask[0].sum())
-    kept_windows = torch.argsort(mask.logical_not().byte(), dim=1, stable=True)[:, :num_kept]
-    x = torch.take_along_dim(
-        x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1]), kept_windows[:, None, :, None], dim=2
+    kept_windows = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
+    x = x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1]).gather(
+        2, kept_windows[:, None, :, None].expand(-1, x.shape[1] // mask.shape[-1], -1, x.shape[-1])
     ).view(B, -1, C)
+
+The index is expanded, not broadcast by `take_along_dim`: autograd then saves the
+small (B, n) index instead of a materialised (B, T, n, C) int64 one.
 
 In an MAE's ``forward_encoder``-like method, where the mask is made by
 ``self.get_random_mask(x, mask_ratio)`` and handed to ``super().forward(x, mask, ...)``,
@@ -262,8 +265,8 @@ def _token_drop(
         f"    # a mask from the caller: count its kept units (one host sync)\n"
         f"    {COUNT} = int({mask}[0].sum())\n",
         f"{INDEX} = {ascending_true(mask, COUNT)}\n",
-        f"{target} torch.take_along_dim({x}.view({x}.shape[0], -1, {mask}.shape[-1], {x}.shape[-1]), "
-        f"{INDEX}[:, None, :, None], dim=2)"
+        f"{target} {x}.view({x}.shape[0], -1, {mask}.shape[-1], {x}.shape[-1]).gather("
+        f"2, {INDEX}[:, None, :, None].expand(-1, {x}.shape[1] // {mask}.shape[-1], -1, {x}.shape[-1]))"
         + (".flatten()" if view_args is None else f".view({', '.join(code(a) for a in view_args)})")
         + "\n",
     ]

@@ -89,11 +89,16 @@ class TinyHiera(nn.Module):
             kept_windows = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
             )
-            x = torch.take_along_dim(
-                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1]),
-                kept_windows[:, None, :, None],
-                dim=2,
-            ).view(x.shape[0], -1, x.shape[-1])
+            x = (
+                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+                .gather(
+                    2,
+                    kept_windows[:, None, :, None].expand(
+                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                    ),
+                )
+                .view(x.shape[0], -1, x.shape[-1])
+            )
 
         intermediates = []
         for blk in self.blocks:
@@ -145,10 +150,11 @@ class TinyMAE(TinyHiera):
         masked_tokens = (
             mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
         )
-        label = torch.take_along_dim(
-            label,
-            masked_tokens.reshape(masked_tokens.shape + (1,) * (label.dim() - 2)),
-            dim=1,
+        label = label.gather(
+            1,
+            masked_tokens.reshape(
+                masked_tokens.shape + (1,) * (label.dim() - 2)
+            ).expand(-1, -1, *label.shape[2:]),
         ).flatten(0, 1)
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
@@ -170,10 +176,11 @@ class TinyMAE(TinyHiera):
         masked_tokens = (
             mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
         )
-        label = torch.take_along_dim(
-            label,
-            masked_tokens.reshape(masked_tokens.shape + (1,) * (label.dim() - 2)),
-            dim=1,
+        label = label.gather(
+            1,
+            masked_tokens.reshape(
+                masked_tokens.shape + (1,) * (label.dim() - 2)
+            ).expand(-1, -1, *label.shape[2:]),
         ).flatten(0, 1)
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
@@ -196,10 +203,11 @@ class TinyMAE(TinyHiera):
         masked_tokens = (
             mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
         )
-        label = torch.take_along_dim(
-            label,
-            masked_tokens.reshape(masked_tokens.shape + (1,) * (label.dim() - 2)),
-            dim=1,
+        label = label.gather(
+            1,
+            masked_tokens.reshape(
+                masked_tokens.shape + (1,) * (label.dim() - 2)
+            ).expand(-1, -1, *label.shape[2:]),
         ).flatten(0, 1)
 
         if norm:
@@ -277,10 +285,11 @@ class TinyMAE(TinyHiera):
         masked_tokens = (
             mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
         )
-        pred = torch.take_along_dim(
-            pred,
-            masked_tokens.reshape(masked_tokens.shape + (1,) * (pred.dim() - 2)),
-            dim=1,
+        pred = pred.gather(
+            1,
+            masked_tokens.reshape(masked_tokens.shape + (1,) * (pred.dim() - 2)).expand(
+                -1, -1, *pred.shape[2:]
+            ),
         ).flatten(0, 1)
         loss = (pred - label) ** 2
 

@@ -19,8 +19,11 @@ class Other(nn.Module):
         masked_tokens = (
             mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
         )
-        rows = torch.take_along_dim(
-            x, masked_tokens.reshape(masked_tokens.shape + (1,) * (x.dim() - 2)), dim=1
+        rows = x.gather(
+            1,
+            masked_tokens.reshape(masked_tokens.shape + (1,) * (x.dim() - 2)).expand(
+                -1, -1, *x.shape[2:]
+            ),
         ).flatten(0, 1)
         return rows
 
@@ -45,8 +48,11 @@ class Loss(nn.Module):
         masked_tokens = (
             mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
         )
-        label = torch.take_along_dim(
-            x, masked_tokens.reshape(masked_tokens.shape + (1,) * (x.dim() - 2)), dim=1
+        label = x.gather(
+            1,
+            masked_tokens.reshape(masked_tokens.shape + (1,) * (x.dim() - 2)).expand(
+                -1, -1, *x.shape[2:]
+            ),
         ).flatten(0, 1)
         return label - label.mean(dim=-1, keepdim=True) if norm else label
 
@@ -59,8 +65,11 @@ class Loss(nn.Module):
         masked_tokens = (
             mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
         )
-        picked = torch.take_along_dim(
-            w, masked_tokens.reshape(masked_tokens.shape + (1,) * (w.dim() - 2)), dim=1
+        picked = w.gather(
+            1,
+            masked_tokens.reshape(masked_tokens.shape + (1,) * (w.dim() - 2)).expand(
+                -1, -1, *w.shape[2:]
+            ),
         ).flatten(0, 1)  # (B * n,): a 2-D source selects single values
         return picked
 
@@ -77,10 +86,11 @@ class Loss(nn.Module):
         masked_tokens = (
             mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
         )
-        pred = torch.take_along_dim(
-            pred,
-            masked_tokens.reshape(masked_tokens.shape + (1,) * (pred.dim() - 2)),
-            dim=1,
+        pred = pred.gather(
+            1,
+            masked_tokens.reshape(masked_tokens.shape + (1,) * (pred.dim() - 2)).expand(
+                -1, -1, *pred.shape[2:]
+            ),
         ).flatten(0, 1)
         return (((pred - label) ** 2).mean(-1) * w).mean(), pred, label, visible, self.other.gather(x, mask)
 

@@ -33,11 +33,16 @@ class GeneralizedHiera(nn.Module):
             kept_windows = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
             )
-            x = torch.take_along_dim(
-                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1]),
-                kept_windows[:, None, :, None],
-                dim=2,
-            ).view(x.shape[0], -1, x.shape[-1])
+            x = (
+                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+                .gather(
+                    2,
+                    kept_windows[:, None, :, None].expand(
+                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                    ),
+                )
+                .view(x.shape[0], -1, x.shape[-1])
+            )
         outs = [x.cumsum(dim=1)]
         if return_intermediates:
             outs.append(x.sin())
@@ -57,11 +62,16 @@ class SignHiera(GeneralizedHiera):
         kept_windows = (
             mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
         )
-        x = torch.take_along_dim(
-            x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1]),
-            kept_windows[:, None, :, None],
-            dim=2,
-        ).view(x.shape[0], -1, x.shape[-1])
+        x = (
+            x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+            .gather(
+                2,
+                kept_windows[:, None, :, None].expand(
+                    -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                ),
+            )
+            .view(x.shape[0], -1, x.shape[-1])
+        )
         return [x.cumsum(dim=1), *extra]
 
 

@@ -26,11 +26,16 @@ class SplitHiera(nn.Module):
         kept_windows = (
             mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
         )
-        x = torch.take_along_dim(
-            x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1]),
-            kept_windows[:, None, :, None],
-            dim=2,
-        ).flatten()
+        x = (
+            x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+            .gather(
+                2,
+                kept_windows[:, None, :, None].expand(
+                    -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                ),
+            )
+            .flatten()
+        )
         x = x.view(B, -1, C)
         return x.cumsum(dim=1)
 
@@ -47,13 +52,21 @@ class ViewInline(SplitHiera):
         kept_windows = (
             mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
         )
-        hidden_states = torch.take_along_dim(
+        hidden_states = (
             hidden_states.view(
                 hidden_states.shape[0], -1, mask.shape[-1], hidden_states.shape[-1]
-            ),
-            kept_windows[:, None, :, None],
-            dim=2,
-        ).view(x.shape[0], -1, x.shape[-1])
+            )
+            .gather(
+                2,
+                kept_windows[:, None, :, None].expand(
+                    -1,
+                    hidden_states.shape[1] // mask.shape[-1],
+                    -1,
+                    hidden_states.shape[-1],
+                ),
+            )
+            .view(x.shape[0], -1, x.shape[-1])
+        )
         return hidden_states.cumsum(dim=1)
 
 

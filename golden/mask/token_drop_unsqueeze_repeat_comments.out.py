@@ -24,11 +24,16 @@ class Unsqueezed(nn.Module):
             kept_windows = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
             )
-            x = torch.take_along_dim(
-                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1]),
-                kept_windows[:, None, :, None],
-                dim=2,
-            ).view(x.shape[0], -1, x.shape[-1])  # drop
+            x = (
+                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+                .gather(
+                    2,
+                    kept_windows[:, None, :, None].expand(
+                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                    ),
+                )
+                .view(x.shape[0], -1, x.shape[-1])
+            )  # drop
         return x.cumsum(dim=1)
 
 
@@ -44,11 +49,16 @@ class Repeated(Unsqueezed):
             kept_windows = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
             )
-            x = torch.take_along_dim(
-                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1]),
-                kept_windows[:, None, :, None],
-                dim=2,
-            ).view(x.shape[0], -1, x.shape[-1])
+            x = (
+                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+                .gather(
+                    2,
+                    kept_windows[:, None, :, None].expand(
+                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                    ),
+                )
+                .view(x.shape[0], -1, x.shape[-1])
+            )
         return x.cumsum(dim=1)
 
 
@@ -62,11 +72,16 @@ class UnsqueezeTwoRepeat(Unsqueezed):
             kept_windows = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
             )
-            x = torch.take_along_dim(
-                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1]),
-                kept_windows[:, None, :, None],
-                dim=2,
-            ).view(x.shape[0], -1, x.shape[-1])
+            x = (
+                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+                .gather(
+                    2,
+                    kept_windows[:, None, :, None].expand(
+                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                    ),
+                )
+                .view(x.shape[0], -1, x.shape[-1])
+            )
         return x.cumsum(dim=1)
 
 
