@@ -27,7 +27,7 @@ EXPECTED = {
         "self.drop(attn.softmax(dim=-1)) is not an op",
         "not a tensor scaled by a provably numeric scale",
         "SDPA is inside a loop",
-        "the batch size reads x",
+        "the output reshape reads x",
         "q's pool is not",
     ],
     "lookalike_comment_string": [],
