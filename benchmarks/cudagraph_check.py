@@ -70,8 +70,11 @@ def main() -> int:
             if pe.grad is not None
         )
         worst_loss, worst_grad = max(worst_loss, rel), max(worst_grad, grad_rel)
-        graphed.zero_grad(set_to_none=False)
-        eager.zero_grad(set_to_none=False)
+        # set_to_none=True: with set_to_none=False the first step's .grad tensors are
+        # CUDA-graph output buffers that later replays overwrite (seen on the H200:
+        # "accessing tensor output of CUDAGraphs that has been overwritten").
+        graphed.zero_grad(set_to_none=True)
+        eager.zero_grad(set_to_none=True)
         masks.append(mask_c)
         print(f"step {i:2d}: compiled loss {loss_c.item():.6f}  eager loss (same mask) {loss_e.item():.6f}  "
               f"rel diff {rel:.2e}  worst grad rel diff {grad_rel:.2e}  kept {int(mask_c[0].sum())}", flush=True)
