@@ -70,9 +70,10 @@ def main() -> int:
             if pe.grad is not None
         )
         worst_loss, worst_grad = max(worst_loss, rel), max(worst_grad, grad_rel)
-        # set_to_none=True: with set_to_none=False the first step's .grad tensors are
-        # CUDA-graph output buffers that later replays overwrite (seen on the H200:
-        # "accessing tensor output of CUDAGraphs that has been overwritten").
+        # set_to_none=True, as bench.py does.  With set_to_none=False this script failed
+        # on the H200 at step 1 ("accessing tensor output of CUDAGraphs that has been
+        # overwritten"); kept .grad tensors that alias CUDA-graph outputs are the
+        # suspected cause.  Not re-run since this change.
         graphed.zero_grad(set_to_none=True)
         eager.zero_grad(set_to_none=True)
         masks.append(mask_c)
