@@ -1,0 +1,72 @@
+"""CLI throughput on a corpus: N files of about L lines, each with several idioms.
+
+Builds the corpus in a temp folder from our own golden inputs (golden/**/*.in.py,
+concatenated and renamed until a file has about L lines), then times
+`hiera-rewrite --check -j J` on the whole folder (a fresh process, as a pre-commit
+hook runs it).  Prints files, lines, wall seconds and files/s.
+
+    python benchmarks/corpus_throughput.py --files 60 --lines 500 --jobs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+
+
+def build_corpus(folder: Path, files: int, lines: int) -> int:
+    sources = []
+    for case in sorted(GOLDEN.rglob("*.in.py")):
+        data = case.read_bytes()
+        if b"\r" in data or b"\t" in data[:200]:
+            continue  # keep one encoding per corpus file
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        # `from __future__` must stay first in a file: hoist it out of the copies
+        sources.append(re.sub(r"^from __future__ import .*\n", "", text, flags=re.M))
+    total = 0
+    for n in range(files):
+        parts, count, k = [], 0, n
+        while count < lines:
+            text = sources[k % len(sources)]
+            # distinct class names per copy, so a file holds several idioms, not one twice
+            text = re.sub(r"^class (\w+)", lambda m: f"class {m.group(1)}_{n}_{k}", text, flags=re.M)
+            parts.append(text)
+            count += text.count("\n")
+            k += 1
+        body = "from __future__ import annotations\n\n" + "\n\n".join(parts)
+        (folder / f"module_{n:03d}.py").write_text(body, encoding="utf-8")
+        total += count
+    return total
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--files", type=int, default=60)
+    parser.add_argument("--lines", type=int, default=500)
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        total = build_corpus(folder, args.files, args.lines)
+        cmd = [sys.executable, "-m", "hiera_rewrite", "--check", "-q", "-j", str(args.jobs), str(folder)]
+        start = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        summary = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+        print(f"{args.files} files, {total} lines, -j {args.jobs}: {wall:.1f} s wall "
+              f"({args.files / wall:.1f} files/s), exit {done.returncode}; {summary}")
+        return 0 if done.returncode in (0, 1) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
