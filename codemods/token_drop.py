@@ -44,6 +44,7 @@ from ._flow import (
     target_code,
 )
 from ._mask import (
+    module_binds,
     ascending_true,
     free_names,
     imports_module,
@@ -379,10 +380,15 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
         return updated.with_changes(body=updated.body.with_changes(body=statements))
 
     edits[cls] = add_flag
-    if not imports_module(ctx.module, "inspect"):
-        anchor_import = last_top_level_import(ctx.module)
-        top = next((a for a in [cls, *ctx.ancestors(cls)] if ctx.parent(a) is ctx.module), None)
-        if anchor_import is None or top is None or ctx.module.body.index(anchor_import) > ctx.module.body.index(top):
+    # The flag is computed when the class body runs: `inspect` must be imported above it.
+    top = next((a for a in [cls, *ctx.ancestors(cls)] if ctx.parent(a) is ctx.module), None)
+    above = list(ctx.module.body[: ctx.module.body.index(top)]) if top is not None else []
+    if imports_module(ctx.module, "inspect"):
+        if module_binds(ctx.module, "inspect") not in above:
+            raise Refuse("`import inspect` comes after the MAE class, which reads it when the class is created")
+    else:
+        anchor_import = last_top_level_import(cst.Module(body=above))
+        if anchor_import is None:
             raise Refuse("no top-level import above the MAE class to add `import inspect` after")
         edits[anchor_import] = lambda updated: cst.FlattenSentinel([updated, cst.parse_statement("import inspect\n")])
     return edits
