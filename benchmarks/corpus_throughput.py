@@ -28,7 +28,7 @@ def build_corpus(folder: Path, files: int, lines: int) -> int:
         if b"\r" in data or b"\t" in data[:200]:
             continue  # keep one encoding per corpus file
         try:
-            text = data.decode("utf-8")
+            text = data.decode("utf-8-sig")  # a BOM only belongs at the start of a file
         except UnicodeDecodeError:
             continue
         # `from __future__` must stay first in a file: hoist it out of the copies
