@@ -132,3 +132,13 @@ def skip_marked_owner(ctx, node: cst.CSTNode) -> Optional[str]:
 
 
 _EMPTY = cst.Module(body=[])
+
+
+def is_docstring(stmt: cst.CSTNode) -> bool:
+    """A statement that is only a string literal (a docstring)."""
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )

@@ -61,12 +61,7 @@ from ._flow import (
     statement_names,
     target_code,
 )
-from .mask_unit_attention import _arithmetic, _class_and_local_bases, _component, _restore_chain
-
-SDPA_NAMES = {
-    "torch.nn.functional.scaled_dot_product_attention",
-    "torch._C._nn.scaled_dot_product_attention",
-}
+from .mask_unit_attention import SDPA_NAMES, _arithmetic, _class_and_local_bases, _component, _restore_chain
 SOFTMAX_NAMES = {"torch.nn.functional.softmax", "torch.softmax", "torch.Tensor.softmax"}
 FIVE_D_PERMUTE = [3, 0, 4, 2, 1, 5]
 

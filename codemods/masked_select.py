@@ -34,6 +34,7 @@ from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
 
 from ._flow import FunctionFlow, code, is_name, method_call, single_assign, target_code
 from ._mask import (
+    is_docstring,
     ascending_true,
     free_names,
     imports_module,
@@ -219,7 +220,7 @@ def _count_prelude(ctx: PlanContext, func: cst.FunctionDef, mask: str, edits: Di
     """Add `num_masked=None` to the signature and the count at the top of the body
     (after a docstring), composed with an edit of that first statement if any."""
     body = list(func.body.body)  # type: ignore[union-attr]
-    first = 1 if body and _is_docstring(body[0]) and len(body) > 1 else 0
+    first = 1 if body and is_docstring(body[0]) and len(body) > 1 else 0
     anchor = body[first]
     prelude = ctx.statement(
         f"if {COUNT} is None:\n"
@@ -242,14 +243,6 @@ def _count_prelude(ctx: PlanContext, func: cst.FunctionDef, mask: str, edits: Di
 
     edits[anchor] = insert
 
-
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
 
 
 def _pass_count_on(

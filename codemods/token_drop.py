@@ -44,6 +44,7 @@ from ._flow import (
     target_code,
 )
 from ._mask import (
+    is_docstring,
     module_binds,
     ascending_true,
     free_names,
@@ -353,7 +354,7 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     # A class attribute with a private (mangled) name: each rewritten MAE class asks
     # its own base, and a subclass cannot shadow it.
     first = cls.body.body[0]  # type: ignore[union-attr]
-    has_doc = _is_docstring(first) and len(cls.body.body) > 1  # type: ignore[union-attr]
+    has_doc = is_docstring(first) and len(cls.body.body) > 1  # type: ignore[union-attr]
     anchor = cls.body.body[1] if has_doc else first  # type: ignore[union-attr]
     flag = ctx.statement(
         f"# hiera.py may be rewritten separately: pass {COUNT} only if {base}.forward takes it.\n"
@@ -408,14 +409,6 @@ def _defines(cls: cst.ClassDef, name: str) -> bool:
             return True
     return False
 
-
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
 
 
 def _same_file_random_mask(ctx: PlanContext, base: str) -> Optional[str]:
