@@ -415,25 +415,20 @@ def reduction_values(node: cst.BaseExpression) -> Optional[Tuple[str, cst.BaseEx
     Returns (spelling, X, k) where spelling is "max" or "amax".
     """
     if m.matches(node, m.Attribute(attr=m.Name("values"))):
-        inner = node.value  # type: ignore[attr-defined]
-        found = method_call(inner, "max")
-        if found:
-            ok, dim = dim_arg(found[1])
-            if ok and dim is not None:
-                return "max", found[0], dim
-        return None
+        return _reduction(node.value, "max")  # type: ignore[attr-defined]
     if isinstance(node, cst.Subscript) and len(node.slice) == 1:
         index = node.slice[0].slice
         if isinstance(index, cst.Index) and int_value(index.value) == 0:
-            found = method_call(node.value, "max")
-            if found:
-                ok, dim = dim_arg(found[1])
-                if ok and dim is not None:
-                    return "max", found[0], dim
+            return _reduction(node.value, "max")
         return None
-    found = method_call(node, "amax")
+    return _reduction(node, "amax")
+
+
+def _reduction(node: cst.BaseExpression, spelling: str) -> Optional[Tuple[str, cst.BaseExpression, int]]:
+    """``X.<spelling>(dim=k)`` with an int k: (spelling, X, k)."""
+    found = method_call(node, spelling)
     if found:
         ok, dim = dim_arg(found[1])
         if ok and dim is not None:
-            return "amax", found[0], dim
+            return spelling, found[0], dim
     return None

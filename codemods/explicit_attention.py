@@ -61,7 +61,7 @@ from ._flow import (
     statement_names,
     target_code,
 )
-from .mask_unit_attention import SDPA_NAMES, _arithmetic, _class_and_local_bases, _component, _restore_chain
+from .mask_unit_attention import SDPA_NAMES, _component, _restore_chain, _scalar
 SOFTMAX_NAMES = {"torch.nn.functional.softmax", "torch.softmax", "torch.Tensor.softmax"}
 FIVE_D_PERMUTE = [3, 0, 4, 2, 1, 5]
 
@@ -374,56 +374,7 @@ class _Match:
 
     # -- scalars --------------------------------------------------------------------------
     def scalar(self, expr: cst.BaseExpression) -> bool:
-        if isinstance(expr, (cst.Integer, cst.Float)):
-            return True
-        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-            return self.scalar(expr.expression)
-        if isinstance(expr, cst.BinaryOperation) and isinstance(
-            expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
-        ):
-            return self.scalar(expr.left) and self.scalar(expr.right)
-        if isinstance(expr, cst.Attribute) and is_name(expr.value, "self"):
-            return self.numeric_attribute(expr.attr.value)
-        return False
-
-    def numeric_attribute(self, attr: str) -> bool:
-        """`self.attr` is stored once, by `self.attr = <arithmetic, no calls>` in __init__."""
-        cls = next((a for a in self.ctx.ancestors(self.func) if isinstance(a, cst.ClassDef)), None)
-        if cls is None:
-            return False
-        stores: List[cst.CSTNode] = []
-
-        class _Stores(cst.CSTVisitor):
-            def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-                self._check(node.target, node)
-
-            def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-                self._check(node.target, node)
-
-            def visit_AugAssign(self, node: cst.AugAssign) -> None:
-                self._check(node.target, node)
-
-            def _check(self, target, node) -> None:
-                targets = [e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else [target]
-                for t in targets:
-                    if isinstance(t, cst.Attribute) and t.attr.value == attr:
-                        stores.append(node)
-
-            def visit_Call(self, node: cst.Call) -> None:
-                if is_name(node.func, "setattr"):
-                    stores.append(node)
-
-        for owner in _class_and_local_bases(self.ctx.module, cls):
-            owner.visit(_Stores())
-        if len(stores) != 1 or not isinstance(stores[0], cst.AssignTarget):
-            return False
-        owner_func = next((a for a in self.ctx.ancestors(stores[0]) if isinstance(a, cst.FunctionDef)), None)
-        assign = self.ctx.parent(stores[0])
-        if owner_func is None or owner_func.name.value != "__init__" or not isinstance(assign, cst.Assign):
-            return False
-        if len(assign.targets) != 1 or not is_name(stores[0].target.value, "self"):  # type: ignore[attr-defined]
-            return False
-        return _arithmetic(assign.value)
+        return _scalar(self.ctx, self.func, expr)
 
     # -- where q, k, v come from ------------------------------------------------------------
     def pool(self, body: List[cst.BaseStatement], start: int, q: str) -> Tuple[List[int], Dict]:

@@ -454,58 +454,7 @@ class _Match:
         return f"{code(expr)} is not an op this rewrite knows to treat leading dims as batch"
 
     def scalar(self, expr: cst.BaseExpression) -> bool:
-        """A Python number: a literal, arithmetic on numbers, or a numeric `self.attr`."""
-        if isinstance(expr, (cst.Integer, cst.Float)):
-            return True
-        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-            return self.scalar(expr.expression)
-        if isinstance(expr, cst.BinaryOperation) and isinstance(
-            expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
-        ):
-            return self.scalar(expr.left) and self.scalar(expr.right)
-        if isinstance(expr, cst.Attribute) and is_name(expr.value, "self"):
-            return self.numeric_attribute(expr.attr.value)
-        return False
-
-    def numeric_attribute(self, attr: str) -> bool:
-        """`self.attr` is set once, in __init__, from arithmetic with no calls."""
-        cls = next((a for a in self.ctx.ancestors(self.func) if isinstance(a, cst.ClassDef)), None)
-        if cls is None:
-            return False
-        stores: List[Tuple[cst.CSTNode, cst.BaseExpression]] = []
-
-        class _Stores(cst.CSTVisitor):
-            def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-                self._target(node.target, node)
-
-            def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-                self._target(node.target, node)
-
-            def visit_AugAssign(self, node: cst.AugAssign) -> None:
-                self._target(node.target, node)
-
-            def _target(self, target: cst.BaseExpression, node: cst.CSTNode) -> None:
-                for element in _flatten_targets(target):
-                    if isinstance(element, cst.Attribute) and is_name(element.value, "self") and element.attr.value == attr:
-                        stores.append((node, element))
-
-            def visit_Call(self, node: cst.Call) -> None:
-                # setattr(self, "attr", ...) also stores
-                if is_name(node.func, "setattr"):
-                    stores.append((node, node))
-
-        for owner_class in _class_and_local_bases(self.ctx.module, cls):
-            owner_class.visit(_Stores())
-        if len(stores) != 1:
-            return False
-        node, _ = stores[0]
-        if not isinstance(node, cst.AssignTarget):
-            return False
-        owner = next((a for a in self.ctx.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
-        assign = self.ctx.parent(node)
-        if owner is None or owner.name.value != "__init__" or not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
-            return False
-        return _arithmetic(assign.value)
+        return _scalar(self.ctx, self.func, expr)
 
     # -- the output restore ---------------------------------------------------------
     def restore(
@@ -827,6 +776,64 @@ def _all_loads(root: cst.CSTNode) -> List[cst.Name]:
 
     root.visit(_Names())
     return found
+
+
+def _scalar(ctx: PlanContext, func: cst.FunctionDef, expr: cst.BaseExpression) -> bool:
+    """A Python number: a literal, arithmetic on numbers, or a numeric `self.attr`."""
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        return _scalar(ctx, func, expr.expression)
+    if isinstance(expr, cst.BinaryOperation) and isinstance(
+        expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
+    ):
+        return _scalar(ctx, func, expr.left) and _scalar(ctx, func, expr.right)
+    if isinstance(expr, cst.Attribute) and is_name(expr.value, "self"):
+        return _numeric_attribute(ctx, func, expr.attr.value)
+    return False
+
+
+def _numeric_attribute(ctx: PlanContext, func: cst.FunctionDef, attr: str) -> bool:
+    """`self.attr` is stored once in the class (and its bases in this file): by
+    `self.attr = <arithmetic, no calls>` in __init__.  Any store to an attribute of
+    that name, on any object, or any setattr, counts against it."""
+    cls = next((a for a in ctx.ancestors(func) if isinstance(a, cst.ClassDef)), None)
+    if cls is None:
+        return False
+    stores: List[Tuple[cst.CSTNode, cst.BaseExpression]] = []
+
+    class _Stores(cst.CSTVisitor):
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            self._target(node.target, node)
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            self._target(node.target, node)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            self._target(node.target, node)
+
+        def _target(self, target: cst.BaseExpression, node: cst.CSTNode) -> None:
+            for element in _flatten_targets(target):
+                if isinstance(element, cst.Attribute) and element.attr.value == attr:
+                    stores.append((node, element))
+
+        def visit_Call(self, node: cst.Call) -> None:
+            # setattr(self, "attr", ...) also stores
+            if is_name(node.func, "setattr"):
+                stores.append((node, node))
+
+    for owner_class in _class_and_local_bases(ctx.module, cls):
+        owner_class.visit(_Stores())
+    if len(stores) != 1:
+        return False
+    node, element = stores[0]
+    if not isinstance(node, cst.AssignTarget) or not is_name(element.value, "self"):  # type: ignore[attr-defined]
+        return False
+    owner = next((a for a in ctx.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+    assign = ctx.parent(node)
+    if owner is None or owner.name.value != "__init__" or not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
+        return False
+    return _arithmetic(assign.value)
 
 
 def _flatten_targets(target: cst.BaseExpression) -> List[cst.BaseExpression]:
