@@ -84,13 +84,6 @@ class FunctionFlow:
     def loads_of(self, name: str) -> List[Tuple[Stmt, cst.Name]]:
         return [(s, n) for s in self.stmts for n in s.loaded if n.value == name]
 
-    def stable_between(self, expr: cst.BaseExpression, start: Stmt, end: Stmt) -> bool:
-        """True if no name read by ``expr`` is rebound after ``start`` up to ``end``."""
-        names = {n.value for n in _loaded_names(expr)}
-        if any(self.compound_assigned.get(n) for n in names):
-            return False
-        return not any(names & s.assigned for s in self.stmts[start.index + 1 : end.index + 1])
-
 
 def _body_of(block: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
     if isinstance(block, cst.IndentedBlock):
