@@ -794,6 +794,9 @@ def parse_args(argv=None):
     p.add_argument("--rewritten-src", type=Path, default=None,
                    help="folder with pre-rewritten hiera.py/hiera_mae.py/hiera_utils.py (no libcst/black needed)")
     p.add_argument("--out", default=None, help="folder for bench.json, bench.md and speedup.png")
+    p.add_argument("--merge", nargs="+", type=Path, default=None, metavar="BENCH_JSON",
+                   help="no run: combine the bench.json of earlier runs (only --modes) into --out; each "
+                        "cell's rows come from the last file that has that cell, so ratios stay same-run")
     args = p.parse_args(argv)
     if args.steps is None:
         args.steps = 3 if args.tiny else 25
@@ -804,8 +807,37 @@ def parse_args(argv=None):
     return args
 
 
+def merge(files: List[Path], modes: List[str], out: Optional[str]) -> int:
+    """Tables, JSON and plot from several runs (e.g. cells split over two GPUs)."""
+    by_cell: Dict[str, List[Run]] = {}
+    source: Dict[str, str] = {}
+    envs = []
+    for f in files:
+        data = json.loads(f.read_text())
+        envs.append(data["env"])
+        runs = [Run(**r) for r in data["runs"] if r["mode"] in modes]
+        for cell in dict.fromkeys(r.cell for r in runs):
+            by_cell[cell] = [r for r in runs if r.cell == cell]
+            source[cell] = f"{data['env'].get('command')} ({data['env'].get('date')})"
+    order = MATRIX + [c for c in by_cell if c not in MATRIX]
+    runs = [r for cell in order for r in by_cell.get(cell, [])]
+    commands = [f"{cell}: {source[cell]}" for cell in order if cell in source]
+    env = dict(envs[-1], command="; ".join(commands), merged_from=[str(f) for f in files])
+    md = markdown(runs, env, {**CELLS, **TINY_CELLS}) + "\n\nrows per cell from: " + "; ".join(commands)
+    if out:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "bench.json").write_text(json.dumps(dict(env=env, runs=[dataclasses.asdict(r) for r in runs]), indent=1))
+        (folder / "bench.md").write_text(md + "\n")
+        log(plot(runs, folder / "speedup.png") or "")
+    print(md)
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.merge:
+        return merge(args.merge, [m.strip() for m in args.modes.split(",") if m.strip()], args.out)
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", message=".*TF32.*")
     tmp = Path(tempfile.mkdtemp(prefix="hiera_bench_"))
