@@ -68,7 +68,7 @@ class DecoderFill(Rewrite):
 
     def plan(self, ctx: PlanContext) -> None:
         finder = _IndexPuts()
-        ctx.module.visit(finder)
+        ctx.index.visit(finder)
         for line in finder.lines:
             try:
                 edits = _fill(ctx, line)

@@ -38,7 +38,6 @@ import dataclasses
 from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
-from libcst.metadata import PositionProvider, QualifiedNameProvider
 
 from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
 
@@ -114,7 +113,7 @@ class ExplicitAttention(Rewrite):
 
     def plan(self, ctx: PlanContext) -> None:
         finder = _ScoreLines()
-        ctx.module.visit(finder)
+        ctx.index.visit(finder)
         seen: Set[int] = set()
         for node in finder.matmuls:
             line = enclosing_line(ctx, node)
@@ -171,7 +170,7 @@ class _Match:
     def __init__(self, ctx: PlanContext, line: cst.SimpleStatementLine) -> None:
         self.ctx = ctx
         self.line = line
-        self.positions = ctx.wrapper.resolve(PositionProvider)
+        self.positions = ctx.index.spans
         func = enclosing_function(ctx, line)
         if func is None:
             raise Refuse("the explicit attention is not inside a function")
@@ -679,10 +678,7 @@ def _const(node):
 
 
 def _qualified(ctx: PlanContext, node: cst.CSTNode) -> Set[str]:
-    value = ctx.wrapper.resolve(QualifiedNameProvider).get(node, set())
-    if callable(value):
-        value = value()
-    return {q.name for q in value}
+    return ctx.qualified_names(node)
 
 
 def _calls_sdpa(ctx: PlanContext, node: cst.CSTNode) -> bool:

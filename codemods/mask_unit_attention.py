@@ -35,7 +35,6 @@ import dataclasses
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
-from libcst.metadata import PositionProvider, QualifiedNameProvider
 
 from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
 
@@ -121,8 +120,8 @@ class MaskUnitAttention(Rewrite):
     """
 
     def plan(self, ctx: PlanContext) -> None:
-        finder = _SdpaCalls()
-        ctx.wrapper.visit(finder)
+        finder = _SdpaCalls(ctx)
+        ctx.index.visit(finder)
         for call in finder.calls:
             func = enclosing_function(ctx, call)
             try:
@@ -136,15 +135,13 @@ class MaskUnitAttention(Rewrite):
 
 
 class _SdpaCalls(cst.CSTVisitor):
-    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
-
-    def __init__(self) -> None:
+    def __init__(self, ctx: PlanContext) -> None:
         super().__init__()
+        self.ctx = ctx
         self.calls: List[cst.Call] = []
 
     def visit_Call(self, node: cst.Call) -> None:
-        names = {q.name for q in self.get_metadata(QualifiedNameProvider, node.func, set())}
-        if names & SDPA_NAMES:
+        if _qualified_names(self.ctx, node.func) & SDPA_NAMES:
             self.calls.append(node)
 
 
@@ -187,7 +184,7 @@ class _Match:
         self.ctx = ctx
         self.func = func
         self.call = call
-        self.positions = ctx.wrapper.resolve(PositionProvider)
+        self.positions = ctx.index.spans
 
     # -- the SDPA call --------------------------------------------------------------
     def qkv_arg_names(self) -> Tuple[str, str, str, List[cst.BaseExpression]]:
@@ -748,10 +745,7 @@ def _class_and_local_bases(module: cst.Module, cls: cst.ClassDef) -> List[cst.Cl
 
 
 def _qualified_names(ctx: PlanContext, node: cst.CSTNode) -> Set[str]:
-    value = ctx.wrapper.resolve(QualifiedNameProvider).get(node, set())
-    if callable(value):  # libcst resolves lazily
-        value = value()
-    return {q.name for q in value}
+    return ctx.qualified_names(node)
 
 
 def _at(position) -> Tuple[int, int]:

@@ -79,7 +79,7 @@ class MaskedSelect(Rewrite):
         if not imports_module(ctx.module, "torch"):
             return
         finder = _Selections()
-        ctx.module.visit(finder)
+        ctx.index.visit(finder)
         for line, name in finder.unannotated:
             ctx.refuse(
                 line,

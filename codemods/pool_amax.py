@@ -35,7 +35,7 @@ class PoolAmax(Rewrite):
 
     def plan(self, ctx: PlanContext) -> None:
         finder = _Reductions()
-        ctx.module.visit(finder)
+        ctx.index.visit(finder)
         for node in finder.found:
             try:
                 replacement = _amax(node)

@@ -95,7 +95,7 @@ class EncoderTokenDrop(Rewrite):
 
     def plan(self, ctx: PlanContext) -> None:
         finder = _Finder()
-        ctx.module.visit(finder)
+        ctx.index.visit(finder)
         for node, via in finder.drops + _drops_through_names(ctx, finder.tile_lines):
             try:
                 edits = _token_drop(ctx, node, via)

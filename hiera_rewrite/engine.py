@@ -17,8 +17,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set
 
 import black
 import libcst as cst
-from libcst.metadata import MetadataWrapper
 
+from .index import ModuleIndex
 from .rewrite import REGISTRY, PlanContext, Refusal, Replacement, Site
 
 SKIP_MARKER = "hiera-rewrite: skip"
@@ -147,7 +147,7 @@ def _compile(source: "str | bytes") -> None:
 def _rewrite_module(
     module: cst.Module, codes: Sequence[str], line_length: int
 ) -> "tuple[List[Report], Optional[cst.Module]]":
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    index = ModuleIndex(module)
     sites: List[Site] = []
     refusals: List[Refusal] = []
 
@@ -156,7 +156,7 @@ def _rewrite_module(
         return cst.parse_statement(black.format_str(source, mode=mode))
 
     for code in codes:
-        ctx = PlanContext(wrapper, code, format_statement)
+        ctx = PlanContext(index, code, format_statement)
         REGISTRY[code]().plan(ctx)
         sites.extend(ctx.sites)
         refusals.extend(ctx.refusals)
@@ -164,7 +164,7 @@ def _rewrite_module(
     accepted: List[Site] = []
     claimed: Set[cst.CSTNode] = set()
     reports: List[Report] = []
-    probe = PlanContext(wrapper, "", format_statement)
+    probe = PlanContext(index, "", format_statement)
     for site in sites:
         skip_owner = _skip_marked_owner(probe, site.node)
         if skip_owner is not None:

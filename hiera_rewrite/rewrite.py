@@ -11,10 +11,11 @@ and leaves the code alone.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Type, Union
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Set, Type, Union
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from .index import ModuleIndex, Pos, Span
 
 # A replacement node, or a function of the updated node (for edits that wrap code
 # which other edits change, such as inserting a statement before a class).
@@ -65,33 +66,36 @@ def register(cls: Type[Rewrite]) -> Type[Rewrite]:
 
 
 class PlanContext:
-    """What a rewrite gets: the parsed module with metadata, and ways to answer."""
+    """What a rewrite gets: the parsed module, what it may ask about it, ways to answer."""
 
     def __init__(
         self,
-        wrapper: MetadataWrapper,
+        index: ModuleIndex,
         code: str,
         format_statement: Callable[[str, int], cst.BaseStatement],
     ) -> None:
-        self.wrapper = wrapper
-        self.module = wrapper.module
+        self.index = index
+        self.module = index.module
         self.code = code
         self._format_statement = format_statement
         self.sites: List[Site] = []
         self.refusals: List[Refusal] = []
 
-    # -- metadata -------------------------------------------------------------
-    def position(self, node: cst.CSTNode):
-        return self.wrapper.resolve(PositionProvider)[node].start
+    # -- what the module says (hiera_rewrite.index) ---------------------------
+    def position(self, node: cst.CSTNode) -> Pos:
+        return self.index.position(node)
+
+    def span(self, node: cst.CSTNode) -> Span:
+        return self.index.span(node)
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        return self.wrapper.resolve(ParentNodeProvider).get(node)
+        return self.index.parent(node)
 
     def ancestors(self, node: cst.CSTNode):
-        parent = self.parent(node)
-        while parent is not None:
-            yield parent
-            parent = self.parent(parent)
+        return self.index.ancestors(node)
+
+    def qualified_names(self, node: cst.CSTNode) -> Set[str]:
+        return self.index.qualified_names(node)
 
     # -- answers --------------------------------------------------------------
     def add_site(
