@@ -468,7 +468,7 @@ class _Match:
         from .mask_unit_attention import _all_loads
 
         found = []
-        for node in _all_loads(self.func.body):
+        for node in _all_loads(self.func.body, self.ctx):
             start = self.positions[node].start
             if (start.line, start.column) > (end.line, end.column):
                 found.append(node)

@@ -350,7 +350,7 @@ class _Match:
             if isinstance(owner, cst.If) and owner.body is block and self.is_hasattr_guard(owner) and guard is None:
                 guard = owner
                 if owner.orelse is not None:  # dead on torch >= 2.0; removed with the guard
-                    allowed |= {id(n) for n in _all_loads(owner.orelse)}
+                    allowed |= {id(n) for n in _all_loads(owner.orelse, ctx)}
                 cur = owner
                 continue
             if isinstance(owner, cst.If) and owner.body is block:
@@ -698,9 +698,9 @@ class _Match:
                 nested.append(node)
                 return False
 
-        self.func.body.visit(_Nested())
+        self.ctx.index.visit(_Nested(), self.func.body)
         for node in nested:
-            for name in _all_loads(node):
+            for name in _all_loads(node, self.ctx):
                 if name.value in names:
                     raise Refuse(f"a nested function reads {name.value} (line {self.line(name)}): its layout changes")
 
@@ -713,7 +713,7 @@ class _Match:
                 if any(isinstance(s, (cst.Return, cst.Raise)) for s in top.body):
                     stop = _at(self.positions[top].end)  # code after it never runs
                     break
-        for node in _all_loads(self.func.body):
+        for node in _all_loads(self.func.body, self.ctx):
             if node.value in names:
                 start = _at(self.positions[node].start)
                 if start > end and (stop is None or start <= stop):
@@ -752,7 +752,7 @@ def _at(position) -> Tuple[int, int]:
     return position.line, position.column
 
 
-def _all_loads(root: cst.CSTNode) -> List[cst.Name]:
+def _all_loads(root: cst.CSTNode, ctx: Optional[PlanContext] = None) -> List[cst.Name]:
     """Every Name node under ``root`` (attribute names and keywords excluded)."""
     found: List[cst.Name] = []
 
@@ -768,7 +768,10 @@ def _all_loads(root: cst.CSTNode) -> List[cst.Name]:
             node.value.visit(self)
             return False
 
-    root.visit(_Names())
+    if ctx is None:
+        root.visit(_Names())
+    else:
+        ctx.index.visit(_Names(), root)
     return found
 
 
@@ -817,7 +820,7 @@ def _numeric_attribute(ctx: PlanContext, func: cst.FunctionDef, attr: str) -> bo
                 stores.append((node, node))
 
     for owner_class in _class_and_local_bases(ctx.module, cls):
-        owner_class.visit(_Stores())
+        ctx.index.visit(_Stores(), owner_class)
     if len(stores) != 1:
         return False
     node, element = stores[0]

@@ -171,7 +171,7 @@ def _drops_through_names(ctx: PlanContext, tile_lines: List[cst.SimpleStatementL
                 ):
                     found.append((node, line))
 
-        func.body.visit(_Uses())
+        ctx.index.visit(_Uses(), func.body)
     return found
 
 

@@ -16,6 +16,7 @@ does not match (the code is left alone).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 from typing import Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
@@ -34,64 +35,33 @@ class Span(NamedTuple):
     end: Pos
 
 
-_FIELDS: Dict[type, Tuple[str, ...]] = {}
-
-
-def _fields(cls: type) -> Tuple[str, ...]:
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    return names
-
-
 class ModuleIndex:
-    """Parents, positions and import-bound names of one module (lazily, once)."""
+    """Parents, positions, visit order and import-bound names of one module.
+
+    Everything comes from one codegen pass that records each node's span, parent and
+    place in document order; it runs at most once, on the first question.
+    """
 
     def __init__(self, module: cst.Module) -> None:
         self.module = module
-        self._parents: Optional[Dict[cst.CSTNode, cst.CSTNode]] = None
-        self._names: Dict[str, List[cst.Name]] = {}
-        self._imports: List[cst.CSTNode] = []
-        self._spans: Optional[Dict[cst.CSTNode, Tuple[int, int, int, int]]] = None
-        self._events: List[Optional[cst.CSTNode]] = []
-        self._resolved: Dict[str, Optional[List[Tuple[str, cst.CSTNode]]]] = {}
+        self._state: Optional[_PositionState] = None
+        self._by_type: Dict[type, List[int]] = {}
+        self._resolved: Dict[str, Optional[List[Tuple[str, Optional[cst.CSTNode]]]]] = {}
+
+    def _recorded(self) -> "_PositionState":
+        if self._state is None:
+            state = _PositionState(default_indent=self.module.default_indent,
+                                   default_newline=self.module.default_newline)
+            self.module._codegen(state)
+            self._state = state
+        return self._state
 
     # -- parents --------------------------------------------------------------------
-    def _walk(self) -> Dict[cst.CSTNode, cst.CSTNode]:
-        if self._parents is not None:
-            return self._parents
-        parents: Dict[cst.CSTNode, cst.CSTNode] = {}
-        names = self._names
-        imports = self._imports
-        node_type = cst.CSTNode
-        stack: List[cst.CSTNode] = [self.module]
-        pop, push = stack.pop, stack.append
-        while stack:
-            node = pop()
-            kind = type(node)
-            if kind is cst.Name:
-                names.setdefault(node.value, []).append(node)  # type: ignore[attr-defined]
-                continue
-            if kind is cst.Import or kind is cst.ImportFrom:
-                imports.append(node)
-            for name in _fields(kind):
-                value = getattr(node, name)
-                if isinstance(value, node_type):
-                    parents[value] = node
-                    push(value)
-                elif type(value) is tuple or type(value) is list:
-                    for item in value:
-                        if isinstance(item, node_type):
-                            parents[item] = node
-                            push(item)
-        self._parents = parents
-        return parents
-
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        return self._walk().get(node)
+        return self._recorded().parents.get(node)
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        parents = self._walk()
+        parents = self._recorded().parents
         parent = parents.get(node)
         while parent is not None:
             yield parent
@@ -100,55 +70,8 @@ class ModuleIndex:
     # -- positions ------------------------------------------------------------------
     def span(self, node: cst.CSTNode) -> Span:
         """Syntactic start and end of ``node``, as libcst's PositionProvider gives them."""
-        sl, sc, el, ec = self._codegen()[node]
+        sl, sc, el, ec = self._recorded().spans[node]
         return Span(Pos(sl, sc), Pos(el, ec))
-
-    def _codegen(self) -> Dict[cst.CSTNode, Tuple[int, int, int, int]]:
-        if self._spans is None:
-            state = _PositionState(default_indent=self.module.default_indent,
-                                   default_newline=self.module.default_newline)
-            self.module._codegen(state)
-            self._spans = state.spans
-            self._events = state.events
-        return self._spans
-
-    # -- visiting -------------------------------------------------------------------
-    def visit(self, visitor: cst.CSTVisitor) -> None:
-        """``module.visit(visitor)`` for a visitor that only reads: the same
-        ``visit_X``/``leave_X`` calls in the same order (``visit_X`` returning False
-        skips the children), replayed from the recorded codegen order instead of
-        libcst's visitor machinery.  Attribute hooks (``visit_X_attr``) are not called."""
-        self._codegen()
-        handlers: Dict[type, Tuple[Optional[object], Optional[object]]] = {}
-        kinds = _node_kinds()
-        for name in dir(visitor):
-            for prefix, slot in (("visit_", 0), ("leave_", 1)):
-                if name.startswith(prefix) and name[len(prefix):] in kinds:
-                    kind = kinds[name[len(prefix):]]
-                    pair = list(handlers.get(kind, (None, None)))
-                    pair[slot] = getattr(visitor, name)
-                    handlers[kind] = (pair[0], pair[1])
-        stack: List[Tuple[cst.CSTNode, Optional[object]]] = []
-        skipping = 0
-        get = handlers.get
-        for node in self._events:
-            if node is None:  # the innermost open node ends
-                done, leave = stack.pop()
-                if skipping:
-                    skipping -= 1
-                    if skipping:
-                        continue
-                if leave is not None:
-                    leave(done)  # type: ignore[operator]
-                continue
-            if skipping:
-                skipping += 1
-                stack.append((node, None))
-                continue
-            visit, leave = get(type(node), (None, None))
-            stack.append((node, leave))
-            if visit is not None and visit(node) is False:  # type: ignore[operator]
-                skipping = 1
 
     def position(self, node: cst.CSTNode) -> Pos:
         return self.span(node).start
@@ -157,6 +80,74 @@ class ModuleIndex:
     def spans(self) -> "_Spans":
         """``spans[node].start.line`` etc., the shape of libcst's PositionProvider map."""
         return _Spans(self)
+
+    # -- visiting -------------------------------------------------------------------
+    def nodes(self, kind: type) -> List[cst.CSTNode]:
+        """Every node of exactly this type, in document order."""
+        order = self._recorded().order
+        return [order[i] for i in self._indices(kind)]
+
+    def _indices(self, kind: type) -> List[int]:
+        if not self._by_type:
+            by_type = self._by_type
+            for i, node in enumerate(self._recorded().order):
+                found = by_type.get(type(node))
+                if found is None:
+                    by_type[type(node)] = [i]
+                else:
+                    found.append(i)
+        return self._by_type.get(kind, [])
+
+    def visit(self, visitor: cst.CSTVisitor, root: Optional[cst.CSTNode] = None) -> None:
+        """``(root or module).visit(visitor)`` for a visitor that only reads: the same
+        ``visit_X``/``leave_X`` calls in the same order (``visit_X`` returning False
+        skips the children), replayed from the recorded document order instead of
+        libcst's visitor machinery.  Attribute hooks (``visit_X_attr``) are not called.
+        A ``root`` that is not part of this module is visited the libcst way."""
+        state = self._recorded()
+        order, end = state.order, state.end
+        if root is None:
+            low, high = 0, len(order)
+        else:
+            low = state.index_of.get(root, -1)
+            if low < 0:
+                root.visit(visitor)
+                return
+            high = end[low]
+        kinds = _node_kinds()
+        visits: Dict[type, object] = {}
+        leaves: Dict[type, object] = {}
+        for name in dir(visitor):
+            if name.startswith("visit_") and name[6:] in kinds:
+                visits[kinds[name[6:]]] = getattr(visitor, name)
+            elif name.startswith("leave_") and name[6:] in kinds:
+                leaves[kinds[name[6:]]] = getattr(visitor, name)
+        # (position, 1, i) enters node i; (end[i], 0, -i) leaves it: after its last
+        # descendant, before the next node, the innermost first.
+        def inside(kind: type) -> List[int]:
+            found = self._indices(kind)
+            if low == 0 and high == len(order):
+                return found
+            return found[bisect.bisect_left(found, low):bisect.bisect_left(found, high)]
+
+        events = [(i, 1, i) for kind in set(visits) | set(leaves) for i in inside(kind)]
+        events += [(end[i], 0, -i) for kind in leaves for i in inside(kind)]
+        events.sort()
+        skip_until = -1
+        skipped = set()
+        for _, enter, i in events:
+            if not enter:
+                if -i not in skipped:
+                    node = order[-i]
+                    leaves[type(node)](node)  # type: ignore[operator]
+                continue
+            if i < skip_until:
+                skipped.add(i)
+                continue
+            node = order[i]
+            visit = visits.get(type(node))
+            if visit is not None and visit(node) is False:  # type: ignore[operator]
+                skip_until = max(skip_until, end[i])
 
     # -- names ----------------------------------------------------------------------
     def qualified_names(self, node: cst.CSTNode) -> Set[str]:
@@ -188,16 +179,17 @@ class ModuleIndex:
         binding ``name``; None if the file binds ``name`` any other way."""
         if name in self._resolved:
             return self._resolved[name]  # type: ignore[return-value]
-        parents = self._walk()
+        state = self._recorded()
+        parents = state.parents
         result: Optional[List[Tuple[str, Optional[cst.CSTNode]]]] = []
-        for occurrence in self._names.get(name, []):
+        for occurrence in state.names.get(name, []):
             parent = parents.get(occurrence)
             if _is_read(occurrence, parent) or self._in_import(occurrence):
                 continue
             result = None  # assigned, a parameter, deleted, global, a def/class name, ...
             break
         if result is not None:
-            for stmt in self._imports:
+            for stmt in state.imports:
                 for local, qualified in _import_names(stmt):  # type: ignore[arg-type]
                     if local == name:
                         result.append((qualified, self._scope_of(stmt)))
@@ -298,13 +290,20 @@ def _import_names(stmt: "cst.Import | cst.ImportFrom") -> List[Tuple[str, str]]:
 
 @dataclasses.dataclass(frozen=False)
 class _PositionState(CodegenState):
-    """libcst's position-providing codegen, recording plain tuples."""
+    """libcst's position-providing codegen, recording plain tuples, and on the way
+    each node's parent and place in document order, the Name nodes by identifier
+    and the import statements."""
 
     line: int = 1
     column: int = 0
     spans: Dict[cst.CSTNode, Tuple[int, int, int, int]] = dataclasses.field(default_factory=dict)
-    events: List[Optional[cst.CSTNode]] = dataclasses.field(default_factory=list)  # node: starts; None: ends
-    _stack: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
+    parents: Dict[cst.CSTNode, cst.CSTNode] = dataclasses.field(default_factory=dict)
+    order: List[cst.CSTNode] = dataclasses.field(default_factory=list)  # document (pre)order
+    end: List[int] = dataclasses.field(default_factory=list)  # order[i+1:end[i]]: i's descendants
+    index_of: Dict[cst.CSTNode, int] = dataclasses.field(default_factory=dict)
+    names: Dict[str, List[cst.Name]] = dataclasses.field(default_factory=dict)
+    imports: List[cst.CSTNode] = dataclasses.field(default_factory=list)
+    _stack: List[Tuple[cst.CSTNode, int, int, int]] = dataclasses.field(default_factory=list)
 
     def add_indent_tokens(self) -> None:
         for token in self.indent_tokens:
@@ -325,14 +324,24 @@ class _PositionState(CodegenState):
         self.column = len(lines[-1])
 
     def before_codegen(self, node: cst.CSTNode) -> None:
-        self._stack.append((self.line, self.column))
-        self.events.append(node)
+        stack = self._stack
+        if stack:
+            self.parents[node] = stack[-1][0]
+        kind = type(node)
+        if kind is cst.Name:
+            self.names.setdefault(node.value, []).append(node)  # type: ignore[attr-defined]
+        elif kind is cst.Import or kind is cst.ImportFrom:
+            self.imports.append(node)
+        stack.append((node, len(self.order), self.line, self.column))
+        self.index_of[node] = len(self.order)
+        self.order.append(node)
+        self.end.append(0)
 
     def after_codegen(self, node: cst.CSTNode) -> None:
-        self.events.append(None)
-        start = self._stack.pop()
+        _, index, line, column = self._stack.pop()
+        self.end[index] = len(self.order)
         if node not in self.spans:  # a syntactic position was recorded already
-            self.spans[node] = (start[0], start[1], self.line, self.column)
+            self.spans[node] = (line, column, self.line, self.column)
 
     @contextlib.contextmanager
     def record_syntactic_position(
