@@ -196,7 +196,37 @@ def _rewrite_module(
     edits: Dict[cst.CSTNode, Replacement] = {}
     for site in accepted:
         edits.update(site.edits)
-    return reports, module.visit(_ApplyEdits(edits))
+    return reports, _apply(module, index, edits)
+
+
+def _apply(module: cst.Module, index: ModuleIndex, edits: Dict[cst.CSTNode, Replacement]) -> cst.Module:
+    """The module with ``edits`` made.  Only the top-level statements that hold an
+    edited node are transformed (rebuilding the whole tree costs more than planning);
+    an edit outside every statement (the module itself, its header) transforms all."""
+    touched: Set[cst.CSTNode] = set()
+    for node in edits:
+        top = node
+        for ancestor in index.ancestors(node):
+            if ancestor is module:
+                break
+            top = ancestor
+        else:
+            return module.visit(_ApplyEdits(edits))  # not under the module's body
+        if top not in module.body:
+            return module.visit(_ApplyEdits(edits))
+        touched.add(top)
+    transformer = _ApplyEdits(edits)
+    body: List[cst.BaseStatement] = []
+    for stmt in module.body:
+        if stmt not in touched:
+            body.append(stmt)
+            continue
+        result = stmt.visit(transformer)
+        if isinstance(result, cst.FlattenSentinel):
+            body.extend(result.nodes)
+        elif not isinstance(result, cst.RemovalSentinel):
+            body.append(result)  # type: ignore[arg-type]
+    return module.with_changes(body=body)
 
 
 def _descends_from(ctx: PlanContext, node: cst.CSTNode, roots: Set[cst.CSTNode]) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import weakref
 from typing import Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 import libcst as cst
@@ -114,14 +115,10 @@ class ModuleIndex:
                 root.visit(visitor)
                 return
             high = end[low]
-        kinds = _node_kinds()
         visits: Dict[type, object] = {}
         leaves: Dict[type, object] = {}
-        for name in dir(visitor):
-            if name.startswith("visit_") and name[6:] in kinds:
-                visits[kinds[name[6:]]] = getattr(visitor, name)
-            elif name.startswith("leave_") and name[6:] in kinds:
-                leaves[kinds[name[6:]]] = getattr(visitor, name)
+        for name, kind, is_visit in _hooks(type(visitor)):
+            (visits if is_visit else leaves)[kind] = getattr(visitor, name)
         # (position, 1, i) enters node i; (end[i], 0, -i) leaves it: after its last
         # descendant, before the next node, the innermost first.
         def inside(kind: type) -> List[int]:
@@ -252,6 +249,25 @@ def _node_kinds() -> Dict[str, type]:
     return _KINDS
 
 
+_HOOKS: "weakref.WeakKeyDictionary[type, List[Tuple[str, type, bool]]]" = weakref.WeakKeyDictionary()
+
+
+def _hooks(cls: type) -> List[Tuple[str, type, bool]]:
+    """(method, node type, is visit) for each visit_X/leave_X ``cls`` overrides
+    (libcst's CSTVisitor defines a no-op for every node type)."""
+    found = _HOOKS.get(cls)
+    if found is None:
+        kinds = _node_kinds()
+        found = []
+        for name in dir(cls):
+            prefix = name[:6]
+            if prefix in ("visit_", "leave_") and name[6:] in kinds:
+                if getattr(cls, name) is not getattr(cst.CSTVisitor, name, None):
+                    found.append((name, kinds[name[6:]], prefix == "visit_"))
+        _HOOKS[cls] = found
+    return found
+
+
 class _Spans:
     def __init__(self, index: ModuleIndex) -> None:
         self._index = index
@@ -306,14 +322,13 @@ class _PositionState(CodegenState):
     _stack: List[Tuple[cst.CSTNode, int, int, int]] = dataclasses.field(default_factory=list)
 
     def add_indent_tokens(self) -> None:
+        self.tokens.extend(self.indent_tokens)  # Module's codegen asks whether any were added
         for token in self.indent_tokens:
             self._advance(token)
 
     def add_token(self, value: str) -> None:
+        self.tokens.append(value)
         self._advance(value)
-
-    def pop_trailing_newline(self) -> None:
-        pass
 
     def _advance(self, value: str) -> None:
         if "\n" not in value and "\r" not in value:
