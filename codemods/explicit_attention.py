@@ -34,6 +34,7 @@ or this rewrite's own output) is left alone silently.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Dict, List, Optional, Set, Tuple
 
@@ -535,8 +536,13 @@ class _Match:
         local = set(flow.params)
         for s in flow.stmts:
             local |= s.assigned
+        top_bindings = self.ctx.memo.get("top-level bindings")
+        if top_bindings is None:  # how many top-level statements bind each name
+            top_bindings = self.ctx.memo["top-level bindings"] = collections.Counter(
+                name for s in module.body for name in statement_names(s)[0]
+            )
         for root, pattern in choices:
-            if root not in local and sum(1 for s in module.body if root in statement_names(s)[0]) == 1:
+            if root not in local and top_bindings[root] == 1:
                 return pattern.format(root) + ".scaled_dot_product_attention"
         raise Refuse("the module imports neither torch nor torch.nn.functional at top level")
 

@@ -10,6 +10,7 @@ own output: it must compile, and a second pass must plan nothing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import warnings
 from pathlib import Path
@@ -152,8 +153,7 @@ def _rewrite_module(
     refusals: List[Refusal] = []
 
     def format_statement(source: str, indent: int) -> cst.BaseStatement:
-        mode = black.Mode(line_length=max(20, line_length - indent))
-        return cst.parse_statement(black.format_str(source, mode=mode))
+        return cst.parse_statement(_black(source, max(20, line_length - indent)))
 
     for code in codes:
         ctx = PlanContext(index, code, format_statement)
@@ -227,6 +227,13 @@ def _apply(module: cst.Module, index: ModuleIndex, edits: Dict[cst.CSTNode, Repl
         elif not isinstance(result, cst.RemovalSentinel):
             body.append(result)  # type: ignore[arg-type]
     return module.with_changes(body=body)
+
+
+@functools.lru_cache(maxsize=1024)
+def _black(source: str, line_length: int) -> str:
+    """black is deterministic: the same emitted statement at the same width (the same
+    idiom in several files of a run) is formatted once."""
+    return black.format_str(source, mode=black.Mode(line_length=line_length))
 
 
 def _descends_from(ctx: PlanContext, node: cst.CSTNode, roots: Set[cst.CSTNode]) -> bool:

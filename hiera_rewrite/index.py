@@ -17,7 +17,6 @@ does not match (the code is left alone).
 from __future__ import annotations
 
 import bisect
-import contextlib
 import dataclasses
 import weakref
 from typing import Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
@@ -59,20 +58,30 @@ class ModuleIndex:
 
     # -- parents --------------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        return self._recorded().parents.get(node)
+        state = self._recorded()
+        i = state.index_of.get(id(node), -1)
+        if i < 0 or state.order[i] is not node:
+            return None
+        p = state.parent_of[i]
+        return state.order[p] if p >= 0 else None
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        parents = self._recorded().parents
-        parent = parents.get(node)
-        while parent is not None:
-            yield parent
-            parent = parents.get(parent)
+        state = self._recorded()
+        order, parent_of = state.order, state.parent_of
+        i = state.index_of.get(id(node), -1)
+        if i < 0 or order[i] is not node:
+            return
+        i = parent_of[i]
+        while i >= 0:
+            yield order[i]
+            i = parent_of[i]
 
     # -- positions ------------------------------------------------------------------
     def span(self, node: cst.CSTNode) -> Span:
         """Syntactic start and end of ``node``, as libcst's PositionProvider gives them."""
-        sl, sc, el, ec = self._recorded().spans[node]
-        return Span(Pos(sl, sc), Pos(el, ec))
+        state = self._recorded()
+        i = state.index_of[id(node)]
+        return Span(Pos(*state.starts[i]), Pos(*state.stops[i]))  # type: ignore[misc]
 
     def position(self, node: cst.CSTNode) -> Pos:
         return self.span(node).start
@@ -110,8 +119,8 @@ class ModuleIndex:
         if root is None:
             low, high = 0, len(order)
         else:
-            low = state.index_of.get(root, -1)
-            if low < 0:
+            low = state.index_of.get(id(root), -1)
+            if low < 0 or order[low] is not root:
                 root.visit(visitor)
                 return
             high = end[low]
@@ -177,10 +186,9 @@ class ModuleIndex:
         if name in self._resolved:
             return self._resolved[name]  # type: ignore[return-value]
         state = self._recorded()
-        parents = state.parents
         result: Optional[List[Tuple[str, Optional[cst.CSTNode]]]] = []
         for occurrence in state.names.get(name, []):
-            parent = parents.get(occurrence)
+            parent = self.parent(occurrence)
             if _is_read(occurrence, parent) or self._in_import(occurrence):
                 continue
             result = None  # assigned, a parameter, deleted, global, a def/class name, ...
@@ -259,10 +267,14 @@ def _hooks(cls: type) -> List[Tuple[str, type, bool]]:
     if found is None:
         kinds = _node_kinds()
         found = []
-        for name in dir(cls):
-            prefix = name[:6]
-            if prefix in ("visit_", "leave_") and name[6:] in kinds:
-                if getattr(cls, name) is not getattr(cst.CSTVisitor, name, None):
+        seen: Set[str] = set()
+        for klass in cls.__mro__:
+            if klass is cst.CSTVisitor or klass is object:
+                break
+            for name in vars(klass):
+                prefix = name[:6]
+                if prefix in ("visit_", "leave_") and name[6:] in kinds and name not in seen:
+                    seen.add(name)
                     found.append((name, kinds[name[6:]], prefix == "visit_"))
         _HOOKS[cls] = found
     return found
@@ -306,20 +318,22 @@ def _import_names(stmt: "cst.Import | cst.ImportFrom") -> List[Tuple[str, str]]:
 
 @dataclasses.dataclass(frozen=False)
 class _PositionState(CodegenState):
-    """libcst's position-providing codegen, recording plain tuples, and on the way
-    each node's parent and place in document order, the Name nodes by identifier
-    and the import statements."""
+    """libcst's position-providing codegen, recording plain tuples in lists by the
+    node's place in document order, and on the way each node's parent, the Name
+    nodes by identifier and the import statements.  Nodes are found by ``id`` (the
+    module keeps them alive; libcst's identity hash is a Python-level call)."""
 
     line: int = 1
     column: int = 0
-    spans: Dict[cst.CSTNode, Tuple[int, int, int, int]] = dataclasses.field(default_factory=dict)
-    parents: Dict[cst.CSTNode, cst.CSTNode] = dataclasses.field(default_factory=dict)
     order: List[cst.CSTNode] = dataclasses.field(default_factory=list)  # document (pre)order
+    index_of: Dict[int, int] = dataclasses.field(default_factory=dict)  # id(node) -> place
+    parent_of: List[int] = dataclasses.field(default_factory=list)  # place of the parent, -1: root
     end: List[int] = dataclasses.field(default_factory=list)  # order[i+1:end[i]]: i's descendants
-    index_of: Dict[cst.CSTNode, int] = dataclasses.field(default_factory=dict)
+    starts: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
+    stops: List[Optional[Tuple[int, int]]] = dataclasses.field(default_factory=list)
     names: Dict[str, List[cst.Name]] = dataclasses.field(default_factory=dict)
     imports: List[cst.CSTNode] = dataclasses.field(default_factory=list)
-    _stack: List[Tuple[cst.CSTNode, int, int, int]] = dataclasses.field(default_factory=list)
+    _stack: List[int] = dataclasses.field(default_factory=list)
 
     def add_indent_tokens(self) -> None:
         self.tokens.extend(self.indent_tokens)  # Module's codegen asks whether any were added
@@ -328,7 +342,10 @@ class _PositionState(CodegenState):
 
     def add_token(self, value: str) -> None:
         self.tokens.append(value)
-        self._advance(value)
+        if "\n" not in value and "\r" not in value:
+            self.column += len(value)
+        else:
+            self._advance(value)
 
     def _advance(self, value: str) -> None:
         if "\n" not in value and "\r" not in value:
@@ -340,39 +357,56 @@ class _PositionState(CodegenState):
 
     def before_codegen(self, node: cst.CSTNode) -> None:
         stack = self._stack
-        if stack:
-            self.parents[node] = stack[-1][0]
+        i = len(self.order)
+        self.order.append(node)
+        self.index_of[id(node)] = i
+        self.parent_of.append(stack[-1] if stack else -1)
+        stack.append(i)
+        self.starts.append((self.line, self.column))
+        self.stops.append(None)
+        self.end.append(0)
         kind = type(node)
         if kind is cst.Name:
             self.names.setdefault(node.value, []).append(node)  # type: ignore[attr-defined]
         elif kind is cst.Import or kind is cst.ImportFrom:
             self.imports.append(node)
-        stack.append((node, len(self.order), self.line, self.column))
-        self.index_of[node] = len(self.order)
-        self.order.append(node)
-        self.end.append(0)
 
     def after_codegen(self, node: cst.CSTNode) -> None:
-        _, index, line, column = self._stack.pop()
-        self.end[index] = len(self.order)
-        if node not in self.spans:  # a syntactic position was recorded already
-            self.spans[node] = (line, column, self.line, self.column)
+        i = self._stack.pop()
+        self.end[i] = len(self.order)
+        if self.stops[i] is None:  # else a syntactic position was recorded
+            self.stops[i] = (self.line, self.column)
 
-    @contextlib.contextmanager
     def record_syntactic_position(
         self,
         node: cst.CSTNode,
         *,
         start_node: Optional[cst.CSTNode] = None,
         end_node: Optional[cst.CSTNode] = None,
-    ) -> Iterator[None]:
-        start = (self.line, self.column)
-        try:
-            yield
-        finally:
-            end = (self.line, self.column)
-            if start_node is not None:
-                start = self.spans[start_node][:2]
-            if end_node is not None:
-                end = self.spans[end_node][2:]
-            self.spans[node] = (start[0], start[1], end[0], end[1])
+    ) -> "_Syntactic":
+        return _Syntactic(self, node, start_node, end_node)
+
+
+class _Syntactic:
+    """The context manager of record_syntactic_position, as a plain class (libcst
+    enters one for most nodes; contextlib's generator version costs 3x more)."""
+
+    __slots__ = ("state", "node", "start_node", "end_node", "start")
+
+    def __init__(self, state: _PositionState, node: cst.CSTNode,
+                 start_node: Optional[cst.CSTNode], end_node: Optional[cst.CSTNode]) -> None:
+        self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
+
+    def __enter__(self) -> None:
+        self.start = (self.state.line, self.state.column)
+
+    def __exit__(self, *exc: object) -> None:
+        state = self.state
+        start, stop = self.start, (state.line, state.column)
+        if self.start_node is not None:
+            start = state.starts[state.index_of[id(self.start_node)]]
+        if self.end_node is not None:
+            stop = state.stops[state.index_of[id(self.end_node)]]  # type: ignore[assignment]
+        i = state.index_of[id(self.node)]
+        state.starts[i] = start
+        state.stops[i] = stop

@@ -80,6 +80,8 @@ class PlanContext:
         self._format_statement = format_statement
         self.sites: List[Site] = []
         self.refusals: List[Refusal] = []
+        # facts about the whole module a rewrite computes once per plan, not per site
+        self.memo: Dict[str, Any] = {}
 
     # -- what the module says (hiera_rewrite.index) ---------------------------
     def position(self, node: cst.CSTNode) -> Pos:
