@@ -1,11 +1,12 @@
 """What the rewrites ask about a parsed module, computed once and cheaply.
 
 libcst's metadata providers (parents, positions, qualified names through a full
-scope analysis) cost about a second per 500-line file, several times the parse.
-The rewrites need much less: the parent of a node, the line of a handful of nodes,
-and whether a call's callee is an imported ``torch`` function.  This module answers
-exactly those, from one plain walk over the tree and one position-recording codegen,
-each done at most once per module and only when a rewrite asks.
+scope analysis) cost about a second per 500-line file, several times the parse, and
+each libcst visitor walk costs a tenth of a second.  The rewrites need much less: the
+parent of a node, the span of a handful of nodes, the nodes of a few types in document
+order, and whether a callee is an imported ``torch`` function.  One codegen pass that
+records each node's span, parent and place in document order answers all of them; it
+runs at most once per module, on the first question.
 
 Name resolution is deliberately stricter than Python's scoping: a name resolves to
 what an import binds only if every other occurrence of that name in the file is a
