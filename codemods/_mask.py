@@ -12,6 +12,8 @@ from typing import List, Optional, Set
 
 import libcst as cst
 
+from hiera_rewrite.index import import_names
+
 from ._flow import FunctionFlow, code, is_name
 
 
@@ -30,18 +32,10 @@ def module_binds(module: cst.Module, name: str) -> Optional[cst.CSTNode]:
         if not isinstance(stmt, cst.SimpleStatementLine):
             continue
         for small in stmt.body:
-            if isinstance(small, cst.Import):
-                for alias in small.names:
-                    bound = alias.asname.name if alias.asname else alias.name
-                    while isinstance(bound, cst.Attribute):
-                        bound = bound.value
-                    if is_name(bound, name):
-                        return stmt
-            elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-                for alias in small.names:
-                    bound = alias.asname.name if alias.asname else alias.name
-                    if is_name(bound, name):
-                        return stmt
+            if isinstance(small, (cst.Import, cst.ImportFrom)) and any(
+                local == name for local, _ in import_names(small)
+            ):
+                return stmt
     return None
 
 

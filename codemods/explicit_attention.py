@@ -171,7 +171,6 @@ class _Match:
     def __init__(self, ctx: PlanContext, line: cst.SimpleStatementLine) -> None:
         self.ctx = ctx
         self.line = line
-        self.positions = ctx.index.spans
         func = enclosing_function(ctx, line)
         if func is None:
             raise Refuse("the explicit attention is not inside a function")
@@ -232,7 +231,7 @@ class _Match:
         weights = parts["weights"]
         if out in (q, k, v, qkv):
             raise Refuse("the attention output is bound to q, k, v or qkv")
-        end = self.positions[body[chain_end]].end
+        end = self.ctx.span(body[chain_end]).end
         late = {n.value: n for n in self.loads_after(end) if n.value in bound - {out}}
         for name in sorted(late):
             if name != weights:
@@ -242,7 +241,7 @@ class _Match:
             flag = self.flag_guard(weights, end, flow)
         for name in bound:
             for stmt in flow.assigning(name):
-                if self.positions[stmt.line].start.line > end.line and stmt.line.body:
+                if self.ctx.span(stmt.line).start.line > end.line and stmt.line.body:
                     if name == weights or name in (q, k, v, qkv):
                         raise Refuse(f"{name} is bound again after the attention")
         if any(flow.compound_assigned.get(n) for n in bound):
@@ -319,7 +318,7 @@ class _Match:
         }
 
     def softmax(self, node: cst.BaseExpression) -> cst.BaseExpression:
-        if isinstance(node, cst.Call) and _qualified(self.ctx, node.func) & SOFTMAX_NAMES - {"torch.Tensor.softmax"}:
+        if isinstance(node, cst.Call) and self.ctx.qualified_names(node.func) & SOFTMAX_NAMES - {"torch.Tensor.softmax"}:
             args = node.args
             if len(args) == 2 and not args[0].star and args[0].keyword is None and not args[1].star:
                 second = args[1]
@@ -469,8 +468,8 @@ class _Match:
         from .mask_unit_attention import _all_loads
 
         found = []
-        for node in _all_loads(self.func.body, self.ctx):
-            start = self.positions[node].start
+        for node in _all_loads(self.ctx, self.func.body):
+            start = self.ctx.span(node).start
             if (start.line, start.column) > (end.line, end.column):
                 found.append(node)
         return found
@@ -547,7 +546,7 @@ class _Match:
         raise Refuse("the module imports neither torch nor torch.nn.functional at top level")
 
     def lineno(self, node: cst.CSTNode) -> int:
-        return self.positions[node].start.line
+        return self.ctx.span(node).start.line
 
     # -- emitting -------------------------------------------------------------------------
     def emit(self, body, region, permute_at, unpack_at, pool_at, pool_parts, start, chain_end, parts, receiver, sdpa, flag):
@@ -609,7 +608,7 @@ class _Match:
             return edits
 
         # Flag mode: `if flag:` the original statements, `else:` the 4-D SDPA path.
-        indent = self.positions[permute_line].start.column
+        indent = self.ctx.span(permute_line).start.column
         inner: List[str] = [permute_src]
         for i in unpack_at:
             inner.append(code(body[i].body[0]) + "\n")  # type: ignore[attr-defined]
@@ -683,16 +682,12 @@ def _const(node):
     return lambda updated: node
 
 
-def _qualified(ctx: PlanContext, node: cst.CSTNode) -> Set[str]:
-    return ctx.qualified_names(node)
-
-
 def _calls_sdpa(ctx: PlanContext, node: cst.CSTNode) -> bool:
     found: List[bool] = []
 
     class _Calls(cst.CSTVisitor):
         def visit_Call(self, call: cst.Call) -> None:
-            if _qualified(ctx, call.func) & SDPA_NAMES:
+            if ctx.qualified_names(call.func) & SDPA_NAMES:
                 found.append(True)
 
     node.visit(_Calls())

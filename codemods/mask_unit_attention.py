@@ -141,7 +141,7 @@ class _SdpaCalls(cst.CSTVisitor):
         self.calls: List[cst.Call] = []
 
     def visit_Call(self, node: cst.Call) -> None:
-        if _qualified_names(self.ctx, node.func) & SDPA_NAMES:
+        if self.ctx.qualified_names(node.func) & SDPA_NAMES:
             self.calls.append(node)
 
 
@@ -184,7 +184,6 @@ class _Match:
         self.ctx = ctx
         self.func = func
         self.call = call
-        self.positions = ctx.index.spans
 
     # -- the SDPA call --------------------------------------------------------------
     def qkv_arg_names(self) -> Tuple[str, str, str, List[cst.BaseExpression]]:
@@ -350,7 +349,7 @@ class _Match:
             if isinstance(owner, cst.If) and owner.body is block and self.is_hasattr_guard(owner) and guard is None:
                 guard = owner
                 if owner.orelse is not None:  # dead on torch >= 2.0; removed with the guard
-                    allowed |= {id(n) for n in _all_loads(owner.orelse, ctx)}
+                    allowed |= {id(n) for n in _all_loads(ctx, owner.orelse)}
                 cur = owner
                 continue
             if isinstance(owner, cst.If) and owner.body is block:
@@ -391,7 +390,7 @@ class _Match:
         owner = test.args[0].value
         if isinstance(func, cst.Attribute):
             return same_code(owner, func.value)
-        names = _qualified_names(self.ctx, owner)
+        names = self.ctx.qualified_names(owner)
         return bool(names & {"torch.nn.functional", "torch._C._nn"})
 
     def manual_attention(self, block: cst.IndentedBlock, q: str, k: str, v: str, out: str) -> Set[str]:
@@ -435,7 +434,7 @@ class _Match:
                 return f"{code(expr)} is not .transpose(-1, -2)"
             return self.rank_agnostic(found[0], tensors)
         if isinstance(expr, cst.Call):
-            names = _qualified_names(self.ctx, expr.func)
+            names = self.ctx.qualified_names(expr.func)
             if names & SOFTMAX_NAMES:  # F.softmax(t, dim=-1)
                 if len(expr.args) == 2 and expr.args[0].keyword is None and not expr.args[0].star:
                     second = expr.args[1]
@@ -678,7 +677,7 @@ class _Match:
 
     # -- checks ---------------------------------------------------------------------
     def line(self, node: cst.CSTNode) -> int:
-        return self.positions[node].start.line
+        return self.ctx.span(node).start.line
 
     def not_reading(self, expr: cst.BaseExpression, names: Set[str], what: str) -> None:
         read = names_in(expr) & names
@@ -700,22 +699,22 @@ class _Match:
 
         self.ctx.index.visit(_Nested(), self.func.body)
         for node in nested:
-            for name in _all_loads(node, self.ctx):
+            for name in _all_loads(self.ctx, node):
                 if name.value in names:
                     raise Refuse(f"a nested function reads {name.value} (line {self.line(name)}): its layout changes")
 
     def no_reads_after(self, stmt: cst.CSTNode, names: Set[str], why: str) -> None:
         """No name in ``names`` is read after ``stmt`` (up to a top-level return)."""
-        end = _at(self.positions[stmt].end)
+        end = self.ctx.span(stmt).end
         stop = None
         for top in self.func.body.body:  # type: ignore[union-attr]
-            if _at(self.positions[top].start) > end and isinstance(top, cst.SimpleStatementLine):
+            if self.ctx.span(top).start > end and isinstance(top, cst.SimpleStatementLine):
                 if any(isinstance(s, (cst.Return, cst.Raise)) for s in top.body):
-                    stop = _at(self.positions[top].end)  # code after it never runs
+                    stop = self.ctx.span(top).end  # code after it never runs
                     break
-        for node in _all_loads(self.func.body, self.ctx):
+        for node in _all_loads(self.ctx, self.func.body):
             if node.value in names:
-                start = _at(self.positions[node].start)
+                start = self.ctx.span(node).start
                 if start > end and (stop is None or start <= stop):
                     raise Refuse(f"{node.value} is read after the attention at line {start[0]}: {why}")
 
@@ -744,15 +743,7 @@ def _class_and_local_bases(module: cst.Module, cls: cst.ClassDef) -> List[cst.Cl
     return found
 
 
-def _qualified_names(ctx: PlanContext, node: cst.CSTNode) -> Set[str]:
-    return ctx.qualified_names(node)
-
-
-def _at(position) -> Tuple[int, int]:
-    return position.line, position.column
-
-
-def _all_loads(root: cst.CSTNode, ctx: Optional[PlanContext] = None) -> List[cst.Name]:
+def _all_loads(ctx: PlanContext, root: cst.CSTNode) -> List[cst.Name]:
     """Every Name node under ``root`` (attribute names and keywords excluded)."""
     found: List[cst.Name] = []
 
@@ -768,10 +759,7 @@ def _all_loads(root: cst.CSTNode, ctx: Optional[PlanContext] = None) -> List[cst
             node.value.visit(self)
             return False
 
-    if ctx is None:
-        root.visit(_Names())
-    else:
-        ctx.index.visit(_Names(), root)
+    ctx.index.visit(_Names(), root)
     return found
 
 

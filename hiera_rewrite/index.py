@@ -87,11 +87,6 @@ class ModuleIndex:
     def position(self, node: cst.CSTNode) -> Pos:
         return self.span(node).start
 
-    @property
-    def spans(self) -> "_Spans":
-        """``spans[node].start.line`` etc., the shape of libcst's PositionProvider map."""
-        return _Spans(self)
-
     # -- visiting -------------------------------------------------------------------
     def nodes(self, kind: type) -> List[cst.CSTNode]:
         """Every node of exactly this type, in document order."""
@@ -196,7 +191,7 @@ class ModuleIndex:
             break
         if result is not None:
             for stmt in state.imports:
-                for local, qualified in _import_names(stmt):  # type: ignore[arg-type]
+                for local, qualified in import_names(stmt):  # type: ignore[arg-type]
                     if local == name:
                         result.append((qualified, self._scope_of(stmt)))
         self._resolved[name] = result  # type: ignore[assignment]
@@ -281,14 +276,6 @@ def _hooks(cls: type) -> List[Tuple[str, type, bool]]:
     return found
 
 
-class _Spans:
-    def __init__(self, index: ModuleIndex) -> None:
-        self._index = index
-
-    def __getitem__(self, node: cst.CSTNode) -> Span:
-        return self._index.span(node)
-
-
 def _dotted(node: cst.BaseExpression) -> str:
     if isinstance(node, cst.Name):
         return node.value
@@ -296,7 +283,7 @@ def _dotted(node: cst.BaseExpression) -> str:
     return f"{_dotted(node.value)}.{node.attr.value}"
 
 
-def _import_names(stmt: "cst.Import | cst.ImportFrom") -> List[Tuple[str, str]]:
+def import_names(stmt: "cst.Import | cst.ImportFrom") -> List[Tuple[str, str]]:
     """(local name, qualified name) for each name an import statement binds."""
     found: List[Tuple[str, str]] = []
     if isinstance(stmt, cst.Import):
@@ -343,10 +330,7 @@ class _PositionState(CodegenState):
 
     def add_token(self, value: str) -> None:
         self.tokens.append(value)
-        if "\n" not in value and "\r" not in value:
-            self.column += len(value)
-        else:
-            self._advance(value)
+        self._advance(value)
 
     def _advance(self, value: str) -> None:
         if "\n" not in value and "\r" not in value:
