@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Tuple
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional, Tuple
 
 REL_TOL = 1e-10
 
@@ -265,3 +268,21 @@ def assert_parity_shared(model_a, model_b, call, inputs, torch, rel_tol: float =
         assert err <= rel_tol, f"{name}: gradient relative error {err:.3e} > {rel_tol:.0e}"
         worst["grad"] = max(worst["grad"], err)
     return worst
+
+
+def exec_rewritten(name: str, path: Path, file: Optional[str] = None):
+    """Rewrite the installed file ``path`` with the tool and run the output as module
+    ``name`` (a sibling of the original, so its relative imports resolve).  The module
+    is in ``sys.modules`` only while it executes.  Returns (module, rewrite result)."""
+    from hiera_rewrite.engine import rewrite_bytes
+
+    result = rewrite_bytes(path.read_bytes())
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    module = importlib.util.module_from_spec(spec)
+    module.__file__ = file or f"<rewritten {path}>"
+    sys.modules[name] = module
+    try:
+        exec(compile(result.output, f"<rewritten {path}>", "exec"), module.__dict__)
+    finally:
+        sys.modules.pop(name, None)
+    return module, result

@@ -11,9 +11,7 @@ so its relative imports (``from ._builder import ...``) resolve inside timm.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import re
-import sys
 import warnings
 from pathlib import Path
 
@@ -22,8 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm")
 
-from hiera_rewrite.engine import rewrite_bytes  # noqa: E402
-from tests.parity_tools import assert_same_model_behaviour  # noqa: E402
+from tests.parity_tools import assert_same_model_behaviour, exec_rewritten  # noqa: E402
 
 MODULE = "timm.models._hiera_rewritten"
 
@@ -57,25 +54,19 @@ def rewritten():
     import timm.models._registry as registry
     import timm.models.hiera as original
 
-    result = rewrite_bytes(_timm_hiera_path().read_bytes())
-    spec = importlib.util.spec_from_loader(MODULE, loader=None)
-    module = importlib.util.module_from_spec(spec)
-    module.__file__ = f"<rewritten {_timm_hiera_path()}>"
     # Registering the rewritten entry points again would replace timm's own:
     # keep the registry as it was.
     saved = {name: copy.copy(value) for name, value in vars(registry).items() if name.startswith("_model") or name.startswith("_module") or name == "_deprecated_models"}
     saved = {k: v for k, v in saved.items() if isinstance(v, (dict, set, list))}
-    sys.modules[MODULE] = module
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "Overwriting hiera_* in registry"
-            exec(compile(result.output, module.__file__, "exec"), module.__dict__)
+            module, result = exec_rewritten(MODULE, _timm_hiera_path())
     finally:
         for name, value in saved.items():
             live = getattr(registry, name)
             live.clear()
             live.update(value) if not isinstance(live, list) else live.extend(value)
-        sys.modules.pop(MODULE, None)
     return original, module, result
 
 

@@ -10,8 +10,6 @@ weights copied, and every output and every parameter gradient compared in float6
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from hiera_rewrite.engine import rewrite_bytes  # noqa: E402
-from tests.parity_tools import max_rel_error  # noqa: E402
+from tests.parity_tools import exec_rewritten, max_rel_error  # noqa: E402
 
 MODULE = "transformers.models.hiera._modeling_hiera_rewritten"
 REL_TOL = 1e-10
@@ -46,16 +44,7 @@ def _path() -> Path:
 def modules():
     import transformers.models.hiera.modeling_hiera as original
 
-    result = rewrite_bytes(_path().read_bytes())
-    spec = importlib.util.spec_from_loader(MODULE, loader=None)
-    module = importlib.util.module_from_spec(spec)
-    module.__file__ = str(_path())
-    module.__package__ = "transformers.models.hiera"
-    sys.modules[MODULE] = module
-    try:
-        exec(compile(result.output, f"<rewritten {_path()}>", "exec"), module.__dict__)
-    finally:
-        sys.modules.pop(MODULE, None)
+    module, result = exec_rewritten(MODULE, _path(), file=str(_path()))
     return original, module, result
 
 
