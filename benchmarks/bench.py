@@ -811,10 +811,10 @@ def merge(files: List[Path], modes: List[str], out: Optional[str]) -> int:
     """Tables, JSON and plot from several runs (e.g. cells split over two GPUs)."""
     by_cell: Dict[str, List[Run]] = {}
     source: Dict[str, str] = {}
-    envs = []
+    last_env: Dict[str, Any] = {}
     for f in files:
         data = json.loads(f.read_text())
-        envs.append(data["env"])
+        last_env = data["env"]
         runs = [Run(**r) for r in data["runs"] if r["mode"] in modes]
         for cell in dict.fromkeys(r.cell for r in runs):
             by_cell[cell] = [r for r in runs if r.cell == cell]
@@ -822,7 +822,7 @@ def merge(files: List[Path], modes: List[str], out: Optional[str]) -> int:
     order = MATRIX + [c for c in by_cell if c not in MATRIX]
     runs = [r for cell in order for r in by_cell.get(cell, [])]
     commands = [f"{cell}: {source[cell]}" for cell in order if cell in source]
-    env = dict(envs[-1], command="; ".join(commands), merged_from=[str(f) for f in files])
+    env = dict(last_env, command="; ".join(commands), merged_from=[str(f) for f in files])
     md = markdown(runs, env, {**CELLS, **TINY_CELLS}) + "\n\nrows per cell from: " + "; ".join(commands)
     if out:
         folder = Path(out)
