@@ -12,7 +12,6 @@ import dataclasses
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
-import libcst.matchers as m
 
 AnyAssign = Union[cst.Assign, cst.AnnAssign]
 
@@ -407,7 +406,7 @@ def reduction_values(node: cst.BaseExpression) -> Optional[Tuple[str, cst.BaseEx
 
     Returns (spelling, X, k) where spelling is "max" or "amax".
     """
-    if m.matches(node, m.Attribute(attr=m.Name("values"))):
+    if isinstance(node, cst.Attribute) and node.attr.value == "values":
         return _reduction(node.value, "max")  # type: ignore[attr-defined]
     if isinstance(node, cst.Subscript) and len(node.slice) == 1:
         index = node.slice[0].slice

@@ -94,8 +94,7 @@ def rewrite_bytes(
         codes = selected_codes()
     if not data.strip():
         return FileResult(data, data, [])
-    module = _parse(data)
-    reports, new_module = _rewrite_module(module, codes, line_length)
+    reports, new_module = _rewrite_module(_parse(data), codes, line_length)
     if new_module is None:
         return FileResult(data, data, reports)
     output = new_module.bytes
@@ -103,7 +102,8 @@ def rewrite_bytes(
     return FileResult(data, output, reports)
 
 
-def _parse(data: bytes) -> cst.Module:
+def _parse(data: bytes) -> ModuleIndex:
+    """The parsed module, indexed; Python's compiler accepts its code too."""
     if b"\x00" in data:
         raise InputError("binary file (contains NUL bytes)")
     try:
@@ -128,13 +128,14 @@ def _parse(data: bytes) -> cst.Module:
         if isinstance(exc, UnicodeDecodeError):
             line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"cannot decode: {exc}", line) from None
+    index = ModuleIndex(module)
     try:
-        _compile(module.code)
+        _compile(index.code)  # the index's codegen is module.code: one codegen, not two
     except SyntaxError as exc:
         raise InputError(f"cannot parse: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
     except ValueError as exc:  # e.g. source code string cannot contain null bytes
         raise InputError(f"cannot parse: {exc}") from None
-    return module
+    return index
 
 
 def _compile(source: "str | bytes") -> None:
@@ -146,9 +147,8 @@ def _compile(source: "str | bytes") -> None:
 
 
 def _rewrite_module(
-    module: cst.Module, codes: Sequence[str], line_length: int
+    index: ModuleIndex, codes: Sequence[str], line_length: int
 ) -> "tuple[List[Report], Optional[cst.Module]]":
-    index = ModuleIndex(module)
     sites: List[Site] = []
     refusals: List[Refusal] = []
 
@@ -196,37 +196,27 @@ def _rewrite_module(
     edits: Dict[cst.CSTNode, Replacement] = {}
     for site in accepted:
         edits.update(site.edits)
-    return reports, _apply(module, index, edits)
+    return reports, _apply(index, edits)
 
 
-def _apply(module: cst.Module, index: ModuleIndex, edits: Dict[cst.CSTNode, Replacement]) -> cst.Module:
-    """The module with ``edits`` made.  Only the top-level statements that hold an
-    edited node are transformed (rebuilding the whole tree costs more than planning);
-    an edit outside every statement (the module itself, its header) transforms all."""
-    touched: Set[cst.CSTNode] = set()
+def _apply(index: ModuleIndex, edits: Dict[cst.CSTNode, Replacement]) -> cst.Module:
+    """The module with ``edits`` made.  The transform descends only into the edited
+    nodes' ancestors (rebuilding the whole tree costs more than planning); an edit of
+    a node the index does not know makes it walk the whole tree."""
+    module = index.module
+    on_path: Set[int] = set()
     for node in edits:
-        top = node
+        reached = False
         for ancestor in index.ancestors(node):
-            if ancestor is module:
+            if id(ancestor) in on_path:
+                reached = True  # its ancestors are on the path already
                 break
-            top = ancestor
-        else:
-            return module.visit(_ApplyEdits(edits))  # not under the module's body
-        if top not in module.body:
+            on_path.add(id(ancestor))
+            if ancestor is module:
+                reached = True
+        if not reached:
             return module.visit(_ApplyEdits(edits))
-        touched.add(top)
-    transformer = _ApplyEdits(edits)
-    body: List[cst.BaseStatement] = []
-    for stmt in module.body:
-        if stmt not in touched:
-            body.append(stmt)
-            continue
-        result = stmt.visit(transformer)
-        if isinstance(result, cst.FlattenSentinel):
-            body.extend(result.nodes)
-        elif not isinstance(result, cst.RemovalSentinel):
-            body.append(result)  # type: ignore[arg-type]
-    return module.with_changes(body=body)
+    return module.visit(_ApplyEdits(edits, on_path))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -263,9 +253,13 @@ def _has_skip_marker(owner: "cst.FunctionDef | cst.ClassDef", module: cst.Module
 
 
 class _ApplyEdits(cst.CSTTransformer):
-    def __init__(self, edits: Dict[cst.CSTNode, Replacement]) -> None:
+    def __init__(self, edits: Dict[cst.CSTNode, Replacement], on_path: Optional[Set[int]] = None) -> None:
         super().__init__()
         self.edits = edits
+        self.on_path = on_path  # ids of the edited nodes' ancestors; None: every node
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return self.on_path is None or id(node) in self.on_path
 
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
         edit = self.edits.get(original_node, updated_node)
@@ -274,10 +268,10 @@ class _ApplyEdits(cst.CSTTransformer):
 
 def _check_output(output: bytes, codes: Sequence[str], line_length: int) -> None:
     try:
-        module = _parse(output)
+        index = _parse(output)
     except InputError as exc:
         raise InternalError(f"rewritten code does not parse (line {exc.line}): {exc.message}") from None
-    reports, again = _rewrite_module(module, codes, line_length)
+    reports, again = _rewrite_module(index, codes, line_length)
     if again is not None:
         lines = ", ".join(f"{r.code} at line {r.line}" for r in reports if r.applied)
         raise InternalError(f"rewrite is not stable: a second pass changes the output again ({lines})")

@@ -57,6 +57,11 @@ class ModuleIndex:
             self._state = state
         return self._state
 
+    @property
+    def code(self) -> str:
+        """``module.code``, from the recording pass (no second codegen)."""
+        return "".join(self._recorded().tokens)
+
     # -- parents --------------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
         state = self._recorded()
