@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -86,12 +87,15 @@ def main() -> int:
         else:
             total = build_upstream_corpus(folder, args.files)
         cmd = [sys.executable, "-m", "hiera_rewrite", "--check", "-q", "-j", str(args.jobs), str(folder)]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         summary = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
         print(f"{args.source}: {args.files} files, {total} lines, -j {args.jobs}: {wall:.1f} s wall "
-              f"({args.files / wall:.1f} files/s), exit {done.returncode}; {summary}")
+              f"({args.files / wall:.1f} files/s, {cpu:.1f} s CPU in all processes), exit {done.returncode}; {summary}")
         return 0 if done.returncode in (0, 1) else 1
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import gc
 import os
 import stat
 import sys
@@ -177,9 +178,16 @@ class _Runner:
             unique.setdefault(os.path.realpath(f), f)
         files = list(unique.values())
         jobs = [(f, self.codes, self.args.line_length, self.args.traceback) for f in files]
+        # Everything imported so far lives as long as the process: keep the cyclic
+        # collector from walking it again after every few parses (about a tenth of
+        # the time), and let forked workers share it untouched.
+        gc.freeze()
         if self.args.jobs > 1 and len(jobs) > 1:
+            # Largest files first, one at a time: no worker is left with a long tail.
+            order = sorted(range(len(jobs)), key=lambda i: -_size(jobs[i][0]))
             with ProcessPoolExecutor(max_workers=self.args.jobs) as pool:
-                outcomes = list(pool.map(_process_file, jobs, chunksize=4))
+                done = list(pool.map(_process_file, [jobs[i] for i in order]))
+            outcomes = [outcome for _, outcome in sorted(zip(order, done), key=lambda pair: pair[0])]
         else:
             outcomes = [_process_file(job) for job in jobs]
         for name, result, message, tb in outcomes:
@@ -261,6 +269,13 @@ class _Runner:
 # Folders a directory walk does not enter (as black): environments, caches, builds.
 # A folder named on the command line is always entered.
 SKIPPED_DIRS = {"venv", "site-packages", "__pypackages__", "__pycache__", "node_modules", "build", "dist", "buck-out", "_build"}
+
+
+def _size(name: str) -> int:
+    try:
+        return os.path.getsize(name)
+    except OSError:
+        return 0
 
 
 def _python_files(root: Path) -> List[str]:

@@ -1,0 +1,182 @@
+"""The self-check parses only the changed top-level statements again (engine._reparse).
+
+Its splice of re-parsed and unchanged statements must be exactly the module a parse
+of the whole output gives (the tree a fresh run of the tool would plan on), or it must
+decline (None) so the engine parses the whole output.  Checked on every golden input
+and on fixtures written for the places where libcst's parse depends on context:
+comments above a statement (a file's header), block footers, trailing blank lines,
+newline and indentation styles.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from pathlib import Path
+from typing import List, Optional
+
+import libcst as cst
+import pytest
+
+from hiera_rewrite import engine
+
+GOLDEN = sorted((Path(__file__).resolve().parent.parent / "golden").rglob("*.in.py"))
+
+
+def _assert_splice_is_a_parse(old: cst.Module, new: cst.Module) -> bool:
+    """True when the splice was used (and is right); False when it declined."""
+    output, index = engine._reparse(old, new)
+    assert output == new.bytes
+    full = cst.parse_module(output)
+    assert index.module.deep_equals(full)
+    assert index.code == full.code
+    return engine._splice_reparsed(old, new) is not None
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_golden_splice_equals_full_parse(path: Path) -> None:
+    index = engine._parse(path.read_bytes())
+    _, new = engine._rewrite_module(index, engine.selected_codes(), engine.DEFAULT_LINE_LENGTH)
+    if new is None:
+        pytest.skip("nothing rewritten")
+    _assert_splice_is_a_parse(index.module, new)
+
+
+def test_splice_is_used_on_upstream_files() -> None:
+    """Guard against a splice that always declines (the tests above would still pass)."""
+    spec = importlib.util.find_spec("hiera")
+    assert spec is not None and spec.origin is not None
+    used = []
+    for name in ("hiera.py", "hiera_mae.py", "hiera_utils.py"):
+        index = engine._parse((Path(spec.origin).parent / name).read_bytes())
+        _, new = engine._rewrite_module(index, engine.selected_codes(), engine.DEFAULT_LINE_LENGTH)
+        assert new is not None, name
+        used.append(_assert_splice_is_a_parse(index.module, new))
+    assert all(used)
+
+
+class _Bump(cst.CSTTransformer):
+    def leave_Integer(self, original_node: cst.Integer, updated_node: cst.Integer) -> cst.Integer:
+        return updated_node.with_changes(value=str(int(updated_node.value) + 1))
+
+
+def _changed(source: str, marker: str = "CHANGE", insert: Optional[str] = None) -> "tuple[cst.Module, cst.Module]":
+    """The module, and a copy whose top-level statements holding ``marker`` have their
+    integers bumped (and ``insert`` parsed and put before each of them)."""
+    old = cst.parse_module(source)
+    body: List[cst.BaseStatement] = []
+    for stmt in old.body:
+        if marker in old.code_for_node(stmt):
+            if insert is not None:
+                body.append(cst.parse_statement(insert))
+            body.append(stmt.visit(_Bump()))  # type: ignore[arg-type]
+        else:
+            body.append(stmt)
+    return old, old.with_changes(body=body)
+
+
+CASES = {
+    "middle": """
+        import os
+
+        x = 1  # CHANGE
+
+        y = 2
+    """,
+    "comments_above_changed": """
+        import os
+        # a comment block
+        # right above
+
+        # CHANGE below
+        def f():
+            return 1
+        z = 3
+    """,
+    "previous_block_footer": """
+        import os
+        def f():
+            return 1
+            # indented: f's footer
+        # dedented: g's leading lines
+        def g():  # CHANGE
+            return 2
+    """,
+    "changed_block_footer_then_dedented": """
+        import os
+        def f():  # CHANGE
+            return 1
+            # indented footer of the changed def
+
+        # dedented comment before h
+
+        def h():
+            return 3
+    """,
+    "last_statement_with_footer": """
+        import os
+        def f():  # CHANGE
+            return 1
+            # indented footer at the end of the file
+    """,
+    "last_statement_blank_lines": "import os\ndef f():  # CHANGE\n    return 1\n\n\n",
+    "last_statement_trailing_comment": "import os\ndef f():  # CHANGE\n    return 1\n# a dedented comment at the end\n",
+    "no_final_newline": "import os\nx = 1  # CHANGE",
+    "crlf": "import os\r\n\r\ndef f():  # CHANGE\r\n    return 1\r\n\r\ny = 2\r\n",
+    "tabs": "import os\n\ndef f():  # CHANGE\n\treturn 1\n\nclass A:\n\tz = 2\n",
+    "tabs_simple_changed": "import os\n\nx = 1  # CHANGE\n\nclass A:\n\tz = 2\n",
+    "two_space": "import os\n\ndef f():  # CHANGE\n  if x:\n    return 1\n  return 2\n",
+    "mixed_indent_blocks": "import os\n\ndef f():  # CHANGE\n  return 1\n\ndef g():\n    return 2\n",
+    "first_statement_changed": "# header\nx = 1  # CHANGE\ny = 2\n",
+    "adjacent_runs": "import os\na = 1  # CHANGE\nb = 2  # CHANGE\nc = 3\nd = 4  # CHANGE\n",
+    "backslash_and_semicolons": "import os\nx = 1 + \\\n    2  # CHANGE\ny = 3; z = 4  # CHANGE\n",
+    "decorated_with_comments": """
+        import os
+
+        # above the decorator
+        @decorate(1)  # CHANGE
+        # between decorator and def
+        def f():
+            return 2
+    """,
+    "form_feed": "import os\n\x0c\nx = 1  # CHANGE\n",
+    "nested_footer_levels": """
+        import os
+        class A:  # CHANGE
+            def f(self):
+                return 1
+                # deepest
+            # class level
+        # module level
+        y = 2
+    """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_splice_equals_full_parse(name: str) -> None:
+    source = CASES[name]
+    if source.startswith("\n"):
+        source = textwrap.dedent(source).lstrip("\n")
+    old, new = _changed(source)
+    assert new.code != old.code, "fixture changes nothing"
+    _assert_splice_is_a_parse(old, new)
+
+
+@pytest.mark.parametrize("name", ["middle", "comments_above_changed", "previous_block_footer", "crlf"])
+def test_splice_with_inserted_statement(name: str) -> None:
+    source = textwrap.dedent(CASES[name]).lstrip("\n")
+    old, new = _changed(source, insert="def helper():\n    return 0\n")
+    assert len(new.body) > len(old.body)
+    assert _assert_splice_is_a_parse(old, new)
+
+
+def test_splice_declines_when_the_first_statement_changes() -> None:
+    old, new = _changed(CASES["first_statement_changed"])
+    assert engine._splice_reparsed(old, new) is None
+    _assert_splice_is_a_parse(old, new)
+
+
+def test_splice_used_for_a_plain_change() -> None:
+    old, new = _changed(textwrap.dedent(CASES["middle"]).lstrip("\n"))
+    assert _assert_splice_is_a_parse(old, new)
