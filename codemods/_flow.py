@@ -13,6 +13,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
+from hiera_rewrite.index import active_index, walk
+
 AnyAssign = Union[cst.Assign, cst.AnnAssign]
 
 
@@ -59,6 +61,19 @@ class FunctionFlow:
                     self.compound_assigned[name] = self.compound_assigned.get(name, 0) + 1
                 for child in _suites(stmt):
                     self._collect(child)
+
+    @classmethod
+    def of(cls, func: cst.FunctionDef) -> "FunctionFlow":
+        """``FunctionFlow(func)``, computed once per module being planned (every
+        rewrite asks about the same functions; a flow is never changed)."""
+        index = active_index()
+        if index is None:
+            return cls(func)
+        key = ("FunctionFlow", id(func))
+        found = index.memo.get(key)
+        if found is None or found.func is not func:
+            found = index.memo[key] = cls(func)
+        return found
 
     @classmethod
     def of_statements(cls, statements: Sequence[cst.BaseStatement]) -> "FunctionFlow":
@@ -154,79 +169,84 @@ def _all_params(params: cst.Parameters) -> List[cst.Param]:
 
 def _names(node: cst.CSTNode, assigned: Set[str], loaded: List[cst.Name]) -> None:
     """Split the names in a small statement into bindings and reads."""
+    walk(_NamesVisitor(assigned, loaded), node)
 
-    class _Visitor(cst.CSTVisitor):
-        def visit_AssignTarget(self, target: cst.AssignTarget) -> bool:
-            _bind(target.target, assigned, loaded)
+
+class _NamesVisitor(cst.CSTVisitor):
+    def __init__(self, assigned: Set[str], loaded: List[cst.Name]) -> None:
+        super().__init__()
+        self.assigned = assigned
+        self.loaded = loaded
+
+    def visit_AssignTarget(self, target: cst.AssignTarget) -> bool:
+        _bind(target.target, self.assigned, self.loaded)
+        return False
+
+    def visit_AnnAssign(self, ann: cst.AnnAssign) -> bool:
+        _bind(ann.target, self.assigned, self.loaded)
+        if ann.value is not None:
+            walk(self, ann.value)
+        return False
+
+    def visit_AugAssign(self, aug: cst.AugAssign) -> bool:
+        if isinstance(aug.target, cst.Name):
+            self.assigned.add(aug.target.value)
+            self.loaded.append(aug.target)
+        else:
+            walk(self, aug.target)
+        walk(self, aug.value)
+        return False
+
+    def visit_NamedExpr(self, named: cst.NamedExpr) -> bool:
+        _bind(named.target, self.assigned, self.loaded)
+        walk(self, named.value)
+        return False
+
+    def visit_Global(self, node: cst.Global) -> bool:
+        self.assigned.update(n.name.value for n in node.names)
+        return False
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> bool:
+        self.assigned.update(n.name.value for n in node.names)
+        return False
+
+    def visit_Del(self, node: cst.Del) -> bool:
+        _bind(node.target, self.assigned, self.loaded)
+        return False
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for alias in node.names:
+            bound = alias.asname.name if alias.asname else alias.name
+            while isinstance(bound, cst.Attribute):
+                bound = bound.value
+            if isinstance(bound, cst.Name):
+                self.assigned.add(bound.value)
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if isinstance(node.names, cst.ImportStar):
+            self.assigned.add("*")
             return False
+        for alias in node.names:
+            bound = alias.asname.name if alias.asname else alias.name
+            if isinstance(bound, cst.Name):
+                self.assigned.add(bound.value)
+        return False
 
-        def visit_AnnAssign(self, ann: cst.AnnAssign) -> bool:
-            _bind(ann.target, assigned, loaded)
-            if ann.value is not None:
-                ann.value.visit(self)
-            return False
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return True
 
-        def visit_AugAssign(self, aug: cst.AugAssign) -> bool:
-            if isinstance(aug.target, cst.Name):
-                assigned.add(aug.target.value)
-                loaded.append(aug.target)
-            else:
-                aug.target.visit(self)
-            aug.value.visit(self)
-            return False
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        walk(self, node.value)
+        return False
 
-        def visit_NamedExpr(self, named: cst.NamedExpr) -> bool:
-            _bind(named.target, assigned, loaded)
-            named.value.visit(self)
-            return False
+    def visit_Name(self, node: cst.Name) -> bool:
+        self.loaded.append(node)
+        return False
 
-        def visit_Global(self, node: cst.Global) -> bool:
-            assigned.update(n.name.value for n in node.names)
-            return False
-
-        def visit_Nonlocal(self, node: cst.Nonlocal) -> bool:
-            assigned.update(n.name.value for n in node.names)
-            return False
-
-        def visit_Del(self, node: cst.Del) -> bool:
-            _bind(node.target, assigned, loaded)
-            return False
-
-        def visit_Import(self, node: cst.Import) -> bool:
-            for alias in node.names:
-                bound = alias.asname.name if alias.asname else alias.name
-                while isinstance(bound, cst.Attribute):
-                    bound = bound.value
-                if isinstance(bound, cst.Name):
-                    assigned.add(bound.value)
-            return False
-
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-            if isinstance(node.names, cst.ImportStar):
-                assigned.add("*")
-                return False
-            for alias in node.names:
-                bound = alias.asname.name if alias.asname else alias.name
-                if isinstance(bound, cst.Name):
-                    assigned.add(bound.value)
-            return False
-
-        def visit_Lambda(self, node: cst.Lambda) -> bool:
-            return True
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
-            return False
-
-        def visit_Name(self, node: cst.Name) -> bool:
-            loaded.append(node)
-            return False
-
-        def visit_Arg(self, node: cst.Arg) -> bool:
-            node.value.visit(self)
-            return False
-
-    node.visit(_Visitor())
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        walk(self, node.value)
+        return False
 
 
 def _bind(target: cst.CSTNode, assigned: Set[str], loaded: List[cst.Name]) -> None:

@@ -103,7 +103,7 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
     func = enclosing_function(ctx, line)
     if func is None:
         raise Refuse("the index_put is not inside a function")
-    flow = FunctionFlow(func)
+    flow = FunctionFlow.of(func)
     put = flow.stmt_of(line)
     target, value = single_assign(line)  # type: ignore[misc]
     grid, index = target.value, target.slice[0].slice  # type: ignore[attr-defined]

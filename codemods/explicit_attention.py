@@ -40,6 +40,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from hiera_rewrite.index import walk
 from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
 
 from ._flow import (
@@ -186,7 +187,7 @@ class _Match:
             raise Refuse("the explicit attention is inside control flow this rewrite does not follow")
         body = list(block.body)
         start = body.index(self.line)
-        flow = FunctionFlow(func)
+        flow = FunctionFlow.of(func)
 
         # 1. The attention chain, from the scores line to the output restore.
         chain_end, parts = self.chain(body, start)
@@ -690,7 +691,7 @@ def _calls_sdpa(ctx: PlanContext, node: cst.CSTNode) -> bool:
             if ctx.qualified_names(call.func) & SDPA_NAMES:
                 found.append(True)
 
-    node.visit(_Calls())
+    walk(_Calls(), node)
     return bool(found)
 
 

@@ -36,6 +36,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from hiera_rewrite.index import walk
 from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
 
 from ._flow import (
@@ -752,14 +753,14 @@ def _all_loads(ctx: PlanContext, root: cst.CSTNode) -> List[cst.Name]:
             found.append(node)
 
         def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
+            walk(self, node.value)
             return False
 
         def visit_Arg(self, node: cst.Arg) -> bool:
-            node.value.visit(self)
+            walk(self, node.value)
             return False
 
-    ctx.index.visit(_Names(), root)
+    walk(_Names(), root)
     return found
 
 
@@ -886,7 +887,7 @@ def _may_change(stmt: cst.BaseStatement, root: str) -> Optional[str]:
             if rooted(node.func) or any(rooted(a.value) for a in node.args):
                 reasons.append(f"a call {code(node.func)}(...) that can reach {root}")
 
-    stmt.visit(_Visitor())
+    walk(_Visitor(), stmt)
     return reasons[0] if reasons else None
 
 

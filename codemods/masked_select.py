@@ -30,6 +30,7 @@ import dataclasses
 
 import libcst as cst
 
+from hiera_rewrite.index import walk
 from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
 
 from ._flow import FunctionFlow, code, is_name, method_call, single_assign, target_code
@@ -203,7 +204,7 @@ def _param_kind(func: cst.FunctionDef, name: str) -> Optional[str]:
 
 
 def _unsupported(func: cst.FunctionDef, masks: Set[str], cls: Optional[cst.ClassDef]) -> Optional[str]:
-    flow = FunctionFlow(func)
+    flow = FunctionFlow.of(func)
     if len(masks) != 1:
         return f"{func.name.value} selects with several masks ({', '.join(sorted(masks))})"
     if free_names(flow, COUNT, INDEX):
@@ -265,7 +266,7 @@ def _pass_count_on(
                 return
             edits[node] = _with_count(node)
 
-    func.body.visit(_Calls())
+    walk(_Calls(), func.body)
     return edits
 
 
@@ -300,7 +301,7 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
     for func in defined.values():
         if skip_marked_owner(ctx, func) is not None:
             continue
-        flow = FunctionFlow(func)
+        flow = FunctionFlow.of(func)
         for stmt in flow.stmts:
             decoded = single_assign(stmt.line) if stmt.line.body else None
             if decoded is None or not isinstance(decoded[0], cst.Tuple) or len(decoded[0].elements) != 2:
@@ -370,7 +371,7 @@ def _fills_units(decoder: cst.FunctionDef) -> bool:
             if scatter and "kept_windows" in code(scatter[1]):
                 found.append(node)
 
-    decoder.body.visit(_Fill())
+    walk(_Fill(), decoder.body)
     return bool(found)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from hiera_rewrite.index import walk
 from hiera_rewrite.rewrite import PlanContext, Rewrite, register
 
 from ._flow import method_call, reduction_values
@@ -103,7 +104,7 @@ def _has_comment(node: cst.CSTNode) -> bool:
         def visit_Comment(self, comment: cst.Comment) -> None:
             found.append(comment)
 
-    node.visit(_Comments())
+    walk(_Comments(), node)
     return bool(found)
 
 

@@ -213,7 +213,7 @@ def _token_drop(
     line = enclosing_line(ctx, node)
     if func is None or line is None:
         raise Refuse("the boolean token drop is not a statement inside a function")
-    flow = FunctionFlow(func)
+    flow = FunctionFlow.of(func)
     if via is not None:
         name = index.value  # type: ignore[attr-defined]
         made = flow.stmt_of(via)
@@ -293,7 +293,7 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     mask = mask_arg.value.value  # type: ignore[attr-defined]
     if any(a.star or a.keyword is not None and a.keyword.value == COUNT for a in call.args):
         raise Refuse("")
-    flow = FunctionFlow(func)
+    flow = FunctionFlow.of(func)
     generate = _random_mask_guard(ctx, func, mask)
     if generate is None or not is_name(generate[2], "self"):
         raise Refuse("")
@@ -442,7 +442,7 @@ def _upstream_random_mask(func: cst.FunctionDef) -> bool:
     params = [p.name.value for p in func.params.params]
     if len(params) != 3 or isinstance(func.params.star_arg, (cst.Param, cst.ParamStar)) or func.params.kwonly_params:
         return False
-    flow = FunctionFlow(func)
+    flow = FunctionFlow.of(func)
     ratio = params[2]
     if flow.assigning(ratio) or flow.compound_assigned:
         return False

@@ -98,7 +98,7 @@ def rewrite_bytes(
     reports, new_module = _rewrite_module(index, codes, line_length)
     if new_module is None:
         return FileResult(data, data, reports)
-    output, reparsed = _reparse(index.module, new_module)
+    output, reparsed = _reparse(index, new_module)
     _check_stable(reparsed, codes, line_length)
     return FileResult(data, output, reports)
 
@@ -154,13 +154,14 @@ def _rewrite_module(
     refusals: List[Refusal] = []
 
     def format_statement(source: str, indent: int) -> cst.BaseStatement:
-        return cst.parse_statement(_black(source, max(20, line_length - indent)))
+        return _formatted_statement(source, max(20, line_length - indent))
 
-    for code in codes:
-        ctx = PlanContext(index, code, format_statement)
-        REGISTRY[code]().plan(ctx)
-        sites.extend(ctx.sites)
-        refusals.extend(ctx.refusals)
+    with index.active():
+        for code in codes:
+            ctx = PlanContext(index, code, format_statement)
+            REGISTRY[code]().plan(ctx)
+            sites.extend(ctx.sites)
+            refusals.extend(ctx.refusals)
 
     accepted: List[Site] = []
     claimed: Set[cst.CSTNode] = set()
@@ -221,10 +222,11 @@ def _apply(index: ModuleIndex, edits: Dict[cst.CSTNode, Replacement]) -> cst.Mod
 
 
 @functools.lru_cache(maxsize=1024)
-def _black(source: str, line_length: int) -> str:
+def _formatted_statement(source: str, line_length: int) -> cst.BaseStatement:
     """black is deterministic: the same emitted statement at the same width (the same
-    idiom in several files of a run) is formatted once."""
-    return black.format_str(source, mode=black.Mode(line_length=line_length))
+    idiom in several files of a run) is formatted and parsed once.  Sharing the node
+    is safe: libcst nodes are immutable, and the self-check parses changed code anew."""
+    return cst.parse_statement(black.format_str(source, mode=black.Mode(line_length=line_length)))
 
 
 def _descends_from(ctx: PlanContext, node: cst.CSTNode, roots: Set[cst.CSTNode]) -> bool:
@@ -267,7 +269,7 @@ class _ApplyEdits(cst.CSTTransformer):
         return edit(updated_node) if callable(edit) else edit
 
 
-def _reparse(old: cst.Module, new: cst.Module) -> "tuple[bytes, ModuleIndex]":
+def _reparse(old: ModuleIndex, new: cst.Module) -> "tuple[bytes, ModuleIndex]":
     """The output's bytes, and the output parsed (by libcst and by Python's compiler)
     and indexed, as a fresh run of the tool on the written file would see it.
 
@@ -276,15 +278,16 @@ def _reparse(old: cst.Module, new: cst.Module) -> "tuple[bytes, ModuleIndex]":
     might not equal a parse of the whole output (the first statement or the header
     changed, the changed code ends the parse differently, a file whose changed code
     alone reads as another indentation or newline style) the whole output is parsed.
+    The unchanged statements' positions, parents and tokens are copied from ``old``.
     """
-    spliced = _splice_reparsed(old, new)
+    spliced = _splice_reparsed(old.module, new)
     if spliced is None:
         output = new.bytes
         try:
             return output, _parse(output)
         except InputError as exc:
             raise InternalError(f"rewritten code does not parse (line {exc.line}): {exc.message}") from None
-    index = ModuleIndex(spliced)
+    index = ModuleIndex(spliced, reuse=old)  # unchanged statements: positions shifted
     code = index.code
     try:
         _compile(code)

@@ -18,9 +18,11 @@ does not match (the code is left alone).
 from __future__ import annotations
 
 import bisect
+import contextlib
+import contextvars
 import dataclasses
 import weakref
-from typing import Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -43,24 +45,40 @@ class ModuleIndex:
     place in document order; it runs at most once, on the first question.
     """
 
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, reuse: "Optional[ModuleIndex]" = None) -> None:
+        """``reuse``: the index of a module that shares top-level statements with this
+        one (the same objects); what it recorded for them is copied, not generated."""
         self.module = module
+        self._reuse = reuse
         self._state: Optional[_PositionState] = None
         self._by_type: Dict[type, List[int]] = {}
         self._resolved: Dict[str, Optional[List[Tuple[str, Optional[cst.CSTNode]]]]] = {}
+        # facts the rewrites derive from this module (e.g. a function's data flow),
+        # shared by every rewrite that plans on it
+        self.memo: Dict[Any, Any] = {}
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """While planning on this module, :func:`walk` replays visits from it."""
+        token = _ACTIVE.set(self)
+        try:
+            yield
+        finally:
+            _ACTIVE.reset(token)
 
     def _recorded(self) -> "_PositionState":
         if self._state is None:
-            state = _PositionState(default_indent=self.module.default_indent,
-                                   default_newline=self.module.default_newline)
-            self.module._codegen(state)
-            self._state = state
+            old = self._reuse._recorded() if self._reuse is not None else None
+            self._state = _record(self.module, old)
+            self._reuse = None
         return self._state
 
     @property
     def code(self) -> str:
         """``module.code``, from the recording pass (no second codegen)."""
-        return "".join(self._recorded().tokens)
+        state = self._recorded()
+        tokens = state.tokens[:-1] if state.dropped_final_newline else state.tokens
+        return "".join(tokens)
 
     # -- parents --------------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
@@ -218,6 +236,25 @@ class ModuleIndex:
         return None
 
 
+_ACTIVE: "contextvars.ContextVar[Optional[ModuleIndex]]" = contextvars.ContextVar("hiera_rewrite_index", default=None)
+
+
+def active_index() -> Optional[ModuleIndex]:
+    """The index of the module being planned on (see ModuleIndex.active), if any."""
+    return _ACTIVE.get()
+
+
+def walk(visitor: cst.CSTVisitor, root: cst.CSTNode) -> None:
+    """``root.visit(visitor)`` for a visitor that only reads (``visit_X``/``leave_X``
+    hooks): replayed from the index of the module being planned when ``root`` is part
+    of it (libcst's visit rebuilds every node it passes), else libcst's visit."""
+    index = _ACTIVE.get()
+    if index is None:
+        root.visit(visitor)
+    else:
+        index.visit(visitor, root)
+
+
 # Parents under which a Name is never bound (tuples, lists and starred elements are
 # not here: they can be assignment targets).
 _READ_PARENTS = (
@@ -309,6 +346,35 @@ def import_names(stmt: "cst.Import | cst.ImportFrom") -> List[Tuple[str, str]]:
     return found
 
 
+def _record(module: cst.Module, old: "Optional[_PositionState]") -> "_PositionState":
+    """``module._codegen(state)`` (libcst's Module._codegen_impl, step by step), keeping
+    each top-level statement's place, tokens and lines; a statement ``old`` recorded
+    is copied from it, its lines shifted, instead of generated again."""
+    state = _PositionState(default_indent=module.default_indent, default_newline=module.default_newline)
+    state.before_codegen(module)
+    for line in module.header:
+        line._codegen(state)
+    for stmt in module.body:
+        first, token, line = len(state.order), len(state.tokens), state.line
+        place = old.top.get(id(stmt)) if old is not None and state.column == 0 else None
+        if place is not None and old.order[place[0]] is stmt:  # type: ignore[union-attr]
+            state.copy_statement(old, place)  # type: ignore[arg-type]
+        else:
+            stmt._codegen(state)
+        state.top[id(stmt)] = (first, token, len(state.tokens), line, state.line, state.column)
+    for line in module.footer:
+        line._codegen(state)
+    if module.has_trailing_newline:
+        if not state.tokens:  # nothing in the header, body or footer
+            state.add_token(state.default_newline)
+    else:
+        # libcst pops the last token (a newline); the index keeps it so a statement's
+        # tokens can be copied, and ``code`` leaves it out.
+        state.dropped_final_newline = bool(state.tokens)
+    state.after_codegen(module)
+    return state
+
+
 @dataclasses.dataclass(frozen=False)
 class _PositionState(CodegenState):
     """libcst's position-providing codegen, recording plain tuples in lists by the
@@ -326,7 +392,35 @@ class _PositionState(CodegenState):
     stops: List[Optional[Tuple[int, int]]] = dataclasses.field(default_factory=list)
     names: Dict[str, List[cst.Name]] = dataclasses.field(default_factory=dict)
     imports: List[cst.CSTNode] = dataclasses.field(default_factory=list)
+    # id(top-level statement) -> (place, first token, end token, line at its first
+    # token, line and column after its last token)
+    top: Dict[int, Tuple[int, int, int, int, int, int]] = dataclasses.field(default_factory=dict)
+    dropped_final_newline: bool = False
     _stack: List[int] = dataclasses.field(default_factory=list)
+
+    def copy_statement(self, old: "_PositionState", place: Tuple[int, int, int, int, int, int]) -> None:
+        """Record a top-level statement as ``old`` recorded it, ``shift`` lines down."""
+        i, token, token_end, line, end_line, end_column = place
+        stop = old.end[i]
+        base = len(self.order)
+        offset = base - i
+        shift = self.line - line
+        nodes = old.order[i:stop]
+        self.order.extend(nodes)
+        self.index_of.update(zip(map(id, nodes), range(base, base + len(nodes))))
+        self.parent_of.append(self._stack[-1])
+        self.parent_of.extend([p + offset for p in old.parent_of[i + 1:stop]])
+        self.end.extend([e + offset for e in old.end[i:stop]])
+        self.starts.extend([(l + shift, c) for l, c in old.starts[i:stop]])
+        self.stops.extend([(l + shift, c) for l, c in old.stops[i:stop]])  # type: ignore[misc]
+        for node in nodes:
+            kind = type(node)
+            if kind is cst.Name:
+                self.names.setdefault(node.value, []).append(node)  # type: ignore[attr-defined]
+            elif kind is cst.Import or kind is cst.ImportFrom:
+                self.imports.append(node)
+        self.tokens.extend(old.tokens[token:token_end])
+        self.line, self.column = end_line + shift, end_column
 
     def add_indent_tokens(self) -> None:
         self.tokens.extend(self.indent_tokens)  # Module's codegen asks whether any were added

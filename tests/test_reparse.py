@@ -19,18 +19,36 @@ import libcst as cst
 import pytest
 
 from hiera_rewrite import engine
+from hiera_rewrite.index import ModuleIndex
 
 GOLDEN = sorted((Path(__file__).resolve().parent.parent / "golden").rglob("*.in.py"))
 
 
 def _assert_splice_is_a_parse(old: cst.Module, new: cst.Module) -> bool:
     """True when the splice was used (and is right); False when it declined."""
-    output, index = engine._reparse(old, new)
+    old_index = ModuleIndex(old)
+    old_index.code  # recorded before the splice, as in the engine
+    output, index = engine._reparse(old_index, new)
     assert output == new.bytes
     full = cst.parse_module(output)
     assert index.module.deep_equals(full)
     assert index.code == full.code
+    _assert_same_index(index, ModuleIndex(index.module))
     return engine._splice_reparsed(old, new) is not None
+
+
+def _assert_same_index(reused: ModuleIndex, fresh: ModuleIndex) -> None:
+    """An index that copied the unchanged statements' records from the old module's
+    index holds what recording the whole module gives."""
+    a, b = reused._recorded(), fresh._recorded()
+    assert len(a.order) == len(b.order) and all(x is y for x, y in zip(a.order, b.order))
+    assert a.index_of == b.index_of
+    assert (a.parent_of, a.end, a.starts, a.stops) == (b.parent_of, b.end, b.starts, b.stops)
+    assert a.names.keys() == b.names.keys()
+    assert all(all(x is y for x, y in zip(a.names[k], b.names[k])) and len(a.names[k]) == len(b.names[k]) for k in a.names)
+    assert len(a.imports) == len(b.imports) and all(x is y for x, y in zip(a.imports, b.imports))
+    assert a.tokens == b.tokens and a.top == b.top and a.dropped_final_newline == b.dropped_final_newline
+    assert reused.code == fresh.code == fresh.module.code
 
 
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -40,6 +58,7 @@ def test_golden_splice_equals_full_parse(path: Path) -> None:
     if new is None:
         pytest.skip("nothing rewritten")
     _assert_splice_is_a_parse(index.module, new)
+    _assert_same_index(index, ModuleIndex(index.module))
 
 
 def test_splice_is_used_on_upstream_files() -> None:
