@@ -21,6 +21,8 @@ import bisect
 import contextlib
 import contextvars
 import dataclasses
+import itertools
+import re
 import weakref
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
@@ -77,8 +79,8 @@ class ModuleIndex:
     def code(self) -> str:
         """``module.code``, from the recording pass (no second codegen)."""
         state = self._recorded()
-        tokens = state.tokens[:-1] if state.dropped_final_newline else state.tokens
-        return "".join(tokens)
+        text = state.text()
+        return text[: len(text) - len(state.tokens[-1])] if state.dropped_final_newline else text
 
     # -- parents --------------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
@@ -105,7 +107,7 @@ class ModuleIndex:
         """Syntactic start and end of ``node``, as libcst's PositionProvider gives them."""
         state = self._recorded()
         i = state.index_of[id(node)]
-        return Span(Pos(*state.starts[i]), Pos(*state.stops[i]))  # type: ignore[misc]
+        return Span(state.pos(state.starts[i]), state.pos(state.stops[i]))
 
     def position(self, node: cst.CSTNode) -> Pos:
         return self.span(node).start
@@ -348,20 +350,20 @@ def import_names(stmt: "cst.Import | cst.ImportFrom") -> List[Tuple[str, str]]:
 
 def _record(module: cst.Module, old: "Optional[_PositionState]") -> "_PositionState":
     """``module._codegen(state)`` (libcst's Module._codegen_impl, step by step), keeping
-    each top-level statement's place, tokens and lines; a statement ``old`` recorded
-    is copied from it, its lines shifted, instead of generated again."""
+    each top-level statement's place and tokens; a statement ``old`` recorded is
+    copied from it instead of generated again."""
     state = _PositionState(default_indent=module.default_indent, default_newline=module.default_newline)
     state.before_codegen(module)
     for line in module.header:
         line._codegen(state)
     for stmt in module.body:
-        first, token, line = len(state.order), len(state.tokens), state.line
-        place = old.top.get(id(stmt)) if old is not None and state.column == 0 else None
+        first, token = len(state.order), len(state.tokens)
+        place = old.top.get(id(stmt)) if old is not None else None
         if place is not None and old.order[place[0]] is stmt:  # type: ignore[union-attr]
             state.copy_statement(old, place)  # type: ignore[arg-type]
         else:
             stmt._codegen(state)
-        state.top[id(stmt)] = (first, token, len(state.tokens), line, state.line, state.column)
+        state.top[id(stmt)] = (first, token, len(state.tokens))
     for line in module.footer:
         line._codegen(state)
     if module.has_trailing_newline:
@@ -375,44 +377,64 @@ def _record(module: cst.Module, old: "Optional[_PositionState]") -> "_PositionSt
     return state
 
 
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
 @dataclasses.dataclass(frozen=False)
 class _PositionState(CodegenState):
-    """libcst's position-providing codegen, recording plain tuples in lists by the
-    node's place in document order, and on the way each node's parent, the Name
-    nodes by identifier and the import statements.  Nodes are found by ``id`` (the
-    module keeps them alive; libcst's identity hash is a Python-level call)."""
+    """libcst's position-providing codegen, recording in lists by the node's place in
+    document order where its tokens start and end, and on the way each node's parent,
+    the Name nodes by identifier and the import statements.  Token places become
+    lines and columns only when asked.  Nodes are found by ``id`` (the module keeps
+    them alive; libcst's identity hash is a Python-level call)."""
 
-    line: int = 1
-    column: int = 0
     order: List[cst.CSTNode] = dataclasses.field(default_factory=list)  # document (pre)order
     index_of: Dict[int, int] = dataclasses.field(default_factory=dict)  # id(node) -> place
     parent_of: List[int] = dataclasses.field(default_factory=list)  # place of the parent, -1: root
     end: List[int] = dataclasses.field(default_factory=list)  # order[i+1:end[i]]: i's descendants
-    starts: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
-    stops: List[Optional[Tuple[int, int]]] = dataclasses.field(default_factory=list)
+    starts: List[int] = dataclasses.field(default_factory=list)  # token index of the (syntactic) start
+    stops: List[int] = dataclasses.field(default_factory=list)  # token index after the end; -1: not yet
     names: Dict[str, List[cst.Name]] = dataclasses.field(default_factory=dict)
     imports: List[cst.CSTNode] = dataclasses.field(default_factory=list)
-    # id(top-level statement) -> (place, first token, end token, line at its first
-    # token, line and column after its last token)
-    top: Dict[int, Tuple[int, int, int, int, int, int]] = dataclasses.field(default_factory=dict)
+    # id(top-level statement) -> (place, first token, end token)
+    top: Dict[int, Tuple[int, int, int]] = dataclasses.field(default_factory=dict)
     dropped_final_newline: bool = False
     _stack: List[int] = dataclasses.field(default_factory=list)
+    _offsets: Optional[List[int]] = None  # character offset of each token
+    _line_starts: Optional[List[int]] = None  # character offset of each line
+    _text: Optional[str] = None
 
-    def copy_statement(self, old: "_PositionState", place: Tuple[int, int, int, int, int, int]) -> None:
-        """Record a top-level statement as ``old`` recorded it, ``shift`` lines down."""
-        i, token, token_end, line, end_line, end_column = place
+    def text(self) -> str:
+        """Every token, joined (with the final newline ``code`` drops)."""
+        if self._text is None:
+            self._text = "".join(self.tokens)
+        return self._text
+
+    def pos(self, token: int) -> Pos:
+        """Line and column where token number ``token`` starts."""
+        if self._offsets is None:
+            self._offsets = [0, *itertools.accumulate(map(len, self.tokens))]
+            self._line_starts = [0, *(m.end() for m in _NEWLINE.finditer(self.text()))]
+        offset = self._offsets[token]
+        line = bisect.bisect_right(self._line_starts, offset)  # type: ignore[arg-type]
+        return Pos(line, offset - self._line_starts[line - 1])  # type: ignore[index]
+
+    def copy_statement(self, old: "_PositionState", place: Tuple[int, int, int]) -> None:
+        """Record a top-level statement as ``old`` recorded it (the same node, so the
+        same tokens): its records, renumbered."""
+        i, token, token_end = place
         stop = old.end[i]
         base = len(self.order)
         offset = base - i
-        shift = self.line - line
+        shift = len(self.tokens) - token
         nodes = old.order[i:stop]
         self.order.extend(nodes)
         self.index_of.update(zip(map(id, nodes), range(base, base + len(nodes))))
         self.parent_of.append(self._stack[-1])
         self.parent_of.extend([p + offset for p in old.parent_of[i + 1:stop]])
         self.end.extend([e + offset for e in old.end[i:stop]])
-        self.starts.extend([(l + shift, c) for l, c in old.starts[i:stop]])
-        self.stops.extend([(l + shift, c) for l, c in old.stops[i:stop]])  # type: ignore[misc]
+        self.starts.extend([t + shift for t in old.starts[i:stop]])
+        self.stops.extend([t + shift for t in old.stops[i:stop]])
         for node in nodes:
             kind = type(node)
             if kind is cst.Name:
@@ -420,24 +442,6 @@ class _PositionState(CodegenState):
             elif kind is cst.Import or kind is cst.ImportFrom:
                 self.imports.append(node)
         self.tokens.extend(old.tokens[token:token_end])
-        self.line, self.column = end_line + shift, end_column
-
-    def add_indent_tokens(self) -> None:
-        self.tokens.extend(self.indent_tokens)  # Module's codegen asks whether any were added
-        for token in self.indent_tokens:
-            self._advance(token)
-
-    def add_token(self, value: str) -> None:
-        self.tokens.append(value)
-        self._advance(value)
-
-    def _advance(self, value: str) -> None:
-        if "\n" not in value and "\r" not in value:
-            self.column += len(value)
-            return
-        lines = value.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-        self.line += len(lines) - 1
-        self.column = len(lines[-1])
 
     def before_codegen(self, node: cst.CSTNode) -> None:
         stack = self._stack
@@ -446,8 +450,8 @@ class _PositionState(CodegenState):
         self.index_of[id(node)] = i
         self.parent_of.append(stack[-1] if stack else -1)
         stack.append(i)
-        self.starts.append((self.line, self.column))
-        self.stops.append(None)
+        self.starts.append(len(self.tokens))
+        self.stops.append(-1)
         self.end.append(0)
         kind = type(node)
         if kind is cst.Name:
@@ -458,8 +462,8 @@ class _PositionState(CodegenState):
     def after_codegen(self, node: cst.CSTNode) -> None:
         i = self._stack.pop()
         self.end[i] = len(self.order)
-        if self.stops[i] is None:  # else a syntactic position was recorded
-            self.stops[i] = (self.line, self.column)
+        if self.stops[i] < 0:  # else a syntactic position was recorded
+            self.stops[i] = len(self.tokens)
 
     def record_syntactic_position(
         self,
@@ -482,15 +486,15 @@ class _Syntactic:
         self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
 
     def __enter__(self) -> None:
-        self.start = (self.state.line, self.state.column)
+        self.start = len(self.state.tokens)
 
     def __exit__(self, *exc: object) -> None:
         state = self.state
-        start, stop = self.start, (state.line, state.column)
+        start, stop = self.start, len(state.tokens)
         if self.start_node is not None:
             start = state.starts[state.index_of[id(self.start_node)]]
         if self.end_node is not None:
-            stop = state.stops[state.index_of[id(self.end_node)]]  # type: ignore[assignment]
+            stop = state.stops[state.index_of[id(self.end_node)]]
         i = state.index_of[id(self.node)]
         state.starts[i] = start
         state.stops[i] = stop
