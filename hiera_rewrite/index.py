@@ -149,6 +149,25 @@ class ModuleIndex:
         leaves: Dict[type, object] = {}
         for name, kind, is_visit in _hooks(type(visitor)):
             (visits if is_visit else leaves)[kind] = getattr(visitor, name)
+        if high - low <= _SCAN:
+            # A small subtree (a statement, an expression): walk its nodes in order.
+            pending: List[int] = []  # entered nodes with a leave hook, innermost last
+            i = low
+            while i < high:
+                while pending and end[pending[-1]] <= i:
+                    node = order[pending.pop()]
+                    leaves[type(node)](node)  # type: ignore[operator]
+                node = order[i]
+                kind = type(node)
+                if kind in leaves:
+                    pending.append(i)
+                visit = visits.get(kind)
+                i = end[i] if visit is not None and visit(node) is False else i + 1  # type: ignore[operator]
+            while pending:
+                node = order[pending.pop()]
+                leaves[type(node)](node)  # type: ignore[operator]
+            return
+        # A large one: only the nodes of the hooked types, found by type.
         # (position, 1, i) enters node i; (end[i], 0, -i) leaves it: after its last
         # descendant, before the next node, the innermost first.
         def inside(kind: type) -> List[int]:
@@ -237,6 +256,8 @@ class ModuleIndex:
                 return ancestor
         return None
 
+
+_SCAN = 1024  # subtrees up to this many nodes are walked node by node in ModuleIndex.visit
 
 _ACTIVE: "contextvars.ContextVar[Optional[ModuleIndex]]" = contextvars.ContextVar("hiera_rewrite_index", default=None)
 

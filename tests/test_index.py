@@ -16,6 +16,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
+from hiera_rewrite import index as index_module
 from hiera_rewrite.index import ModuleIndex
 
 GOLDEN = sorted((Path(__file__).resolve().parent.parent / "golden").rglob("*.in.py"))
@@ -71,19 +72,24 @@ class _Recorder(cst.CSTVisitor):
         self.calls.append(("leave FunctionDef", id(original_node)))
 
 
+@pytest.mark.parametrize("scan", [0, 10**9], ids=["by-type", "node-by-node"])
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_visit_replays_libcst_order(path: Path) -> None:
+def test_visit_replays_libcst_order(path: Path, scan: int, monkeypatch) -> None:
+    # ModuleIndex.visit finds nodes by type in large trees and walks small ones node
+    # by node; both must replay libcst's calls exactly.
+    monkeypatch.setattr(index_module, "_SCAN", scan)
     module = _module(path)
+    index = ModuleIndex(module)
     expected, replayed = _Recorder(), _Recorder()
     module.visit(expected)
-    ModuleIndex(module).visit(replayed)
+    index.visit(replayed)
     assert expected.calls and replayed.calls == expected.calls
-    # a subtree: the first function
-    func = next((n for n in module.body if isinstance(n, (cst.FunctionDef, cst.ClassDef))), None)
-    if func is not None:
+    # subtrees: every function and class, and every top-level statement
+    roots = [*module.body, *index.nodes(cst.FunctionDef), *index.nodes(cst.ClassDef)]
+    for root in roots:
         expected, replayed = _Recorder(), _Recorder()
-        func.visit(expected)
-        ModuleIndex(module).visit(replayed, func)
+        root.visit(expected)
+        index.visit(replayed, root)
         assert replayed.calls == expected.calls
 
 
