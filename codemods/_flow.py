@@ -346,6 +346,9 @@ _EMPTY = cst.Module(body=[])
 
 def code(node: cst.CSTNode) -> str:
     """Source of ``node`` on one line (black re-wraps what we emit)."""
+    text = _EMPTY.code_for_node(node)
+    if not any(c in text for c in "\n\r\\#"):
+        return text.strip()  # no line break, continuation or comment: nothing to drop
     return _EMPTY.code_for_node(node.visit(_OneLine())).strip()
 
 

@@ -306,15 +306,16 @@ def _is_read(name: cst.Name, parent: Optional[cst.CSTNode]) -> bool:
     return isinstance(parent, _READ_PARENTS)
 
 
-_KINDS: Dict[str, type] = {}
+# libcst's node types by name, found once at import (before a CLI forks its workers);
+# ``in __mro__``, as issubclass on libcst's abstract bases costs a second per process.
+_KINDS: Dict[str, type] = {
+    name: value
+    for name, value in vars(cst).items()
+    if isinstance(value, type) and cst.CSTNode in value.__mro__
+}
 
 
 def _node_kinds() -> Dict[str, type]:
-    if not _KINDS:
-        for name in dir(cst):
-            value = getattr(cst, name)
-            if isinstance(value, type) and issubclass(value, cst.CSTNode):
-                _KINDS[name] = value
     return _KINDS
 
 

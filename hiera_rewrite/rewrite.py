@@ -124,7 +124,7 @@ class PlanContext:
             return new
         inner_comments = [
             cst.EmptyLine(comment=c)
-            for c in _comments(like.body)
+            for c in _comments(self.index, like.body)
         ]
         leading = list(like.leading_lines) + inner_comments + list(new.leading_lines)
         if isinstance(new, cst.SimpleStatementLine):
@@ -135,13 +135,17 @@ class PlanContext:
         return new.with_changes(leading_lines=leading)
 
 
-def _comments(nodes: Sequence[cst.CSTNode]) -> List[cst.Comment]:
-    found: List[cst.Comment] = []
-
-    class _Collect(cst.CSTVisitor):
-        def visit_Comment(self, node: cst.Comment) -> None:
-            found.append(node)
-
+def _comments(index: ModuleIndex, nodes: Sequence[cst.CSTNode]) -> List[cst.Comment]:
+    collect = _CollectComments()
     for node in nodes:
-        node.visit(_Collect())
-    return found
+        index.visit(collect, node)
+    return collect.found
+
+
+class _CollectComments(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: List[cst.Comment] = []
+
+    def visit_Comment(self, node: cst.Comment) -> None:
+        self.found.append(node)
