@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--package-root", metavar="DIR", help="with --verify: the top-level package folder of the files (default: walk up while __init__.py exists)")
     verify.add_argument("--verify-cuda", action="store_true", help="with --verify: also compare on CUDA in float32 and bfloat16 when available")
     parser.add_argument("--line-length", type=int, metavar="N", help="line length for inserted code (default: black's from pyproject.toml, else 88)")
-    parser.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="files processed in parallel (default 1)")
+    parser.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="processes working on files in parallel; 0 (default): one per available core when there are at least 8 files, else 1")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only errors and the summary")
     parser.add_argument("--traceback", action="store_true", help="show tracebacks of internal errors")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -95,6 +95,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))  # exits 2
 
+    if args.jobs < 0:
+        parser.error("--jobs must be 0 (automatic) or a number of processes")
     if args.list:
         for code in selected_codes():
             rewrite = REGISTRY[code]
@@ -182,10 +184,11 @@ class _Runner:
         # collector from walking it again after every few parses (about a tenth of
         # the time), and let forked workers share it untouched.
         gc.freeze()
-        if self.args.jobs > 1 and len(jobs) > 1:
+        workers = _workers(self.args.jobs, len(jobs))
+        if workers > 1:
             # Largest files first, one at a time: no worker is left with a long tail.
             order = sorted(range(len(jobs)), key=lambda i: -_size(jobs[i][0]))
-            with ProcessPoolExecutor(max_workers=self.args.jobs) as pool:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
                 done = list(pool.map(_process_file, [jobs[i] for i in order]))
             outcomes = [outcome for _, outcome in sorted(zip(order, done), key=lambda pair: pair[0])]
         else:
@@ -269,6 +272,21 @@ class _Runner:
 # Folders a directory walk does not enter (as black): environments, caches, builds.
 # A folder named on the command line is always entered.
 SKIPPED_DIRS = {"venv", "site-packages", "__pypackages__", "__pycache__", "node_modules", "build", "dist", "buck-out", "_build"}
+
+
+def _workers(requested: int, files: int) -> int:
+    """Worker processes for ``files`` files: ``-j N`` as given; by default one per
+    available core, for runs long enough to repay starting them (a pre-commit hook
+    passing a few files runs in this process)."""
+    if requested > 0:
+        return min(requested, files)
+    if files < 8:
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))  # type: ignore[attr-defined]
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, files // 4))
 
 
 def _size(name: str) -> int:

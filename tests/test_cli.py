@@ -19,7 +19,7 @@ from typing import List, Optional
 
 import pytest
 
-from hiera_rewrite import __version__
+from hiera_rewrite import __version__, cli
 from hiera_rewrite.engine import rewrite_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -253,12 +253,30 @@ def test_jobs_same_result_as_serial(tmp_path):
             (tmp_path / folder / f"a{i}.py").write_bytes(GOLDEN_IN)
             (tmp_path / folder / f"c{i}.py").write_bytes(CLEAN)
         (tmp_path / folder / "bad.py").write_bytes(b"def f(:\n    pass\n")
-    serial = run("serial", cwd=tmp_path)
+    serial = run("-j", "1", "serial", cwd=tmp_path)
     parallel = run("-j", "2", "parallel", cwd=tmp_path)
     assert serial.rc == parallel.rc == 2
     assert serial.err.replace("serial", "X") == parallel.err.replace("parallel", "X")
     for i in range(3):
         assert (tmp_path / "parallel" / f"a{i}.py").read_bytes() == GOLDEN_OUT
+
+
+def test_jobs_default_is_parallel_only_for_longer_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert [cli._workers(0, n) for n in (1, 7, 8, 9, 60)] == [1, 1, 2, 2, 2]
+    assert cli._workers(3, 60) == 3 and cli._workers(4, 2) == 2
+    r = run("-j", "-1", "x.py", cwd=tmp_path)
+    assert r.rc == 2 and "--jobs must be 0" in r.err
+    # The default run on 8 files (two workers here) gives what a serial run gives.
+    for folder in ("serial", "auto"):
+        (tmp_path / folder).mkdir()
+        for i in range(4):
+            (tmp_path / folder / f"a{i}.py").write_bytes(GOLDEN_IN)
+            (tmp_path / folder / f"c{i}.py").write_bytes(CLEAN)
+    serial, auto = run("-j", "1", "serial", cwd=tmp_path), run("auto", cwd=tmp_path)
+    assert serial.rc == auto.rc == 1
+    assert serial.err.replace("serial", "X") == auto.err.replace("auto", "X")
+    assert all((tmp_path / "auto" / f"a{i}.py").read_bytes() == GOLDEN_OUT for i in range(4))
 
 
 def test_line_length_flag_and_pyproject(tmp_path):
