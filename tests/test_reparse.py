@@ -199,3 +199,40 @@ def test_splice_declines_when_the_first_statement_changes() -> None:
 def test_splice_used_for_a_plain_change() -> None:
     old, new = _changed(textwrap.dedent(CASES["middle"]).lstrip("\n"))
     assert _assert_splice_is_a_parse(old, new)
+
+
+# -- random programs ------------------------------------------------------------------
+
+hypothesmith = pytest.importorskip("hypothesmith")
+from hypothesis import HealthCheck, Phase, assume, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+class _Copy(cst.CSTTransformer):
+    """Rebuild every node: the same code, all new objects (a "changed" statement)."""
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        return updated_node.deep_clone()
+
+
+# no shrinking: a failing random program is reported as drawn (shrinking one took minutes)
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(hypothesmith.from_grammar(), st.data())
+def test_random_program_splice_equals_full_parse(source, data) -> None:
+    """Any top-level statements of a random program counted as changed (new objects,
+    same code): the splice re-parses them in isolation, and that must be what a parse
+    of the whole program gives (or the splice declines)."""
+    try:
+        # an unchanged first statement: the splice declines when the first one changes
+        old = cst.parse_module("import os\n" + source)
+        compile(old.code, "<random>", "exec", dont_inherit=True)
+    except Exception:  # hypothesmith's grammar admits a few programs Python rejects
+        assume(False)
+    # comment and blank lines above some statements (the first one's go to the header)
+    above = data.draw(st.lists(st.sampled_from(["", "#", "\n", "# c\n\n", "\n# c\n"]), min_size=len(old.body), max_size=len(old.body)))
+    lines = [[cst.EmptyLine(comment=cst.Comment(t.strip())) if t.strip() else cst.EmptyLine() for t in text.splitlines() or ([text] if text else [])] for text in above]
+    decorated = old.with_changes(body=[s.with_changes(leading_lines=[*extra, *s.leading_lines]) for s, extra in zip(old.body, lines)])
+    old = cst.parse_module(decorated.code)
+    changed = [False, *data.draw(st.lists(st.booleans(), min_size=len(old.body) - 1, max_size=len(old.body) - 1))]
+    body = [stmt.visit(_Copy()) if flag else stmt for stmt, flag in zip(old.body, changed)]
+    _assert_splice_is_a_parse(old, old.with_changes(body=body))
