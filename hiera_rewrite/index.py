@@ -44,7 +44,8 @@ class ModuleIndex:
     """Parents, positions, visit order and import-bound names of one module.
 
     Everything comes from one codegen pass that records each node's span, parent and
-    place in document order; it runs at most once, on the first question.
+    place in document order; it runs at most once, on the first question.  Whitespace
+    and newline leaves are not recorded (see ``_UNRECORDED``).
     """
 
     def __init__(self, module: cst.Module, reuse: "Optional[ModuleIndex]" = None) -> None:
@@ -115,6 +116,8 @@ class ModuleIndex:
     # -- visiting -------------------------------------------------------------------
     def nodes(self, kind: type) -> List[cst.CSTNode]:
         """Every node of exactly this type, in document order."""
+        if kind in _UNRECORDED:
+            raise ValueError(f"{kind.__name__} nodes are not indexed")
         order = self._recorded().order
         return [order[i] for i in self._indices(kind)]
 
@@ -149,6 +152,9 @@ class ModuleIndex:
         leaves: Dict[type, object] = {}
         for name, kind, is_visit in _hooks(type(visitor)):
             (visits if is_visit else leaves)[kind] = getattr(visitor, name)
+        if _UNRECORDED.intersection(visits) or _UNRECORDED.intersection(leaves):
+            (self.module if root is None else root).visit(visitor)
+            return
         if high - low <= _SCAN:
             # A small subtree (a statement, an expression): walk its nodes in order.
             pending: List[int] = []  # entered nodes with a leave hook, innermost last
@@ -399,6 +405,10 @@ def _record(module: cst.Module, old: "Optional[_PositionState]") -> "_PositionSt
     return state
 
 
+# Leaves no rewrite asks about, nearly half of all nodes: not recorded (no parent,
+# span or place); a visitor with hooks for them is run by libcst.
+_UNRECORDED = frozenset({cst.SimpleWhitespace, cst.Newline})
+
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 
 
@@ -466,6 +476,8 @@ class _PositionState(CodegenState):
         self.tokens.extend(old.tokens[token:token_end])
 
     def before_codegen(self, node: cst.CSTNode) -> None:
+        if type(node) in _UNRECORDED:
+            return
         stack = self._stack
         i = len(self.order)
         self.order.append(node)
@@ -482,6 +494,8 @@ class _PositionState(CodegenState):
             self.imports.append(node)
 
     def after_codegen(self, node: cst.CSTNode) -> None:
+        if type(node) in _UNRECORDED:
+            return
         i = self._stack.pop()
         self.end[i] = len(self.order)
         if self.stops[i] < 0:  # else a syntactic position was recorded

@@ -35,6 +35,9 @@ def test_spans_and_parents_match_libcst(path: Path) -> None:
     index = ModuleIndex(module)
     assert positions, "libcst found no nodes"
     for node, expected in positions.items():
+        if type(node) in index_module._UNRECORDED:
+            assert index.parent(node) is None
+            continue
         span = index.span(node)
         assert (span.start.line, span.start.column, span.end.line, span.end.column) == (
             expected.start.line, expected.start.column, expected.end.line, expected.end.column,
@@ -91,6 +94,34 @@ def test_visit_replays_libcst_order(path: Path, scan: int, monkeypatch) -> None:
         root.visit(expected)
         index.visit(replayed, root)
         assert replayed.calls == expected.calls
+
+
+class _WhitespaceRecorder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: List[Tuple[str, int]] = []
+
+    def visit_Newline(self, node: cst.Newline) -> None:
+        self.calls.append(("visit Newline", id(node)))
+
+    def leave_SimpleWhitespace(self, original_node: cst.SimpleWhitespace) -> None:
+        self.calls.append(("leave SimpleWhitespace", id(original_node)))
+
+
+def test_visitors_of_unrecorded_leaves_are_run_by_libcst() -> None:
+    module = _module(GOLDEN[0])
+    index = ModuleIndex(module)
+    expected, replayed = _WhitespaceRecorder(), _WhitespaceRecorder()
+    module.visit(expected)
+    index.visit(replayed)
+    assert expected.calls and replayed.calls == expected.calls
+    func = index.nodes(cst.FunctionDef)[0]
+    expected, replayed = _WhitespaceRecorder(), _WhitespaceRecorder()
+    func.visit(expected)
+    index.visit(replayed, func)
+    assert expected.calls and replayed.calls == expected.calls
+    with pytest.raises(ValueError):
+        index.nodes(cst.SimpleWhitespace)
 
 
 def _resolve(source: str, callee_line: str) -> set:
