@@ -277,7 +277,9 @@ def _reparse(old: ModuleIndex, new: cst.Module) -> "tuple[bytes, ModuleIndex]":
     statement's nodes are what parsing its unchanged text gives.  Where that splice
     might not equal a parse of the whole output (the first statement or the header
     changed, the changed code ends the parse differently, a file whose changed code
-    alone reads as another indentation or newline style) the whole output is parsed.
+    alone reads as another indentation or newline style, indented comment lines next
+    to the changed code, which a block before them would take) the whole output is
+    parsed.
     The unchanged statements' positions, parents and tokens are copied from ``old``.
     """
     spliced = _splice_reparsed(old.module, new)
@@ -313,6 +315,11 @@ def _splice_reparsed(old: cst.Module, new: cst.Module) -> Optional[cst.Module]:
             run.append(stmt)
             continue
         if run:
+            # libcst gives an indented comment line after a block to that block: on
+            # either side of a re-parsed run, only unindented lines keep their place.
+            after = new.footer if stmt is None else _lines_above(stmt)
+            if not _unindented(_lines_above(run[0])) or not _unindented(after):
+                return None
             parsed = _parse_run(new, run)
             if parsed is None:
                 return None
@@ -324,6 +331,18 @@ def _splice_reparsed(old: cst.Module, new: cst.Module) -> Optional[cst.Module]:
             seen.add(id(stmt))
             body.append(stmt)
     return new.with_changes(body=body)
+
+
+def _lines_above(stmt: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
+    lines = list(stmt.leading_lines)
+    decorators = getattr(stmt, "decorators", ())
+    if decorators:
+        lines += decorators[0].leading_lines
+    return lines
+
+
+def _unindented(lines: Sequence[cst.EmptyLine]) -> bool:
+    return all(line.indent and not line.whitespace.value for line in lines)
 
 
 def _same_nodes(a: Sequence[cst.CSTNode], b: Sequence[cst.CSTNode]) -> bool:

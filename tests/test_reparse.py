@@ -190,6 +190,29 @@ def test_splice_with_inserted_statement(name: str) -> None:
     assert _assert_splice_is_a_parse(old, new)
 
 
+def _indented_comment(text: str) -> cst.EmptyLine:
+    return cst.EmptyLine(whitespace=cst.SimpleWhitespace("    "), comment=cst.Comment(text))
+
+
+@pytest.mark.parametrize("case", ["kept_after", "module_footer", "run_start"])
+def test_splice_declines_where_a_block_could_take_the_comments(case: str) -> None:
+    """An indented comment line after a block belongs to that block: a statement that
+    becomes a block (or follows one) moves such lines in a whole-output parse."""
+    new_def = cst.parse_statement("def x():\n    return 1\n")
+    if case == "kept_after":  # `x = 1` becomes a def; y's indented comment is now the def's
+        old = cst.parse_module("import os\nx = 1\n    # indented\ny = 2\n")
+        new = old.with_changes(body=[old.body[0], new_def, old.body[2]])
+    elif case == "module_footer":
+        old = cst.parse_module("import os\nx = 1\n    # indented, at the end\n")
+        new = old.with_changes(body=[old.body[0], new_def])
+    else:  # a changed statement with an indented comment above it, after a def
+        old = cst.parse_module("import os\ndef f():\n    return 1\nx = 1\n")
+        changed = old.body[2].with_changes(leading_lines=[_indented_comment("# deeper")])
+        new = old.with_changes(body=[old.body[0], old.body[1], changed])
+    assert engine._splice_reparsed(old, new) is None
+    assert not _assert_splice_is_a_parse(old, new)  # the whole-output parse is right
+
+
 def test_splice_declines_when_the_first_statement_changes() -> None:
     old, new = _changed(CASES["first_statement_changed"])
     assert engine._splice_reparsed(old, new) is None
