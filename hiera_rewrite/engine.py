@@ -278,8 +278,7 @@ def _reparse(old: ModuleIndex, new: cst.Module) -> "tuple[bytes, ModuleIndex]":
     might not equal a parse of the whole output (the first statement or the header
     changed, the changed code ends the parse differently, a file whose changed code
     alone reads as another indentation or newline style, indented comment lines next
-    to the changed code, which a block before them would take) the whole output is
-    parsed.
+    to changed code, which a block before them would take) the whole output is parsed.
     The unchanged statements' positions, parents and tokens are copied from ``old``.
     """
     spliced = _splice_reparsed(old.module, new)
@@ -307,18 +306,25 @@ def _splice_reparsed(old: cst.Module, new: cst.Module) -> Optional[cst.Module]:
             or not old.body or not new.body or new.body[0] is not old.body[0]):
         return None
     kept = {id(stmt) for stmt in old.body}
+    # libcst gives an indented comment line after a block to that block: where the
+    # code before a statement (or the footer) is not what it was, only unindented
+    # lines above it keep their place.
+    before = {id(stmt): prev for prev, stmt in zip([None, *old.body], [*old.body, None])}
     seen: Set[int] = set()
     body: List[cst.BaseStatement] = []
     run: List[cst.BaseStatement] = []
+    previous: Optional[cst.BaseStatement] = None
     for stmt in [*new.body, None]:
         if stmt is not None and id(stmt) not in kept:
             run.append(stmt)
+            previous = stmt
             continue
+        above = new.footer if stmt is None else _lines_above(stmt)
+        if (run or before[id(stmt)] is not previous) and not _unindented(above):
+            return None
+        previous = stmt
         if run:
-            # libcst gives an indented comment line after a block to that block: on
-            # either side of a re-parsed run, only unindented lines keep their place.
-            after = new.footer if stmt is None else _lines_above(stmt)
-            if not _unindented(_lines_above(run[0])) or not _unindented(after):
+            if not _unindented(_lines_above(run[0])):
                 return None
             parsed = _parse_run(new, run)
             if parsed is None:

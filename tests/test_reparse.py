@@ -194,7 +194,7 @@ def _indented_comment(text: str) -> cst.EmptyLine:
     return cst.EmptyLine(whitespace=cst.SimpleWhitespace("    "), comment=cst.Comment(text))
 
 
-@pytest.mark.parametrize("case", ["kept_after", "module_footer", "run_start", "blank_block_footer"])
+@pytest.mark.parametrize("case", ["kept_after", "module_footer", "run_start", "blank_block_footer", "removed_between"])
 def test_splice_declines_where_a_block_could_take_the_comments(case: str) -> None:
     """An indented comment line after a block belongs to that block: a statement that
     becomes a block (or follows one) moves such lines in a whole-output parse."""
@@ -210,6 +210,9 @@ def test_splice_declines_where_a_block_could_take_the_comments(case: str) -> Non
         old = cst.parse_module("import os\nx = 1\ny = 2\n")
         built = new_def.with_changes(body=new_def.body.with_changes(footer=[cst.EmptyLine(indent=False)]))
         new = old.with_changes(body=[old.body[0], built, old.body[2]])
+    elif case == "removed_between":  # `x = 1` removed: y's indented comment now follows f
+        old = cst.parse_module("import os\ndef f():\n    return 1\nx = 1\n    # indented\ny = 2\n")
+        new = old.with_changes(body=[old.body[0], old.body[1], old.body[3]])
     else:  # a changed statement with an indented comment above it, after a def
         old = cst.parse_module("import os\ndef f():\n    return 1\nx = 1\n")
         changed = old.body[2].with_changes(leading_lines=[_indented_comment("# deeper")])
