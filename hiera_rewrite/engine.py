@@ -130,13 +130,18 @@ def _parse(data: bytes) -> ModuleIndex:
             line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"cannot decode: {exc}", line) from None
     index = ModuleIndex(module)
+    _check_compiles(index.code)  # the index's codegen is module.code: one codegen, not two
+    return index
+
+
+def _check_compiles(code: str) -> None:
+    """Python's compiler accepts ``code``, else InputError with its line and reason."""
     try:
-        _compile(index.code)  # the index's codegen is module.code: one codegen, not two
+        _compile(code)
     except SyntaxError as exc:
         raise InputError(f"cannot parse: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
     except ValueError as exc:  # e.g. source code string cannot contain null bytes
         raise InputError(f"cannot parse: {exc}") from None
-    return index
 
 
 def _compile(source: "str | bytes") -> None:
@@ -282,20 +287,15 @@ def _reparse(old: ModuleIndex, new: cst.Module) -> "tuple[bytes, ModuleIndex]":
     The unchanged statements' positions, parents and tokens are copied from ``old``.
     """
     spliced = _splice_reparsed(old.module, new)
-    if spliced is None:
-        output = new.bytes
-        try:
-            return output, _parse(output)
-        except InputError as exc:
-            raise InternalError(f"rewritten code does not parse (line {exc.line}): {exc.message}") from None
-    index = ModuleIndex(spliced, reuse=old)  # unchanged statements: positions shifted
-    code = index.code
     try:
-        _compile(code)
-    except SyntaxError as exc:
-        raise InternalError(f"rewritten code does not parse (line {exc.lineno or 1}): cannot parse: {exc.msg}") from None
-    except ValueError as exc:
-        raise InternalError(f"rewritten code does not parse: {exc}") from None
+        if spliced is None:
+            output = new.bytes
+            return output, _parse(output)
+        index = ModuleIndex(spliced, reuse=old)  # unchanged statements: positions shifted
+        code = index.code
+        _check_compiles(code)
+    except InputError as exc:
+        raise InternalError(f"rewritten code does not parse (line {exc.line}): {exc.message}") from None
     return code.encode(new.encoding), index
 
 

@@ -321,10 +321,6 @@ _KINDS: Dict[str, type] = {
 }
 
 
-def _node_kinds() -> Dict[str, type]:
-    return _KINDS
-
-
 _HOOKS: "weakref.WeakKeyDictionary[type, List[Tuple[str, type, bool]]]" = weakref.WeakKeyDictionary()
 
 
@@ -333,7 +329,7 @@ def _hooks(cls: type) -> List[Tuple[str, type, bool]]:
     (libcst's CSTVisitor defines a no-op for every node type)."""
     found = _HOOKS.get(cls)
     if found is None:
-        kinds = _node_kinds()
+        kinds = _KINDS
         found = []
         seen: Set[str] = set()
         for klass in cls.__mro__:

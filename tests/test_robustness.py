@@ -61,6 +61,10 @@ def _unparsable(node):
     return cst.Name("def")  # `y = x + def` does not parse
 
 
+def _uncompilable(node):
+    return cst.Await(cst.Name("x"))  # `y = x + await x` in a plain def: libcst parses it, Python does not
+
+
 def _unstable(node):
     return cst.Integer(str(int(node.value) + 1))  # a second pass changes it again
 
@@ -75,6 +79,13 @@ def _crash(node):
 def test_unparsable_output_is_an_internal_error(fake_rewrite):
     code = fake_rewrite("HR990", _unparsable)
     with pytest.raises(InternalError, match="does not parse"):
+        rewrite_bytes(SIMPLE, codes=[code])
+
+
+def test_output_python_rejects_is_an_internal_error(fake_rewrite):
+    # The changed statement re-parses alone (the splice), so Python's compiler is the check.
+    code = fake_rewrite("HR994", _uncompilable)
+    with pytest.raises(InternalError, match=r"does not parse \(line 5\): cannot parse: .*await"):
         rewrite_bytes(SIMPLE, codes=[code])
 
 
