@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import gc
 import os
-import stat
 import sys
 import textwrap
-import traceback
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 from . import __version__
-from .engine import (
-    FileResult,
-    InputError,
-    InternalError,
-    line_length_for,
-    rewrite_bytes,
-    selected_codes,
-    write_atomic,
-)
+from .engine import FileResult, InputError, InternalError, line_length_for, rewrite_bytes, selected_codes
+from .files import expand_paths, process_file, unified_diff, write_checked
 from .rewrite import REGISTRY
 
 EXIT_CLEAN = 0
@@ -128,26 +118,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return runner.run(args.paths)
 
 
-def _process_file(job: Tuple[str, List[str], Optional[int], bool]) -> Tuple[str, Optional[FileResult], Optional[str], Optional[str]]:
-    """Read and rewrite one file.  Returns (path, result, error message, traceback)."""
-    name, codes, line_length, want_traceback = job
-    path = Path(name)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        return name, None, f"{name}:1:1: cannot read: {exc.strerror or exc}", None
-    try:
-        result = rewrite_bytes(data, codes=codes, line_length=line_length or line_length_for(path))
-    except InputError as exc:
-        return name, None, f"{name}:{exc.line}:{exc.col}: {exc.message}", None
-    except InternalError as exc:
-        return name, None, f"{name}:1:1: internal error, nothing written: {exc}", None
-    except Exception as exc:  # a bug in a rewrite must not take the other files down
-        tb = traceback.format_exc() if want_traceback else None
-        return name, None, f"{name}:1:1: internal error, nothing written: {type(exc).__name__}: {exc}", tb
-    return name, result, None, None
-
-
 class _Runner:
     def __init__(self, args: argparse.Namespace, codes: List[str]) -> None:
         self.args = args
@@ -163,22 +133,11 @@ class _Runner:
         self.exit = EXIT_ERROR
 
     def run(self, paths: Sequence[str]) -> int:
-        files: List[str] = []
-        for name in paths:
-            if name == "-":
-                self.run_stdin()
-                continue
-            path = Path(name)
-            if path.is_dir():
-                files.extend(_python_files(path))
-            elif path.exists():
-                files.append(name)
-            else:
-                self.error(f"{name}:1:1: no such file or directory")
-        unique: Dict[str, str] = {}  # a file named twice (or via a folder too) is done once
-        for f in files:
-            unique.setdefault(os.path.realpath(f), f)
-        files = list(unique.values())
+        if "-" in paths:
+            self.run_stdin()
+        files, missing = expand_paths([p for p in paths if p != "-"])
+        for message in missing:
+            self.error(message)
         jobs = [(f, self.codes, self.args.line_length, self.args.traceback) for f in files]
         # Everything imported so far lives as long as the process: keep the cyclic
         # collector from walking it again after every few parses (about a tenth of
@@ -189,10 +148,10 @@ class _Runner:
             # Largest files first, one at a time: no worker is left with a long tail.
             order = sorted(range(len(jobs)), key=lambda i: -_size(jobs[i][0]))
             with ProcessPoolExecutor(max_workers=workers) as pool:
-                done = list(pool.map(_process_file, [jobs[i] for i in order]))
+                done = list(pool.map(process_file, [jobs[i] for i in order]))
             outcomes = [outcome for _, outcome in sorted(zip(order, done), key=lambda pair: pair[0])]
         else:
-            outcomes = [_process_file(job) for job in jobs]
+            outcomes = [process_file(job) for job in jobs]
         for name, result, message, tb in outcomes:
             if message is not None:
                 if tb:
@@ -220,19 +179,13 @@ class _Runner:
             self.exit = EXIT_CHANGED
         if self.args.diff:
             sys.stdout.flush()
-            sys.stdout.buffer.write(_unified_diff(name, result))
+            sys.stdout.buffer.write(unified_diff(name, result))
             sys.stdout.flush()
         elif not self.args.check:
-            path = Path(name)
-            if not path.stat().st_mode & stat.S_IWUSR:
+            problem = write_checked(name, result.output)
+            if problem is not None:
                 self.changed -= 1
-                self.error(f"{name}:1:1: file is read-only, not rewritten")
-                return
-            try:
-                write_atomic(path, result.output)
-            except OSError as exc:
-                self.changed -= 1
-                self.error(f"{name}:1:1: cannot write: {exc.strerror or exc}")
+                self.error(problem)
 
     def run_stdin(self) -> None:
         data = sys.stdin.buffer.read()
@@ -250,7 +203,7 @@ class _Runner:
         self.report(name, result)
         if self.args.diff:
             if result.changed:
-                sys.stdout.buffer.write(_unified_diff(name, result))
+                sys.stdout.buffer.write(unified_diff(name, result))
         elif not self.args.check:
             sys.stdout.buffer.write(result.output)
         sys.stdout.flush()
@@ -267,11 +220,6 @@ class _Runner:
         if self.errors:
             parts.append(f"{self.errors} error{'s' if self.errors != 1 else ''}")
         print("hiera-rewrite: " + ", ".join(parts) + ".", file=sys.stderr)
-
-
-# Folders a directory walk does not enter (as black): environments, caches, builds.
-# A folder named on the command line is always entered.
-SKIPPED_DIRS = {"venv", "site-packages", "__pypackages__", "__pycache__", "node_modules", "build", "dist", "buck-out", "_build"}
 
 
 def _workers(requested: int, files: int) -> int:
@@ -294,30 +242,3 @@ def _size(name: str) -> int:
         return os.path.getsize(name)
     except OSError:
         return 0
-
-
-def _python_files(root: Path) -> List[str]:
-    """The *.py files under ``root``, sorted, skipping hidden and environment folders."""
-    found: List[str] = []
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS)
-        found.extend(os.path.join(folder, n) for n in sorted(names) if n.endswith(".py") and os.path.isfile(os.path.join(folder, n)))
-    return found
-
-
-def _unified_diff(name: str, result: FileResult) -> bytes:
-    """A unified diff of the file's own bytes (its encoding and newlines), for patch.
-
-    Lines are split as bytes, on \\n, \\r\\n and \\r only: str.splitlines would also
-    split on form feeds and other separators that patch does not see as line ends.
-    """
-    import os
-
-    before = result.source.splitlines(keepends=True)
-    after = result.output.splitlines(keepends=True)
-    path = os.fsencode(name)
-    lines = difflib.diff_bytes(difflib.unified_diff, before, after, fromfile=b"a/" + path, tofile=b"b/" + path)
-    out = []
-    for line in lines:
-        out.append(line if line.endswith((b"\n", b"\r")) else line + b"\n\\ No newline at end of file\n")
-    return b"".join(out)

@@ -1,0 +1,97 @@
+"""The file layer shared by the plain CLI and ``--verify``: walk, rewrite one file,
+diff, checked write.  No printing, no flags."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import stat
+import traceback
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from .engine import FileResult, InputError, InternalError, line_length_for, rewrite_bytes, write_atomic
+
+# Folders a directory walk does not enter (as black): environments, caches, builds.
+# A folder named on the command line is always entered.
+SKIPPED_DIRS = {"venv", "site-packages", "__pypackages__", "__pycache__", "node_modules", "build", "dist", "buck-out", "_build"}
+
+Job = Tuple[str, List[str], Optional[int], bool]
+Outcome = Tuple[str, Optional[FileResult], Optional[str], Optional[str]]
+
+
+def python_files(root: Path) -> List[str]:
+    """The *.py files under ``root``, sorted, skipping hidden and environment folders."""
+    found: List[str] = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS)
+        found.extend(os.path.join(folder, n) for n in sorted(names) if n.endswith(".py") and os.path.isfile(os.path.join(folder, n)))
+    return found
+
+
+def expand_paths(paths: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """(files, error messages): folders walked, each file once (by real path);
+    '-' is left to the caller (it is not a file)."""
+    files: List[str] = []
+    errors: List[str] = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            files.extend(python_files(path))
+        elif path.exists():
+            files.append(name)
+        else:
+            errors.append(f"{name}:1:1: no such file or directory")
+    unique: dict = {}  # a file named twice (or via a folder too) is done once
+    for f in files:
+        unique.setdefault(os.path.realpath(f), f)
+    return list(unique.values()), errors
+
+
+def process_file(job: Job) -> Outcome:
+    """Read and rewrite one file.  Returns (path, result, error message, traceback)."""
+    name, codes, line_length, want_traceback = job
+    path = Path(name)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return name, None, f"{name}:1:1: cannot read: {exc.strerror or exc}", None
+    try:
+        result = rewrite_bytes(data, codes=codes, line_length=line_length or line_length_for(path))
+    except InputError as exc:
+        return name, None, f"{name}:{exc.line}:{exc.col}: {exc.message}", None
+    except InternalError as exc:
+        return name, None, f"{name}:1:1: internal error, nothing written: {exc}", None
+    except Exception as exc:  # a bug in a rewrite must not take the other files down
+        tb = traceback.format_exc() if want_traceback else None
+        return name, None, f"{name}:1:1: internal error, nothing written: {type(exc).__name__}: {exc}", tb
+    return name, result, None, None
+
+
+def write_checked(name: str, data: bytes) -> Optional[str]:
+    """Write ``data`` over the file atomically; an error message instead if it is
+    read-only or the write fails."""
+    path = Path(name)
+    if not path.stat().st_mode & stat.S_IWUSR:
+        return f"{name}:1:1: file is read-only, not rewritten"
+    try:
+        write_atomic(path, data)
+    except OSError as exc:
+        return f"{name}:1:1: cannot write: {exc.strerror or exc}"
+    return None
+
+
+def unified_diff(name: str, result: FileResult) -> bytes:
+    """A unified diff of the file's own bytes (its encoding and newlines), for patch.
+
+    Lines are split as bytes, on \\n, \\r\\n and \\r only: str.splitlines would also
+    split on form feeds and other separators that patch does not see as line ends.
+    """
+    before = result.source.splitlines(keepends=True)
+    after = result.output.splitlines(keepends=True)
+    path = os.fsencode(name)
+    lines = difflib.diff_bytes(difflib.unified_diff, before, after, fromfile=b"a/" + path, tofile=b"b/" + path)
+    out = []
+    for line in lines:
+        out.append(line if line.endswith((b"\n", b"\r")) else line + b"\n\\ No newline at end of file\n")
+    return b"".join(out)

@@ -1,0 +1,153 @@
+"""Where the user's files are imported from (``--verify``), found from the files alone.
+
+The *import root* is the folder that goes on ``sys.path`` so that the files import
+as in the user's repo; module names are dotted paths below it.  It is the highest of:
+
+* the folder above the top-most regular package (walk up while ``__init__.py``
+  exists); a file with none beside it starts at its own folder (flat);
+* for relative imports of level L in a folder without ``__init__.py`` (a namespace
+  package), the folder L levels up -- or the VCS root (``.git``) above it, so that
+  absolute imports from the repo root work too;
+* for each absolute import of a *local* name (``from models.hiera import Hiera``),
+  the nearest folder from which that module resolves to a file of the repo (searched
+  up to the VCS root, else three levels up).
+
+Nothing here imports or writes anything.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+# never local: the standard library and the libraries every Hiera copy imports
+_NOT_LOCAL: Set[str] = set(getattr(sys, "stdlib_module_names", ())) | {"torch", "torchvision", "numpy", "timm", "typing", "os", "sys", "math"}
+_VCS = (".git", ".hg", ".svn")
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    root: Path  # the import root (on sys.path)
+    kind: str  # "package" | "namespace" | "flat"
+
+
+def _evidence(folder: Path) -> Tuple[int, Set[str]]:
+    """(deepest relative-import level, absolute module names) of the folder's files."""
+    level = 0
+    names: Set[str] = set()
+    for path in sorted(folder.glob("*.py")):
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError, OSError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    level = max(level, node.level)
+                elif node.module:
+                    names.add(node.module)
+            elif isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+    return level, {n for n in names if n.split(".")[0] not in _NOT_LOCAL}
+
+
+def vcs_root(folder: Path) -> Optional[Path]:
+    for candidate in [folder, *folder.parents]:
+        if any((candidate / v).exists() for v in _VCS):
+            return candidate
+    return None
+
+
+def _resolves(base: Path, dotted: str) -> bool:
+    target = base.joinpath(*dotted.split("."))
+    return target.with_suffix(".py").is_file() or (target.is_dir() and any(target.glob("*.py")))
+
+
+def _above(a: Path, b: Path) -> bool:
+    """a is b or an ancestor of b."""
+    return a == b or a in b.parents
+
+
+def find_layout(path: Path) -> Layout:
+    folder = path.resolve().parent
+    if (folder / "__init__.py").is_file():
+        top = folder
+        while (top.parent / "__init__.py").is_file() and top.parent != top:
+            top = top.parent
+        floor, kind = top.parent, "package"
+    else:
+        floor, kind = folder, "flat"
+    level, names = _evidence(folder)
+    chain = [folder, *folder.parents]
+    needed = chain[min(level, len(chain) - 1)]
+    if level and not _above(floor, needed):
+        floor, kind = needed, "namespace"
+    vcs = vcs_root(folder)
+    ups = [floor, *floor.parents]
+    limit = ups.index(vcs) + 1 if vcs is not None and vcs in ups else 4
+    root = floor
+    for name in sorted(names):
+        for candidate in ups[:limit]:
+            if _resolves(candidate, name):
+                if not _above(root, candidate):
+                    root = candidate
+                break
+    if root == floor and kind == "namespace" and vcs is not None and _above(vcs, floor):
+        root = vcs
+    if root != floor and kind == "flat":
+        kind = "namespace"
+    return Layout(root, kind)
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.resolve().relative_to(root).with_suffix("").parts)
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+class Group:
+    """Target files under one import root, with the rewritten results of the changed ones."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.targets: List[Path] = []
+        self.names: Dict[Path, str] = {}  # path -> as the user named it
+        self.results: Dict[Path, object] = {}  # changed files: engine FileResult
+
+    @property
+    def root(self) -> Path:
+        return self.layout.root
+
+    @property
+    def tops(self) -> List[str]:
+        """First path components below the root holding targets ('' for files at the root)."""
+        return sorted({p.relative_to(self.root).parts[0] if len(p.relative_to(self.root).parts) > 1 else "" for p in self.targets})
+
+    @property
+    def label(self) -> str:
+        names = ", ".join(t or "(root files)" for t in self.tops)
+        return f"{self.layout.kind} layout, import root {self.root} ({names})"
+
+
+def group_files(files: Sequence[Tuple[str, Optional[object]]], package_root: Optional[Path]) -> List[Group]:
+    """Group (name, changed FileResult or None) by import root."""
+    groups: Dict[Path, Group] = {}
+    for name, result in files:
+        path = Path(name).resolve()
+        if package_root is not None:
+            top = package_root.resolve()
+            if not _above(top, path.parent):
+                raise ValueError(f"{path} is not inside --package-root {top}")
+            layout = Layout(top.parent, "package")
+        else:
+            layout = find_layout(path)
+        group = groups.setdefault(layout.root, Group(layout))
+        group.targets.append(path)
+        group.names[path] = name
+        if result is not None:
+            group.results[path] = result
+    return list(groups.values())

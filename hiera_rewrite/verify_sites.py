@@ -1,0 +1,172 @@
+"""Rewritten sites and the lines that prove them (``--verify``'s coverage verdict).
+
+Each applied report of the engine (``path:line CODE``) is a *site*.  The changed
+regions of the file (the non-equal blocks of a line diff of the original against the
+rewritten text) are given to the sites: a region holding a site's reported line is
+that site's; a region holding none goes to the nearest site of the same function
+(else class, else file).  A region is *run* on one side when a statement of a
+function body that overlaps it ran there (a compound statement counts by its header
+lines).  Regions that touch no function body (an import, a signature, a class
+attribute) run at import on both sides and prove nothing about behaviour: they are
+not required.  A site is exercised by a case when each of its required regions ran
+in that case on both sides (sides without a statement in the region are not asked).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+from typing import Iterable, List, Optional, Sequence, Set, Tuple
+
+Range = Tuple[int, int]  # inclusive 1-based line range
+
+
+@dataclasses.dataclass
+class Region:
+    orig: Range  # lines of the original it replaces (empty when lo > hi: an insertion)
+    new: Range  # lines of the rewritten text
+    orig_stmts: List[Range]  # statement line ranges that count as running it
+    new_stmts: List[Range]
+
+    @property
+    def required(self) -> bool:
+        return bool(self.orig_stmts or self.new_stmts)
+
+
+@dataclasses.dataclass
+class SiteSpec:
+    key: str  # "path:line:col CODE"
+    path: str  # as the user named it
+    line: int
+    col: int
+    code: str
+    owner: str  # Class.function holding it (in the original)
+    owner_class: Optional[str]
+    regions: List[Region]
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class _Statements(ast.NodeVisitor):
+    """Line ranges of the statements inside function bodies, and each line's owner."""
+
+    def __init__(self) -> None:
+        self.ranges: List[Range] = []
+        self.owners: List[Tuple[int, int, str, Optional[str]]] = []  # (lo, hi, qualname, class)
+        self._stack: List[Tuple[str, ast.AST]] = []
+
+    def _qual(self) -> Tuple[str, Optional[str]]:
+        names = [n for n, _ in self._stack]
+        classes = [n for n, node in self._stack if isinstance(node, ast.ClassDef)]
+        return ".".join(names), (classes[-1] if classes else None)
+
+    def _scoped(self, node) -> None:
+        self._stack.append((node.name, node))
+        qual, cls = self._qual()
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        self.owners.append((start, node.end_lineno or node.lineno, qual, cls))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for stmt in node.body:
+                self._statement(stmt)
+        else:
+            self.generic_visit(node)
+        self._stack.pop()
+
+    visit_ClassDef = _scoped
+    visit_FunctionDef = _scoped
+    visit_AsyncFunctionDef = _scoped
+
+    def _statement(self, stmt: ast.stmt) -> None:
+        bodies = [getattr(stmt, f) for f in ("body", "orelse", "finalbody", "handlers", "cases") if isinstance(getattr(stmt, f, None), list)]
+        children = [s for body in bodies for s in body if isinstance(s, (ast.stmt, ast.excepthandler)) or type(s).__name__ == "match_case"]
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            self.ranges.append((stmt.lineno, stmt.lineno))
+            self._scoped(stmt)
+            return
+        if children:
+            first = min(getattr(c, "lineno", None) or c.pattern.lineno for c in children)
+            self.ranges.append((stmt.lineno, max(stmt.lineno, first - 1)))
+            for child in children:
+                if isinstance(child, ast.stmt):
+                    self._statement(child)
+                else:  # except handler / match case: its header, then its body
+                    line = getattr(child, "lineno", None) or child.pattern.lineno
+                    self.ranges.append((line, line))
+                    for s in child.body:
+                        self._statement(s)
+        else:
+            self.ranges.append((stmt.lineno, stmt.end_lineno or stmt.lineno))
+
+
+def _scan(text: str) -> _Statements:
+    scan = _Statements()
+    scan.visit(ast.parse(text))
+    return scan
+
+
+def _decode(data: bytes) -> str:
+    text = data.decode("utf-8-sig", errors="replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _overlapping(ranges: Iterable[Range], lo: int, hi: int) -> List[Range]:
+    return sorted({r for r in ranges if r[0] <= hi and r[1] >= lo})
+
+
+def _owner(scan: _Statements, line: int) -> Tuple[str, Optional[str]]:
+    best = None
+    for lo, hi, qual, cls in scan.owners:
+        if lo <= line <= hi and (best is None or hi - lo < best[1] - best[0]):
+            best = (lo, hi, qual, cls)
+    return (best[2], best[3]) if best else ("<module>", None)
+
+
+def sites_of(path: str, source: bytes, output: bytes, reports: Sequence) -> List[SiteSpec]:
+    """The applied reports of one file as sites, each with its changed regions."""
+    before, after = _decode(source), _decode(output)
+    old_scan, new_scan = _scan(before), _scan(after)
+    a_lines, b_lines = before.split("\n"), after.split("\n")
+    sites: List[SiteSpec] = []
+    for r in reports:
+        if not r.applied:
+            continue
+        owner, cls = _owner(old_scan, r.line)
+        sites.append(SiteSpec(f"{path}:{r.line}:{r.col} {r.code}", path, r.line, r.col, r.code, owner, cls, []))
+    if not sites:
+        return sites
+    matcher = difflib.SequenceMatcher(None, a_lines, b_lines, autojunk=False)
+    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        # 1-based inclusive; an insertion has orig (a0+1, a0): empty
+        orig, new = (a0 + 1, a1), (b0 + 1, b1)
+        region = Region(
+            orig,
+            new,
+            _overlapping(old_scan.ranges, *orig) if a1 > a0 else [],
+            _overlapping(new_scan.ranges, *new) if b1 > b0 else [],
+        )
+        anchor = a0 + 1 if a1 > a0 else max(a0, 1)
+        inside = [s for s in sites if orig[0] <= s.line <= max(orig[1], orig[0])]
+        if not inside:
+            owner, cls = _owner(old_scan, anchor)
+            pool = [s for s in sites if s.owner == owner] or [s for s in sites if cls and s.owner_class == cls] or sites
+            inside = [min(pool, key=lambda s: abs(s.line - anchor))]
+        for site in inside:
+            site.regions.append(region)
+    return sites
+
+
+def ran(stmts: Sequence[Range], lines: Set[int]) -> bool:
+    return any(line in lines for lo, hi in stmts for line in range(lo, hi + 1))
+
+
+def regions_run(site: dict, orig_cov: Set[int], new_cov: Set[int]) -> List[bool]:
+    """For each required region of a site (JSON form): did this case run it on both sides?"""
+    return [
+        (not r["orig_stmts"] or ran(r["orig_stmts"], orig_cov)) and (not r["new_stmts"] or ran(r["new_stmts"], new_cov))
+        for r in site["regions"]
+        if r["orig_stmts"] or r["new_stmts"]
+    ]

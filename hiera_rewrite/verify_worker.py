@@ -1,0 +1,902 @@
+"""The ``--verify`` worker: a fresh subprocess that imports both sides and compares them.
+
+Run by ``verify.verify_group`` through ``runpy.run_path`` (it imports only the
+standard library and torch, never hiera_rewrite), with a JSON spec: the two copies,
+the modules to scan, the files to trace and the sites to reach.
+
+1. Original side: import the modules, find the *top-level models* -- ``nn.Module``
+   classes of the files that no other class of the files instantiates as a part
+   (``Unroll``, ``HieraBlock`` are parts; ``Hiera`` and the MAE are not) -- and their
+   factories (functions returning one, also through other factories).  Factories
+   with the same non-size configuration are one *variant* (2-D, video...).  Each
+   candidate is built small: the class called with the variant's configuration and
+   small dims (``embed_dim``, ``stages``, decoder, classes), then at a small valid
+   ``input_size``; if that fails, the factory itself; required arguments and keys a
+   factory reads from ``**kwargs`` are filled from their names.  Every case (forward,
+   with a mask, with intermediates) runs under a line tracer limited to the
+   rewritten files.  The first variant of each top-level class is built; further
+   variants, then the classes holding a site, only while a site is still unreached.
+2. Rewritten side: the modules are dropped from ``sys.modules``, the path swapped to
+   the rewritten copy, and each plan built again under the same names with the same
+   weights and inputs, traced the same way, and compared.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import json
+import math
+import os
+import re
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+INSTALL_HINT = "pip install 'hiera-rewrite[verify]'"
+_MODEL_ARGS = {"input_size", "in_chans", "img_size"}
+_SIZE_WORDS = ["nano", "pico", "tiny", "small", "base", "plus", "large", "huge", "giant"]
+# configuration that changes sizes, not code paths: not part of a variant
+_SIZE_KNOBS = {
+    "embed_dim", "num_heads", "stages", "depth", "num_classes", "decoder_embed_dim", "decoder_depth",
+    "decoder_num_heads", "drop_path_rate", "mlp_ratio", "head_dropout", "head_init_scale",
+}
+_MAX_CANDIDATES = 12
+_NO_DEFAULT = object()
+
+
+def _size_rank(name: str) -> int:
+    words = name.lower().replace("-", "_").split("_")
+    ranks = [_SIZE_WORDS.index(w) for w in words if w in _SIZE_WORDS]
+    return max(ranks) if ranks else _SIZE_WORDS.index("base")
+
+
+def guess(name: str) -> Any:
+    """A small Hiera-consistent value for a required argument, from its name (None: no idea)."""
+    n = name.lower()
+    exact = {
+        "in_chans": 3, "in_channels": 3, "input_channels": 3, "num_channels": 3, "num_classes": 10,
+        "num_heads": 1, "heads": 1, "stages": (1, 1, 1, 1), "depths": (1, 1, 1, 1), "depth": 2,
+        "input_size": (224, 224), "img_size": 224, "image_size": 224, "patch_size": 4, "mlp_ratio": 4.0,
+        "q_pool": 2, "mask_ratio": 0.6, "dim": 8, "dim_out": 8, "embed_dim": 8,
+    }
+    if n in exact:
+        return exact[n]
+    if "stage" in n:
+        return (1, 1, 1, 1)
+    if n.startswith(("in_", "input_")) and ("chan" in n or "channel" in n):
+        return 3
+    if "head" in n:
+        return 1
+    if "class" in n:
+        return 10
+    if "chan" in n or "channel" in n or n.endswith("dim") or n.endswith("_dims") or "width" in n:
+        return 8
+    if "depth" in n or "layers" in n or n.endswith("blocks"):
+        return 2
+    if "drop" in n or n.endswith("_rate"):
+        return 0.0
+    if "ratio" in n:
+        return 0.5
+    if "size" in n:
+        return 224
+    if "stride" in n:
+        return 4
+    if n.startswith(("use_", "is_", "with_", "enable_")):
+        return False
+    return None
+
+
+# -- tracing -------------------------------------------------------------------------------
+
+
+class Tracer:
+    """Line events of function frames of the traced files, into the current bucket."""
+
+    def __init__(self, files: Dict[str, str]) -> None:
+        self.files = {os.path.realpath(p): key for p, key in files.items()}
+        self.keys: Dict[str, Optional[str]] = {}
+        self.bucket: Optional[Dict[str, Set[int]]] = None
+
+    def _call(self, frame, event, arg):
+        name = frame.f_code.co_filename
+        key = self.keys.get(name, "")
+        if key == "":
+            key = self.keys[name] = self.files.get(os.path.realpath(name))
+        if key is None or self.bucket is None:
+            return None
+        lines = self.bucket.setdefault(key, set())
+
+        def local(frame, event, arg):
+            if event == "line":
+                lines.add(frame.f_lineno)
+            return local
+
+        return local
+
+    def __call__(self, bucket: Dict[str, Set[int]]):
+        tracer = self
+
+        class _On:
+            def __enter__(self):
+                tracer.bucket = bucket
+                sys.settrace(tracer._call)
+
+            def __exit__(self, *exc):
+                sys.settrace(None)
+                tracer.bucket = None
+                return False
+
+        return _On()
+
+
+# -- signatures and factories ----------------------------------------------------------------
+
+
+def _init_node(cls) -> Optional[ast.FunctionDef]:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []:
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+            return node
+    return None
+
+
+def init_params(cls) -> Tuple[Dict[str, Any], Set[str]]:
+    """({name: default or _NO_DEFAULT}, required names) accepted by ``cls(...)``, following
+    ``**kwargs`` into the base classes' ``__init__``, and through undecorated wrappers
+    (upstream's ``@has_config`` hides the signature behind ``*args, **kwargs``)."""
+    params: Dict[str, Any] = {}
+    required: Set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass) or klass.__module__.startswith("torch."):
+            continue
+        node = _init_node(klass)
+        module = sys.modules.get(klass.__module__)
+        env = dict(vars(module)) if module else {}
+        var_kw = True
+        if node is not None:
+            args = node.args
+            positional = [*args.posonlyargs, *args.args][1:]
+            defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+            pairs = list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults))
+            for arg, default in pairs:
+                if arg.arg in params:
+                    continue
+                if default is None:
+                    params[arg.arg] = _NO_DEFAULT
+                    required.add(arg.arg)
+                    continue
+                try:
+                    params[arg.arg] = eval(compile(ast.Expression(default), "<default>", "eval"), env)  # noqa: S307 -- the user's own code
+                except Exception:  # noqa: BLE001
+                    params[arg.arg] = _NO_DEFAULT
+            var_kw = args.kwarg is not None
+        else:
+            try:
+                sig = inspect.signature(klass.__init__)
+            except (TypeError, ValueError):
+                break
+            var_kw = False
+            for p in list(sig.parameters.values())[1:]:
+                if p.kind == p.VAR_KEYWORD:
+                    var_kw = True
+                elif p.kind != p.VAR_POSITIONAL and p.name not in params:
+                    params[p.name] = p.default if p.default is not p.empty else _NO_DEFAULT
+                    if p.default is p.empty:
+                        required.add(p.name)
+        if not var_kw:
+            break
+    return params, required
+
+
+def _literal(node: ast.AST, env: Dict[str, Any]) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        pass
+    return eval(compile(ast.Expression(node), "<factory>", "eval"), env)  # noqa: S307 -- the user's own code
+
+
+def _callee(node: ast.AST, module) -> Tuple[Any, Optional[str]]:
+    """(object, name of a module-level function) that a call's func names."""
+    dotted: List[str] = []
+    while isinstance(node, ast.Attribute):
+        dotted.insert(0, node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None, None
+    obj = vars(module).get(node.id)
+    for attr in dotted:
+        obj = getattr(obj, attr, None)
+    return obj, (node.id if not dotted else None)
+
+
+# -- the worker ------------------------------------------------------------------------------
+
+
+class Worker:
+    def __init__(self, spec: Dict[str, Any]) -> None:
+        self.spec = spec
+        self.report: Dict[str, Any] = {"models": [], "errors": [], "notes": [], "failures": [], "coverage": []}
+        self.t0 = time.time()
+        traced: Dict[str, str] = {}
+        for side_files in spec["traced"].values():
+            traced.update(side_files)
+        self.trace = Tracer(traced)
+        self.coverage: Dict[Tuple[str, str], Dict[str, Dict[str, Set[int]]]] = {}
+
+    def progress(self, message: str) -> None:
+        if not self.spec["quiet"]:
+            print(f"verify: [{time.time() - self.t0:5.1f}s] {message}", file=sys.stderr, flush=True)
+
+    def bucket(self, side: str, label: str, case: str) -> Dict[str, Set[int]]:
+        return self.coverage.setdefault((label, case), {"orig": {}, "new": {}})[side]
+
+    # -- import machinery ------------------------------------------------------------------
+
+    def enter(self, side: str) -> None:
+        base = self.spec["sides"][side]
+        entries = [base]
+        for rel in self.spec["flat_dirs"]:
+            entry = os.path.normpath(os.path.join(base, rel))
+            if entry not in entries:
+                entries.append(entry)
+        entries.append(self.spec["project_dir"])
+        self.path_entries = entries
+        sys.path[:0] = entries
+        importlib.invalidate_caches()
+        self.before = set(sys.modules)
+
+    def leave(self) -> None:
+        roots = [os.path.realpath(p) for p in self.path_entries]
+
+        def inside(mod) -> bool:
+            locations = [getattr(mod, "__file__", None)] + list(getattr(mod, "__path__", []) or [])
+            for loc in locations:
+                if isinstance(loc, str):
+                    real = os.path.realpath(loc)
+                    if any(real == r or real.startswith(r + os.sep) for r in roots):
+                        return True
+            return False
+
+        for name in list(sys.modules):
+            if name in self.before:
+                continue
+            mod = sys.modules.get(name)
+            if mod is None or inside(mod):
+                del sys.modules[name]
+        for entry in self.path_entries:
+            while entry in sys.path:
+                sys.path.remove(entry)
+        importlib.invalidate_caches()
+
+    def in_tree(self, module) -> bool:
+        loc = getattr(module, "__file__", None) if module is not None else None
+        if not isinstance(loc, str):
+            return False
+        real = os.path.realpath(loc)
+        return any(real.startswith(os.path.realpath(p) + os.sep) for p in self.path_entries[:-1])
+
+    # -- discovery (original side) ---------------------------------------------------------
+
+    def discover(self, torch) -> List[Dict[str, Any]]:
+        """Candidates, in order: the first variant of each top-level model class, then
+        (``"later": True``) the other variants and the classes holding sites."""
+        nn = torch.nn
+        if self.spec["factories"]:
+            return [
+                {"module": f["module"], "attr": f["attr"], "label": f"{f['module']}:{f['attr']}", "factory": True, "kwargs": f["kwargs"], "cls": None, "later": False}
+                for f in self.spec["factories"]
+            ]
+        classes: List[Tuple[Any, Any, ast.ClassDef, bool]] = []  # (class, module, node, primary)
+        factories: List[Dict[str, Any]] = []
+        scanned: Set[str] = set()
+
+        def is_module_class(obj) -> bool:
+            return isinstance(obj, type) and issubclass(obj, nn.Module) and obj is not nn.Module
+
+        def scan(mod_name: str, primary: bool) -> None:
+            if mod_name in scanned:
+                return
+            scanned.add(mod_name)
+            try:
+                module = importlib.import_module(mod_name)
+            except Exception as exc:  # noqa: BLE001 -- the user's code may raise anything
+                missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+                why = f"cannot import {missing} (not installed)" if missing and not missing.startswith(mod_name.split(".")[0]) else f"{type(exc).__name__}: {exc}"
+                self.report["notes"].append(f"cannot import {mod_name}: {why}")
+                return
+            source_file = getattr(module, "__file__", None)
+            if not source_file:
+                return
+            tree = ast.parse(Path(source_file).read_bytes())
+            funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+            for node in tree.body:
+                if isinstance(node, ast.ClassDef):
+                    obj = vars(module).get(node.name)
+                    if is_module_class(obj) and obj.__module__ == module.__name__:
+                        classes.append((obj, module, node, primary))
+            for order, name in enumerate(funcs):
+                if name.startswith("_"):
+                    continue
+                recipe = self._recipe(module, funcs, name, is_module_class)
+                if recipe is not None:
+                    cls, kw, opaque = recipe
+                    factories.append({"module": mod_name, "attr": name, "cls": cls, "recipe": kw, "opaque": opaque, "order": order})
+
+        for mod in self.spec["modules"]:
+            scan(mod["name"], mod["primary"])
+        for cls, _, _, _ in list(classes):  # base classes defined in other files of the tree
+            for base in cls.__mro__[1:]:
+                if is_module_class(base) and self.in_tree(sys.modules.get(base.__module__)):
+                    scan(base.__module__, False)
+
+        parts: Set[Any] = set()
+        for cls, module, node, _ in classes:
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call):
+                    obj, _ = _callee(call.func, module)
+                    if is_module_class(obj) and obj is not cls:
+                        parts.add(obj)
+        tops = [c for c in classes if c[0] not in parts]
+        tops.sort(key=lambda c: (not (_MODEL_ARGS & set(init_params(c[0])[0])), not c[3]))
+        self.parts = [c[0] for c in classes if c[0] in parts]
+
+        first: List[Dict[str, Any]] = []
+        later: List[Dict[str, Any]] = []
+        for cls, module, _, _ in tops:
+            own = [f for f in factories if f["cls"] is cls]
+            variants: Dict[Any, List[Dict[str, Any]]] = {}
+            for f in own:
+                key = "opaque" if f["opaque"] else repr(sorted((k, repr(v)) for k, v in f["recipe"].items() if k not in _SIZE_KNOBS))
+                variants.setdefault(key, []).append(f)
+            ordered = sorted(variants.values(), key=lambda fs: (fs[0]["opaque"], len(fs[0]["recipe"]) - len(set(fs[0]["recipe"]) & _SIZE_KNOBS), fs[0]["order"]))
+            cands = []
+            for fs in ordered:
+                best = min(fs, key=lambda f: (_size_rank(f["attr"]), f["order"]))
+                cands.append({"module": best["module"], "attr": best["attr"], "label": f"{best['module']}:{best['attr']} -> {cls.__name__}", "factory": True, "cls": cls, "recipe": best["recipe"], "opaque": best["opaque"], "kwargs": {}})
+            cands.append({"module": cls.__module__, "attr": cls.__qualname__, "label": f"{cls.__module__}:{cls.__qualname__} (class)", "factory": False, "cls": cls, "recipe": {}, "opaque": False, "kwargs": {}})
+            first.append(dict(cands[0], later=False))
+            later.extend(dict(c, later=True) for c in cands[1:])
+        return first + later
+
+    def _recipe(self, module, funcs, name, is_module_class, depth: int = 0):
+        """(class, literal keyword arguments, opaque) a factory returns, or None."""
+        node = funcs.get(name)
+        if node is None or depth > 5:
+            return None
+        env = dict(vars(module))
+        defaults = node.args.defaults
+        for arg, default in zip(node.args.args[len(node.args.args) - len(defaults):], defaults):
+            try:
+                env[arg.arg] = _literal(default, dict(vars(module)))
+            except Exception:  # noqa: BLE001
+                pass
+        for sub in ast.walk(node):
+            if not (isinstance(sub, ast.Return) and isinstance(sub.value, ast.Call)):
+                continue
+            call = sub.value
+            obj, fname = _callee(call.func, module)
+            inner = None
+            if is_module_class(obj) and getattr(obj, "__module__", None) and self.in_tree(sys.modules.get(obj.__module__)):
+                inner = (obj, {}, False)
+            elif fname in funcs and fname != name:
+                inner = self._recipe(module, funcs, fname, is_module_class, depth + 1)
+            if inner is None:
+                continue
+            kw = dict(inner[1])
+            opaque = inner[2] or bool(call.args)
+            for k in call.keywords:
+                if k.arg is None:
+                    continue
+                try:
+                    kw[k.arg] = _literal(k.value, env)
+                except Exception:  # noqa: BLE001 -- kwargs["x"], a call...: only the factory knows
+                    opaque = True
+            return inner[0], kw, opaque
+        return None
+
+    # -- building -------------------------------------------------------------------------
+
+    @staticmethod
+    def resolve(module_name: str, attr: str):
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def construct(self, ctor: Callable, kwargs: Dict[str, Any], torch, filled: Dict[str, Any]):
+        """ctor(**kwargs), filling missing required arguments and ``kwargs[...]`` keys
+        from their names (recorded in ``filled``)."""
+        for _ in range(12):
+            torch.manual_seed(0)
+            try:
+                return ctor(**kwargs)
+            except TypeError as exc:
+                m = re.search(r"missing \d+ required (?:positional|keyword-only) arguments?: (.*)", str(exc))
+                if not m:
+                    raise
+                names = re.findall(r"'([^']+)'", m.group(1))
+            except KeyError as exc:
+                key = exc.args[0] if exc.args else None
+                if not isinstance(key, str) or key in kwargs:
+                    raise
+                names = [key]
+            unknown = [n for n in names if guess(n) is None]
+            if unknown:
+                raise MissingArgs(unknown)
+            for n in names:
+                kwargs[n] = filled[n] = guess(n)
+        raise RuntimeError("could not fill the required arguments")
+
+    @staticmethod
+    def small_input_size(model) -> Optional[List[int]]:
+        """Smallest input with 2 mask units per dim that Unroll/Reroll accept, or None."""
+        try:
+            patch = list(model.patch_stride)
+            mu = list(model.mask_unit_size)
+            qs = list(model.q_stride)
+            stages = len(model.stage_ends)
+            tokens = list(model.tokens_spatial_shape)
+        except (AttributeError, TypeError):
+            return None
+        if not (len(patch) == len(mu) == len(qs) == len(tokens)):
+            return None
+        size = []
+        for p, m, q, t in zip(patch, mu, qs, tokens):
+            unit = math.lcm(int(m), int(q) ** max(stages - 1, 0))
+            size.append(min(unit * 2, t) * int(p) if t >= unit else t * int(p))
+        return size
+
+    @staticmethod
+    def in_chans(model, torch) -> int:
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.modules.conv._ConvNd):
+                return int(mod.in_channels)
+        return 3
+
+    @staticmethod
+    def shrink(params: Dict[str, Any], given: Dict[str, Any], user: Dict[str, Any]) -> Dict[str, Any]:
+        """Small dims for a Hiera-like configuration (the same code paths, fewer FLOPs);
+        what the user gave is kept."""
+        eff = {k: v for k, v in params.items() if v is not _NO_DEFAULT}
+        eff.update(given)
+        out: Dict[str, Any] = {}
+
+        def num(key) -> Optional[int]:
+            v = eff.get(key)
+            return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+        heads = num("num_heads") or 1
+        if num("embed_dim") is not None and num("embed_dim") > 8 * heads:
+            out["embed_dim"] = 8 * heads
+        stages = eff.get("stages")
+        if isinstance(stages, (tuple, list)) and stages and all(isinstance(s, int) for s in stages) and max(stages) > 1:
+            out["stages"] = type(stages)(1 for _ in stages)
+        if (num("decoder_depth") or 0) > 1:
+            out["decoder_depth"] = 1
+        dheads = num("decoder_num_heads") or 1
+        if num("decoder_embed_dim") is not None and num("decoder_embed_dim") > 8 * dheads:
+            out["decoder_embed_dim"] = 8 * dheads
+        if (num("num_classes") or 0) > 10:
+            out["num_classes"] = 10
+        if (num("depth") or 0) > 2:
+            out["depth"] = 2
+        return {k: v for k, v in out.items() if k in params and k not in user}
+
+    def modes(self, cand: Dict[str, Any]) -> List[Dict[str, Any]]:
+        """The ways to build a candidate, smallest first."""
+        user = dict(self.spec["kwargs"], **cand.get("kwargs", {}))
+        if cand["cls"] is None:  # --factory: as given
+            return [{"module": cand["module"], "attr": cand["attr"], "kwargs": user, "how": "as given"}]
+        params, required = init_params(cand["cls"])
+        direct = {"module": cand["cls"].__module__, "attr": cand["cls"].__qualname__}
+        out = []
+        if not cand["opaque"]:
+            given = dict(cand["recipe"], **user)
+            small = self.shrink(params, given, user)
+            if small:
+                out.append(dict(direct, kwargs=dict(given, **small), how="small: " + ", ".join(f"{k}={v}" for k, v in small.items())))
+            out.append(dict(direct, kwargs=given, how="its configuration"))
+        if cand["factory"]:
+            out.append({"module": cand["module"], "attr": cand["attr"], "kwargs": dict(user), "how": "the factory"})
+        for mode in out:
+            mode["required"] = sorted(required - set(mode["kwargs"])) if mode["attr"] == direct["attr"] else []
+        return out
+
+    def build(self, mode: Dict[str, Any], torch, filled: Dict[str, Any]):
+        kwargs = dict(mode["kwargs"])
+        for name in mode.get("required", []):
+            value = guess(name)
+            if value is None:
+                raise MissingArgs([name])
+            kwargs[name] = filled[name] = value
+        return self.construct(self.resolve(mode["module"], mode["attr"]), kwargs, torch, filled), kwargs
+
+    def plan_mode(self, cand: Dict[str, Any], mode: Dict[str, Any], torch) -> Dict[str, Any]:
+        """Original side: build, shrink the input, choose inputs."""
+        filled: Dict[str, Any] = {}
+        model, kwargs = self.build(mode, torch, filled)
+        user_sized = "input_size" in self.spec["kwargs"] or "input_size" in cand.get("kwargs", {})
+        if not user_sized and not self.spec["input_shape"]:
+            small = self.small_input_size(model)
+            current = None
+            if small is not None:
+                current = [int(t) * int(p) for t, p in zip(model.tokens_spatial_shape, model.patch_stride)]
+            if small is not None and small != current:
+                try:
+                    model = self.construct(self.resolve(mode["module"], mode["attr"]), dict(kwargs, input_size=tuple(small)), torch, filled)
+                    kwargs["input_size"] = tuple(small)
+                except TypeError as exc:
+                    self.report["notes"].append(f"{cand['label']}: cannot shrink input_size ({exc}); verifying at full size (slow)")
+        if self.spec["input_shape"]:
+            shape = list(self.spec["input_shape"])
+        else:
+            if hasattr(model, "tokens_spatial_shape") and hasattr(model, "patch_stride"):
+                size = [int(t) * int(p) for t, p in zip(model.tokens_spatial_shape, model.patch_stride)]
+            else:
+                size = kwargs.get("input_size") or getattr(model, "input_size", None) or getattr(model, "img_size", None)
+                if isinstance(size, int):
+                    size = [size, size]
+            if not size:
+                raise ValueError("cannot tell the model's input size; give --input-shape or --kwargs '{\"input_size\": ...}'")
+            shape = [2, self.in_chans(model, torch), *[int(s) for s in size]]
+        notes = [f"built from {mode['how']}"] + ([f"filled from names: {', '.join(f'{k}={v!r}' for k, v in filled.items())}"] if filled else [])
+        return {"module": mode["module"], "attr": mode["attr"], "kwargs": kwargs, "shape": shape, "model": model, "notes": notes}
+
+    @staticmethod
+    def cases(model, x, torch) -> List[Tuple[str, Dict[str, Any]]]:
+        try:
+            params = inspect.signature(model.forward).parameters
+        except (TypeError, ValueError):
+            params = {}
+        cases: List[Tuple[str, Dict[str, Any]]] = [("forward(x)", {})]
+        if "mask" in params and hasattr(model, "get_random_mask") and "mask_ratio" not in params:
+            # (a model that takes mask_ratio draws its own mask in forward(x): covered above)
+            gen_state = torch.random.get_rng_state()
+            torch.manual_seed(2)
+            try:
+                mask = model.get_random_mask(x, 0.5)
+            except Exception:  # noqa: BLE001
+                mask = None
+            torch.random.set_rng_state(gen_state)
+            if mask is not None:
+                kw: Dict[str, Any] = {"mask": mask}
+                label = "forward(x, mask"
+                if "return_intermediates" in params:
+                    kw["return_intermediates"] = True
+                    label += ", return_intermediates=True"
+                cases.append((label + ")", kw))
+        elif "return_intermediates" in params:
+            cases.append(("forward(x, return_intermediates=True)", {"return_intermediates": True}))
+        return cases
+
+    # -- running ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _flatten(value, prefix="out"):
+        if isinstance(value, (tuple, list)):
+            out = []
+            for i, v in enumerate(value):
+                out.extend(Worker._flatten(v, f"{prefix}[{i}]"))
+            return out
+        if isinstance(value, dict):
+            out = []
+            for k in sorted(value, key=str):
+                out.extend(Worker._flatten(value[k], f"{prefix}[{k!r}]"))
+            return out
+        return [(prefix, value)]
+
+    def run_case(self, model, x, kw, torch):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(1)
+        leaves = self._flatten(model(x.clone(), **kw))
+        loss = None
+        for _, leaf in leaves:
+            if torch.is_tensor(leaf) and leaf.is_floating_point() and leaf.requires_grad:
+                w = torch.linspace(0.5, 1.5, leaf.numel(), dtype=leaf.dtype, device=leaf.device).view(leaf.shape)
+                term = (leaf * w).sum()
+                loss = term if loss is None else loss + term
+        if loss is not None:
+            loss.backward()
+        outs = [(name, leaf.detach().clone() if torch.is_tensor(leaf) else leaf) for name, leaf in leaves]
+        grads = {name: (p.grad.detach().clone() if p.grad is not None else None) for name, p in model.named_parameters()}
+        model.zero_grad(set_to_none=True)
+        return outs, grads
+
+    @staticmethod
+    def _errs(a, b, torch) -> Tuple[float, float]:
+        a64, b64 = a.detach().double().cpu(), b.detach().double().cpu()
+        if a64.numel() == 0:
+            return 0.0, 0.0
+        diff = (a64 - b64).abs()
+        if torch.isnan(a64).any() or torch.isnan(b64).any():
+            same_nan = torch.equal(torch.isnan(a64), torch.isnan(b64))
+            diff = torch.where(torch.isnan(a64) & torch.isnan(b64), torch.zeros_like(diff), diff)
+            if not same_nan:
+                return float("inf"), float("inf")
+        abs_err = float(diff.max())
+        scale = float(a64.abs().nan_to_num(0.0).max())
+        return abs_err, abs_err / max(scale, 1e-30)
+
+    def compare(self, config, label, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=None) -> List[Dict[str, Any]]:
+        """Rows for one case.  ``ref``: the original's float64 (outputs, grads) for an
+        accuracy comparison (lower precisions) instead of a direct one."""
+        rows = []
+        ref_outs = dict(ref[0]) if ref else {}
+        ref_grads = ref[1] if ref else {}
+
+        def judge(name, a, b, rel, reference) -> Tuple[bool, str]:
+            if reference is None or not torch.is_tensor(reference):
+                return rel <= tol, f"rel err {rel:.2e}"
+            e_orig = self._errs(reference, a, torch)[1]
+            e_new = self._errs(reference, b, torch)[1]
+            ok = e_new <= 2 * e_orig + tol
+            return ok, f"error vs float64 {e_new:.2e}, original's {e_orig:.2e}"
+
+        if len(outs_a) != len(outs_b):
+            rows.append({"config": config, "case": label, "what": "outputs", "shape": f"{len(outs_a)} vs {len(outs_b)}", "ok": False, "note": "different number of outputs"})
+            return rows
+        for (name, a), (_, b) in zip(outs_a, outs_b):
+            row = {"config": config, "case": label, "what": name, "ok": True}
+            if torch.is_tensor(a) and torch.is_tensor(b):
+                row["shape"] = str(tuple(a.shape)).replace(" ", "")
+                if a.shape != b.shape or a.dtype != b.dtype:
+                    row.update(ok=False, note=f"{tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}")
+                elif a.is_floating_point() or a.is_complex():
+                    row["abs"], row["rel"] = self._errs(a, b, torch)
+                    row["ok"], why = judge(name, a, b, row["rel"], ref_outs.get(name) if ref else None)
+                    if not row["ok"]:
+                        row["note"] = why
+                else:
+                    row["abs"] = float((a.long() - b.long()).abs().max()) if a.numel() else 0.0
+                    row["rel"] = None
+                    row["ok"] = bool(torch.equal(a, b))
+                    if not row["ok"]:
+                        row["note"] = "values differ"
+            else:
+                row["shape"] = type(a).__name__
+                row["ok"] = bool(a == b) if not (torch.is_tensor(a) or torch.is_tensor(b)) else False
+                if not row["ok"]:
+                    row["note"] = f"{a!r} vs {b!r}"[:80]
+            rows.append(row)
+        worst = (0.0, 0.0, "")
+        bad: List[str] = []
+        count = 0
+        for name, ga in grads_a.items():
+            gb = grads_b.get(name)
+            if ga is None or gb is None:
+                if (ga is None) != (gb is None):
+                    bad.append(f"{name}: gradient {'only after' if ga is None else 'lost by'} the rewrite")
+                continue
+            count += 1
+            if ga.shape != gb.shape:
+                bad.append(f"{name}: shape {tuple(ga.shape)} vs {tuple(gb.shape)}")
+                continue
+            abs_err, rel = self._errs(ga, gb, torch)
+            ok, why = judge(name, ga, gb, rel, ref_grads.get(name) if ref else None)
+            if not ok:
+                bad.append(f"{name}: {why}")
+            if rel >= worst[1]:
+                worst = (abs_err, rel, name)
+        rows.append(
+            {
+                "config": config,
+                "case": label,
+                "what": f"grads ({count} params)",
+                "shape": f"worst: {worst[2]}" if worst[2] else "-",
+                "abs": worst[0] if count else None,
+                "rel": worst[1] if count else None,
+                "ok": not bad,
+                "note": "; ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""),
+            }
+        )
+        return rows
+
+    # -- coverage on the original side (what is still unreached) ----------------------------
+
+    def unreached(self) -> List[Dict[str, Any]]:
+        """Sites some region of which (with original statements) no case ran yet."""
+        out = []
+        for site in self.spec["sites"]:
+            regions = [r for r in site["regions"] if r["orig_stmts"]]
+            for region in regions:
+                hit = False
+                for (_, _), sides in self.coverage.items():
+                    lines = sides["orig"].get(site["path"], set())
+                    if any(line in lines for lo, hi in region["orig_stmts"] for line in range(lo, hi + 1)):
+                        hit = True
+                        break
+                if not hit:
+                    out.append(site)
+                    break
+        return out
+
+    # -- main ------------------------------------------------------------------------------
+
+    def forget(self, label: str) -> None:
+        """Drop the coverage of a build that failed: no comparison will use it."""
+        for key in [k for k in self.coverage if k[0] == label]:
+            del self.coverage[key]
+
+    def attempt(self, cand: Dict[str, Any], torch, configs, label: str) -> Optional[Dict[str, Any]]:
+        """Build and run one candidate on the original side; its plan, or None."""
+        errors = []
+        for mode in self.modes(cand):
+            t0 = time.time()
+            self.progress(f"building {label} ({mode['how']}, original)")
+            bucket = self.bucket("orig", label, "build")
+            try:
+                with self.trace(bucket):
+                    plan = self.plan_mode(cand, mode, torch)
+            except MissingArgs as exc:
+                errors.append({"error": f"needs {', '.join(exc.names)} (no default, no guess from its name)", "missing": exc.names})
+                self.forget(label)
+                continue
+            except Exception as exc:  # noqa: BLE001
+                errors.append({"error": f"cannot build ({mode['how']}): {type(exc).__name__}: {exc}"})
+                self.forget(label)
+                continue
+            model = plan.pop("model")
+            plan["state"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            plan["runs"] = {}
+            plan["label"] = label
+            gen = torch.Generator().manual_seed(3)
+            plan["x"] = torch.randn(*plan["shape"], generator=gen, dtype=torch.float64)
+            try:
+                for i, (device, dtype, tol, cname) in enumerate(configs):
+                    model.to(device=device, dtype=dtype)
+                    x = plan["x"].to(device=device, dtype=dtype)
+                    for case, kw in self.cases(model, x, torch):
+                        self.progress(f"running {label} {case} [{cname}] (original)")
+                        if i == 0:
+                            with self.trace(self.bucket("orig", label, case)):
+                                plan["runs"][(cname, case)] = (kw, self.run_case(model, x, kw, torch))
+                        else:
+                            plan["runs"][(cname, case)] = (kw, self.run_case(model, x, kw, torch))
+            except Exception as exc:  # noqa: BLE001
+                errors.append({"error": f"the original model raised ({mode['how']}): {type(exc).__name__}: {exc}"})
+                self.forget(label)
+                continue
+            finally:
+                del model
+            plan["seconds"] = time.time() - t0
+            return plan
+        for err in errors[-1:] if errors else []:
+            self.report["failures"].append(dict(err, label=cand["label"], **{"class": cand["cls"].__name__ if cand["cls"] else None}))
+        if len(errors) > 1:
+            self.report["notes"].append(f"{cand['label']}: " + "; ".join(e["error"] for e in errors[:-1]))
+        return None
+
+    def run(self) -> None:
+        try:
+            import torch
+        except Exception as exc:  # noqa: BLE001
+            self.report["errors"].append(f"cannot import torch ({type(exc).__name__}: {exc}): {INSTALL_HINT}")
+            return
+        torch.set_grad_enabled(True)
+        configs = []
+        for device, dtype, tol in self.spec["configs"]:
+            if device == "cuda" and not torch.cuda.is_available():
+                self.report["notes"].append(f"CUDA not available: {dtype} on cuda skipped")
+                continue
+            configs.append((device, getattr(torch, dtype), tol, f"{dtype} {device}"))
+
+        self.enter("orig")
+        plans = []
+        try:
+            cands = self.discover(torch)
+            tried = 0
+            labels: Set[str] = set()
+            for cand in cands:
+                if cand["later"]:
+                    missing = self.unreached()
+                    if not missing and plans:
+                        break
+                    owners = {s.get("owner_class") for s in missing}
+                    cls = cand["cls"]
+                    relevant = cls is not None and any(
+                        o and any(k.__name__ == o for k in cls.__mro__) for o in owners
+                    ) or not any(o and o not in {p.__name__ for p in self.parts} for o in owners)
+                    if plans and not relevant:
+                        continue
+                if tried >= _MAX_CANDIDATES:
+                    self.report["notes"].append(f"stopped after {tried} candidate models")
+                    break
+                tried += 1
+                label = cand["label"]
+                while label in labels:
+                    label += "'"
+                labels.add(label)
+                plan = self.attempt(cand, torch, configs, label)
+                if plan is not None:
+                    plans.append(plan)
+        finally:
+            self.leave()
+
+        ref_name = configs[0][3] if configs else None
+        self.enter("new")
+        try:
+            for plan in plans:
+                self.run_new(plan, configs, ref_name, torch)
+        finally:
+            self.leave()
+        for (label, case), sides in self.coverage.items():
+            self.report["coverage"].append(
+                {"model": label, "case": case, **{side: {k: sorted(v) for k, v in sides[side].items()} for side in ("orig", "new")}}
+            )
+
+    def run_new(self, plan, configs, ref_name, torch) -> None:
+        label = plan["label"]
+        entry = {"label": label, "input": plan["shape"], "rows": [], "notes": plan["notes"]}
+        t0 = time.time()
+        self.report["models"].append(entry)
+        try:
+            self.progress(f"building {label} (rewritten)")
+            with self.trace(self.bucket("new", label, "build")):
+                model = self.construct(self.resolve(plan["module"], plan["attr"]), dict(plan["kwargs"]), torch, {})
+            new_state = model.state_dict()
+            keys_a, keys_b = list(plan["state"]), list(new_state)
+            same = keys_a == keys_b and all(plan["state"][k].shape == new_state[k].shape for k in keys_a)
+            note = "" if same else f"missing {sorted(set(keys_a) - set(keys_b))[:3]}, unexpected {sorted(set(keys_b) - set(keys_a))[:3]}"
+            if same and keys_a != keys_b:
+                note = "different order"
+            entry["rows"].append({"config": "-", "case": "state_dict", "what": f"{len(keys_a)} tensors", "shape": "same names, shapes" if same else "differs", "ok": same, "note": note})
+            if not same:
+                return
+            for i, (device, dtype, tol, cname) in enumerate(configs):
+                model.load_state_dict(plan["state"])
+                model.to(device=device, dtype=dtype)
+                x = plan["x"].to(device=device, dtype=dtype)
+                for (cfg, case), (kw, (outs_a, grads_a)) in plan["runs"].items():
+                    if cfg != cname:
+                        continue
+                    self.progress(f"running {label} {case} [{cname}] (rewritten)")
+                    kw_b = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in kw.items()}
+                    try:
+                        if i == 0:
+                            with self.trace(self.bucket("new", label, case)):
+                                outs_b, grads_b = self.run_case(model, x, kw_b, torch)
+                        else:
+                            outs_b, grads_b = self.run_case(model, x, kw_b, torch)
+                    except Exception as exc:  # noqa: BLE001
+                        entry["rows"].append({"config": cname, "case": case, "what": "forward/backward", "shape": "-", "ok": False, "note": f"the rewritten model raised {type(exc).__name__}: {exc}"})
+                        continue
+                    ref = None
+                    if cname != ref_name:  # lower precision: judged by accuracy vs float64
+                        ref = plan["runs"].get((ref_name, case), (None, None))[1]
+                    entry["rows"].extend(self.compare(cname, case, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=ref))
+            del model
+        except Exception as exc:  # noqa: BLE001
+            entry["error"] = f"cannot build the rewritten model: {type(exc).__name__}: {exc}"
+        finally:
+            entry["seconds"] = plan["seconds"] + time.time() - t0
+            plan.clear()
+
+
+class MissingArgs(Exception):
+    def __init__(self, names: Sequence[str]) -> None:
+        super().__init__(", ".join(names))
+        self.names = list(names)
+
+
+def main(spec_path: str) -> None:
+    spec = json.loads(Path(spec_path).read_text())
+    worker = Worker(spec)
+    try:
+        worker.run()
+    except Exception as exc:  # noqa: BLE001 -- report, never hide
+        import traceback
+
+        worker.report["errors"].append(f"verification crashed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    Path(spec["report"]).write_text(json.dumps(worker.report))
+
+
+if __name__ == "_hiera_rewrite_verify_worker":
+    main(sys.argv[1])
