@@ -14,7 +14,7 @@ import libcst as cst
 
 from hiera_rewrite.index import import_names
 
-from ._flow import FunctionFlow, code, is_name
+from ._flow import FunctionFlow, code, is_name, statement_names
 
 
 def ascending_true(mask: str, count: str) -> str:
@@ -52,6 +52,47 @@ def imports_module(module: cst.Module, name: str) -> bool:
                 if alias.asname is not None and is_name(alias.asname.name, name) and code(alias.name) == name:
                     return True
     return False
+
+
+def foreign_binding(module: cst.Module, name: str) -> Optional[str]:
+    """Why ``name`` cannot be used for the module ``name`` in inserted code: a top-level
+    statement binds it to something else (a def, a class, an assignment, another
+    import, a star import), or None when only ``import name`` binds it, if anything."""
+    for stmt in module.body:
+        bound = statement_names(stmt)[0]
+        if "*" in bound:
+            return f"a star import may bind `{name}`"
+        if name not in bound:
+            continue
+        plain = isinstance(stmt, cst.SimpleStatementLine) and all(
+            isinstance(small, cst.Import)
+            and all(alias.asname is None and code(alias.name) == name for alias in small.names)
+            for small in stmt.body
+        )
+        if not plain:
+            return f"the module binds `{name}` itself (line `{code(stmt)[:60]}`)"
+    return None
+
+
+def own_method(cls: str, method: str) -> str:
+    """True at run time when ``self.<method>`` is the one the file's class ``cls`` defines
+    (not an override in a subclass, which keeps upstream's signature)."""
+    return f"type(self).{method} is {cls}.{method}"
+
+
+def keyword_if_own(cls: str, method: str, keyword: str, value: str) -> str:
+    """A ``**`` argument passing ``keyword=value`` only to the file's own ``method``."""
+    return f'**({{"{keyword}": {value}}} if {own_method(cls, method)} else {{}})'
+
+
+def class_reference(ctx, cls: cst.ClassDef) -> Optional[str]:
+    """The name that refers to ``cls`` from its methods at run time: a top-level class
+    whose name no other top-level statement binds; None otherwise."""
+    if ctx.parent(cls) is not ctx.module:
+        return None
+    name = cls.name.value
+    binders = [s for s in ctx.module.body if name in statement_names(s)[0] or "*" in statement_names(s)[0]]
+    return name if binders == [cls] else None
 
 
 def imports_typing_optional(module: cst.Module) -> bool:

@@ -38,9 +38,17 @@ from ._flow import (
     method_call,
     single_assign,
 )
-from ._mask import ascending_true, free_names, imports_module
+from ._mask import (
+    ascending_true,
+    free_names,
+    imports_module,
+    imports_typing_optional,
+    skip_marked_owner,
+    with_keyword_param,
+)
 
 INDEX = "kept_windows"
+COUNT = "num_kept"
 
 
 class Refuse(Exception):
@@ -170,27 +178,57 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
     reads = [s for s, _ in flow.loads_of(grid) if grid_stmt.index < s.index < put.index]  # type: ignore[union-attr]
     if reads:
         raise Refuse(f"{grid} is read before the fill: the in-place write may be observed through it")
-    if free_names(flow, INDEX):
-        raise Refuse(f"the function already uses the name {INDEX}")
+    if free_names(flow, INDEX, COUNT):
+        raise Refuse(f"the function already uses the name {INDEX} or {COUNT}")
     if not imports_module(ctx.module, "torch"):
         raise Refuse("the module does not `import torch`")
 
     index_stmt = ctx.statement(
-        f"# the kept units in ascending order: {units}.shape[1] of them, a static count\n"
-        f"{INDEX} = {ascending_true(unit_mask, f'{units}.shape[1]')}\n",
+        f"# the kept units in ascending order, when the caller states their count\n"
+        f"if {COUNT} is not None:\n"
+        f"    {INDEX} = {ascending_true(unit_mask, COUNT)}\n",
         like=reshape_stmt.line,  # type: ignore[union-attr]
         replaces=False,
     )
-    scatter = ctx.statement(
-        f"{grid} = {grid}.scatter(1, {INDEX}.reshape({INDEX}.shape + (1,) * ({units}.dim() - 2))"
+    original = "; ".join(code(small) for small in line.body)
+    fill = ctx.statement(
+        f"if {COUNT} is None:\n"
+        f"    # a mask from the caller: rows may keep different counts, so fill as before\n"
+        f"    {original}\n"
+        f"else:\n"
+        f"    {grid} = {grid}.scatter(1, {INDEX}.reshape({INDEX}.shape + (1,) * ({units}.dim() - 2))"
         f".expand_as({units}), {units})\n",
         like=line,
     )
+    kept = fill.body.body[0].with_changes(trailing_whitespace=line.trailing_whitespace)  # type: ignore[union-attr]
+    fill = fill.with_changes(body=fill.body.with_changes(body=[kept, *fill.body.body[1:]]))  # type: ignore[union-attr]
     anchor = reshape_stmt.line  # type: ignore[union-attr]
+    annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
     return {
         anchor: lambda updated: cst.FlattenSentinel(
             [index_stmt.with_changes(leading_lines=[*updated.leading_lines, *index_stmt.leading_lines]),
              updated.with_changes(leading_lines=[])]
         ),
-        line: scatter,
+        line: fill,
+        func: with_keyword_param(ctx, func, COUNT, annotation),
     }
+
+
+def planned_fill(ctx: PlanContext, func: cst.FunctionDef) -> bool:
+    """True when ``func`` takes ``num_kept`` after this run: it has it already, or
+    HR004 is selected and rewrites a fill in it (the MAE forward then passes it)."""
+    params = {p.name.value for p in (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)}
+    if COUNT in params:
+        return True
+    if DecoderFill.code not in getattr(ctx, "codes", ()):
+        return False
+    finder = _IndexPuts()
+    ctx.index.visit(finder, func)
+    for line in finder.lines:
+        try:
+            _fill(ctx, line)
+        except Refuse:
+            continue
+        if skip_marked_owner(ctx, line) is None:
+            return True
+    return False

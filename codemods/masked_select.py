@@ -33,8 +33,13 @@ import libcst as cst
 from hiera_rewrite.index import walk
 from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
 
-from ._flow import FunctionFlow, code, is_name, method_call, single_assign, target_code
+from ._flow import FunctionFlow, Stmt, code, is_name, method_call, positional, single_assign, target_code
+from ._random_mask import count_call, random_mask_guard
+from .decoder_fill import planned_fill
 from ._mask import (
+    class_reference,
+    keyword_if_own,
+    own_method,
     is_docstring,
     ascending_true,
     free_names,
@@ -46,6 +51,7 @@ from ._mask import (
 
 COUNT = "num_masked"
 INDEX = "masked_tokens"
+KEPT = "num_kept"
 
 
 @register
@@ -110,19 +116,22 @@ class MaskedSelect(Rewrite):
                 for line in lines_of[func]:
                     target, value = single_assign(line)  # type: ignore[misc]
                     source = code(value.value)  # type: ignore[attr-defined]
-                    index = ctx.statement(f"{INDEX} = {ascending_true(mask, COUNT)}\n", like=line)
+                    original = "; ".join(code(small) for small in line.body)
                     select = ctx.statement(
-                        f"{target_code(line)} {source}.gather(1, {INDEX}.reshape({INDEX}.shape + (1,) * "
+                        f"if {COUNT} is None:\n"
+                        f"    # a mask from the caller: rows may select different counts, so select as before\n"
+                        f"    {original}\n"
+                        f"else:\n"
+                        f"    {INDEX} = {ascending_true(mask, COUNT)}\n"
+                        f"    {target_code(line)} {source}.gather(1, {INDEX}.reshape({INDEX}.shape + (1,) * "
                         f"({source}.dim() - 2)).expand(-1, -1, *{source}.shape[2:])).flatten(0, 1)\n",
                         like=line,
-                        replaces=False,
                     )
-                    edits[line] = cst.FlattenSentinel(
-                        [index.with_changes(trailing_whitespace=cst.TrailingWhitespace()),
-                         select.with_changes(trailing_whitespace=line.trailing_whitespace)]
-                    )
-                edits.update(_pass_count_on(func, methods, lambda arg: is_name(arg, mask)))
-                _count_prelude(ctx, func, mask, edits)
+                    kept = select.body.body[0].with_changes(trailing_whitespace=line.trailing_whitespace)  # type: ignore[union-attr]
+                    edits[line] = select.with_changes(body=select.body.with_changes(body=[kept, *select.body.body[1:]]))  # type: ignore[union-attr]
+                _calls_in_lines(ctx, _pass_count_on(ctx, cls, func, methods, lambda arg: is_name(arg, mask)), edits)
+                annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
+                edits[func] = with_keyword_param(ctx, func, COUNT, annotation)
                 ctx.add_site(lines_of[func][0], edits)
             for site in _mae_forward_calls(ctx, cls, methods):
                 ctx.add_site(*site)
@@ -217,80 +226,80 @@ def _unsupported(func: cst.FunctionDef, masks: Set[str], cls: Optional[cst.Class
     return None
 
 
-def _count_prelude(ctx: PlanContext, func: cst.FunctionDef, mask: str, edits: Dict[cst.CSTNode, Replacement]) -> None:
-    """Add `num_masked=None` to the signature and the count at the top of the body
-    (after a docstring), composed with an edit of that first statement if any."""
-    body = list(func.body.body)  # type: ignore[union-attr]
-    first = 1 if body and is_docstring(body[0]) and len(body) > 1 else 0
-    anchor = body[first]
-    prelude = ctx.statement(
-        f"if {COUNT} is None:\n"
-        f"    # a mask from the caller: count its selected tokens (one host sync)\n"
-        f"    {COUNT} = int({mask}[0].sum())\n",
-        like=anchor,  # type: ignore[arg-type]
-        replaces=False,
-    )
-    annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
-    edits[func] = with_keyword_param(ctx, func, COUNT, annotation)
-    replaced = edits.get(anchor)
-
-    def insert(updated: cst.CSTNode) -> cst.FlattenSentinel:
-        nodes = list(replaced.nodes) if isinstance(replaced, cst.FlattenSentinel) else [updated]
-        if first:
-            return cst.FlattenSentinel([prelude, *nodes])
-        return cst.FlattenSentinel(
-            [prelude.with_changes(leading_lines=nodes[0].leading_lines), nodes[0].with_changes(leading_lines=[]), *nodes[1:]]
-        )
-
-    edits[anchor] = insert
-
-
-
 def _pass_count_on(
-    func: cst.FunctionDef, methods: Dict[str, "_Method"], same_mask: Callable[[cst.BaseExpression], bool]
+    ctx: PlanContext,
+    cls: cst.ClassDef,
+    func: cst.FunctionDef,
+    methods: Dict[str, "_Method"],
+    same_mask: Callable[[cst.BaseExpression], bool],
+    value: str = COUNT,
 ) -> Dict[cst.CSTNode, Replacement]:
     """`self.<method>(...)` calls inside ``func`` to methods of the same class that gain
-    ``num_masked`` get `num_masked=num_masked`, when the mask they pass is the one
-    counted (``same_mask``); other calls are left to count their own mask."""
+    ``num_masked`` pass it when the mask they pass is the one counted (``same_mask``)
+    and, at run time, the method is the class's own: a subclass's override keeps
+    upstream's signature and gets the call as it was."""
     edits: Dict[cst.CSTNode, Replacement] = {}
+    owner = class_reference(ctx, cls)
+    if owner is None:
+        return edits
 
     class _Calls(cst.CSTVisitor):
         def visit_Call(self, node: cst.Call) -> None:
             found = method_call(node, *methods)
             if not found or not is_name(found[0], "self") or not node.args:
                 return
-            if any(a.keyword is not None and a.keyword.value == COUNT for a in node.args):
+            if any(a.keyword is not None and a.keyword.value == COUNT or a.star == "**" for a in node.args):
                 return
-            argument = methods[found[1].func.attr.value].mask_argument(node)  # type: ignore[attr-defined]
+            method = found[1].func.attr.value  # type: ignore[attr-defined]
+            argument = methods[method].mask_argument(node)
             if argument is None or not same_mask(argument):
                 return
-            edits[node] = _with_count(node)
+            edits[node] = _with_keyword(node, keyword_if_own(owner, method, COUNT, value))
 
     walk(_Calls(), func.body)
     return edits
 
 
-def _with_count(node: cst.Call) -> cst.Call:
+def _calls_in_lines(ctx: PlanContext, calls: Dict[cst.CSTNode, Replacement], edits: Dict[cst.CSTNode, Replacement]) -> None:
+    """Put each edited call back into its statement, formatted (the statement is the edit)."""
+    by_line: Dict[cst.SimpleStatementLine, Dict[cst.CSTNode, Replacement]] = {}
+    for call, new in calls.items():
+        line = next(a for a in ctx.ancestors(call) if isinstance(a, cst.SimpleStatementLine))
+        by_line.setdefault(line, {})[call] = new
+    for line, swaps in by_line.items():
+        edits[line] = _replace_in_line(ctx, line, swaps)
+
+
+def _with_keyword(node: cst.Call, argument: str) -> cst.Call:
+    """``node`` with one more argument (``**(...)``) at the end."""
     args = list(node.args)
     last = args[-1]
     if last.comma is cst.MaybeSentinel.DEFAULT:
         args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    args.append(
-        cst.Arg(
-            keyword=cst.Name(COUNT),
-            value=cst.Name(COUNT),
-            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-            comma=last.comma if last.comma is not cst.MaybeSentinel.DEFAULT else cst.MaybeSentinel.DEFAULT,
-        )
-    )
+    extra = cst.parse_expression(f"f({argument})").args[0]  # type: ignore[attr-defined]
+    args.append(extra.with_changes(comma=last.comma if last.comma is not cst.MaybeSentinel.DEFAULT else cst.MaybeSentinel.DEFAULT))
     return node.with_changes(args=args)
 
 
 def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "_Method"]):
-    """In the MAE forward: `self.forward_loss(x, pred, ~pred_mask)` (any method of the
-    class that gains the count, called with `~pred_mask` as its mask) gets the static
-    count, right after `pred, pred_mask = self.forward_decoder(latent, mask)`."""
+    """The MAE forward passes static counts, only for the mask the model makes itself:
+
+        latent, mask = self.forward_encoder(x, mask_ratio, mask=mask)   # E
+        pred, pred_mask = self.forward_decoder(latent, mask)             # D
+        return *self.forward_loss(x, pred, ~pred_mask), mask             # L
+
+    When E's mask argument is None and forward_encoder is the class's own (it then
+    makes the mask with ``self.get_random_mask(x, mask_ratio)``), the count that
+    get_random_mask states (if it does) is computed before E.  D passes it to a
+    decoder whose fill HR004 rewrites; L passes the masked-token count
+    ``pred_mask.shape[1] - latent.shape[1] * math.prod(latent.shape[2:-1])`` (the
+    kept units, upsampled by the class's own decoder) to the methods gaining it.
+    Every keyword goes only to the file's own method (an override keeps upstream's
+    signature), and every count is None when the mask came from a caller."""
     if not imports_module(ctx.module, "math"):
+        return []
+    owner = class_reference(ctx, cls)
+    if owner is None:
         return []
     sites = []
     defined = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
@@ -307,16 +316,21 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
             if decoded is None or not isinstance(decoded[0], cst.Tuple) or len(decoded[0].elements) != 2:
                 continue
             call = method_call(decoded[1], "forward_decoder")
-            if call is None or not is_name(call[0], "self") or not call[1].args or call[1].args[0].keyword:
+            if call is None or not is_name(call[0], "self") or len(call[1].args) != 2:
+                continue
+            if any(a.keyword is not None or a.star for a in call[1].args):
                 continue
             pred, pred_mask = (e.value for e in decoded[0].elements)
-            latent = call[1].args[0].value
-            if not (is_name(pred) and is_name(pred_mask) and is_name(latent)):
+            latent, unit_mask = (a.value for a in call[1].args)
+            if not (is_name(pred) and is_name(pred_mask) and is_name(latent) and is_name(unit_mask)):
                 continue
             names = (pred_mask.value, latent.value)  # type: ignore[attr-defined]
             if any(len(flow.assigning(n)) != 1 or flow.compound_assigned.get(n) or n in flow.params for n in names):
                 continue  # the count is right only for the decoder's own outputs
-            if latent.value == pred_mask.value:  # type: ignore[attr-defined]
+            if len({pred_mask.value, latent.value, pred.value}) != 3:  # type: ignore[attr-defined]
+                continue
+            encoded = _encoder_call(ctx, defined, flow, stmt, latent.value, unit_mask.value)  # type: ignore[attr-defined]
+            if encoded is None:
                 continue
             toggled = lambda arg: (  # noqa: E731
                 isinstance(arg, cst.UnaryOperation)
@@ -326,33 +340,154 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
             for after in flow.stmts[stmt.index + 1:]:
                 if not after.line.body:
                     continue
-                calls = _pass_count_on(cst.FunctionDef(cst.Name("f"), cst.Parameters(), cst.IndentedBlock([after.line])),
-                                       methods, toggled)
+                holder = cst.FunctionDef(cst.Name("f"), cst.Parameters(), cst.IndentedBlock([after.line]))
+                calls = _pass_count_on(ctx, cls, holder, methods, toggled)
                 if not calls:
                     continue
-                if free_names(flow, COUNT):
-                    ctx.refuse(next(iter(calls)), f"{func.name.value} already uses the name {COUNT}")
-                    continue
+                clash = free_names(flow, COUNT, KEPT)
+                if clash:
+                    ctx.refuse(next(iter(calls)), f"{func.name.value} already uses the name(s) {', '.join(clash)}")
+                    break
+                encoder_line, encoder, mask_arg, receiver, count_args = encoded
+                edits: Dict[cst.CSTNode, Replacement] = {}
+                prelude = ctx.statement(
+                    f"# the mask {encoder} makes when none is given: how many units get_random_mask\n"
+                    f"# keeps in every row, if it states it (a Python int: no host sync)\n"
+                    f"{KEPT} = None\n",
+                    like=encoder_line,
+                    replaces=False,
+                )
+                compute = ctx.statement(
+                    f"if {mask_arg} is None and {own_method(owner, encoder)}:\n"
+                    f"    {KEPT} = {count_call(receiver, count_args)}\n",
+                    like=encoder_line,
+                    replaces=False,
+                )
+                edits[encoder_line] = cst.FlattenSentinel(
+                    [prelude.with_changes(leading_lines=[*encoder_line.leading_lines, *prelude.leading_lines]),
+                     compute, encoder_line.with_changes(leading_lines=[])]
+                )
+                if planned_fill(ctx, decoder):
+                    edits[call[1]] = _with_keyword(call[1], keyword_if_own(owner, "forward_decoder", KEPT, KEPT))
+                    edits[stmt.line] = _replace_in_line(ctx, stmt.line, {call[1]: edits.pop(call[1])})
                 count = (
                     f"{pred_mask.value}.shape[1] - {latent.value}.shape[1]"  # type: ignore[attr-defined]
                     f" * math.prod({latent.value}.shape[2:-1])"  # type: ignore[attr-defined]
                 )
-                count_stmt = ctx.statement(
-                    "# masked prediction tokens: all of them minus the kept units' (static shapes)\n"
-                    f"{COUNT} = {count}\n",
-                    like=after.line,
-                    replaces=False,
-                )
+                count_stmts = [
+                    ctx.statement(
+                        "# masked prediction tokens, when every row keeps num_kept units: all of\n"
+                        "# them minus the kept units' (static shapes)\n"
+                        f"{COUNT} = None\n",
+                        like=after.line,
+                        replaces=False,
+                    ),
+                    ctx.statement(
+                        f"if {KEPT} is not None and {pred_mask.value}.dim() == 2 and "  # type: ignore[attr-defined]
+                        f"{own_method(owner, 'forward_decoder')}:\n"
+                        f"    {COUNT} = {count}\n",
+                        like=after.line,
+                        replaces=False,
+                    ),
+                ]
                 new_line = _replace_in_line(ctx, after.line, calls)
-                sites.append(
-                    (next(iter(calls)),
-                     {after.line: cst.FlattenSentinel(
-                         [count_stmt.with_changes(
-                             leading_lines=[*after.line.leading_lines, *count_stmt.leading_lines]),
-                          new_line.with_changes(leading_lines=[])])},
-                     "MAE forward: pass the masked-token count from static shapes")
+                edits[after.line] = cst.FlattenSentinel(
+                    [count_stmts[0].with_changes(leading_lines=[*after.line.leading_lines, *count_stmts[0].leading_lines]),
+                     count_stmts[1], new_line.with_changes(leading_lines=[])]
                 )
+                sites.append((next(iter(calls)), edits, "MAE forward: pass the counts of the model's own mask (static shapes)"))
+                break
     return sites
+
+
+def _encoder_call(
+    ctx: PlanContext, defined: Dict[str, cst.FunctionDef], flow: FunctionFlow, decode: Stmt, latent: str, mask: str
+) -> Optional[Tuple[cst.SimpleStatementLine, str, str, str, List[str]]]:
+    """`latent, mask = self.<encoder>(...)` before ``decode``, the one binding of both,
+    where <encoder> is a method of the class that makes the mask with
+    ``self.get_random_mask(a, b)`` when its mask argument is None and returns it.
+    ``self.<module>.get_random_mask`` (an encoder held as a submodule) counts too.
+    Returns (line, encoder, the name passed as its mask, the get_random_mask's
+    owner, the names passed as a and b)."""
+    found = [s for s in flow.assigning(latent) if s.index < decode.index]
+    if len(found) != 1 or [s.index for s in flow.assigning(mask) if s.index < decode.index] != [found[0].index]:
+        return None
+    line = found[0].line
+    assign = single_assign(line)
+    if assign is None or not isinstance(assign[0], cst.Tuple) or len(assign[0].elements) != 2:
+        return None
+    if not (is_name(assign[0].elements[0].value, latent) and is_name(assign[0].elements[1].value, mask)):
+        return None
+    if any(s.index > found[0].index and s.index < decode.index and mask in s.assigned for s in flow.stmts):
+        return None
+    call = assign[1]
+    if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and is_name(call.func.value, "self")):
+        return None
+    encoder = defined.get(call.func.attr.value)
+    if encoder is None or encoder.decorators or any(a.star for a in call.args):
+        return None
+    params = [p.name.value for p in encoder.params.params]
+    if not params or params[0] != "self" or encoder.params.posonly_params or encoder.params.kwonly_params:
+        return None
+    bound: Dict[str, cst.BaseExpression] = {}
+    for i, arg in enumerate(call.args):
+        name = arg.keyword.value if arg.keyword is not None else (params[i + 1] if i + 1 < len(params) else None)
+        if name is None or name in bound:
+            return None
+        bound[name] = arg.value
+    encoder_flow = FunctionFlow.of(encoder)
+    for param in params[1:]:
+        guard = random_mask_guard(encoder, param)
+        receiver = guard[2] if guard is not None else None
+        if not (is_name(receiver, "self") or isinstance(receiver, cst.Attribute) and is_name(receiver.value, "self")):
+            continue
+        made = encoder_flow.stmt_of(guard[0].body.body[0])  # type: ignore[union-attr, arg-type]
+        if [s.index for s in encoder_flow.assigning(param)] != [made.index] or encoder_flow.compound_assigned.get(param):
+            return None
+        mask_call = method_call(single_assign(guard[0].body.body[0])[1], "get_random_mask")[1]  # type: ignore[index, union-attr, arg-type]
+        inner = positional(mask_call) or []
+        if not all(
+            is_name(a)
+            and a.value in params[1:]  # type: ignore[attr-defined]
+            and not any(s.index < made.index for s in encoder_flow.assigning(a.value))  # type: ignore[attr-defined]
+            and not encoder_flow.compound_assigned.get(a.value)  # type: ignore[attr-defined]
+            for a in inner
+        ):
+            return None
+        last = encoder.body.body[-1]  # type: ignore[union-attr]
+        returned = last.body[0] if isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1 else None
+        if not (
+            isinstance(returned, cst.Return)
+            and isinstance(returned.value, cst.Tuple)
+            and len(returned.value.elements) == 2
+            and is_name(returned.value.elements[1].value, param)
+        ):
+            return None
+        returns = [r for r in _returns(encoder) if r is not returned]
+        if returns:
+            return None
+        passed = [bound.get(param), *(bound.get(a.value) for a in inner)]  # type: ignore[attr-defined]
+        if not all(is_name(p) for p in passed):
+            return None
+        return line, encoder.name.value, passed[0].value, code(receiver), [p.value for p in passed[1:]]  # type: ignore[union-attr, arg-type]
+    return None
+
+
+def _returns(func: cst.FunctionDef) -> List[cst.Return]:
+    found: List[cst.Return] = []
+
+    class _Returns(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is func
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+    walk(_Returns(), func)
+    return found
 
 
 def _fills_units(decoder: cst.FunctionDef) -> bool:

@@ -43,7 +43,9 @@ from ._flow import (
     single_assign,
     target_code,
 )
+from ._random_mask import NotProven, count_call, helper_source, kept_count, random_mask_guard
 from ._mask import (
+    foreign_binding,
     is_docstring,
     module_binds,
     ascending_true,
@@ -111,6 +113,8 @@ class EncoderTokenDrop(Rewrite):
                     ctx.refuse(call, str(reason))
                 continue
             ctx.add_site(call, edits, "MAE encoder: pass the kept count of get_random_mask as a Python int")
+        for func in finder.random_masks:
+            _random_mask_count(ctx, func)
         for call in finder.submodule_masks:
             encoder = code(call.func.value)  # type: ignore[attr-defined]
             ctx.refuse(
@@ -128,6 +132,11 @@ class _Finder(cst.CSTVisitor):
         self.tile_lines: List[cst.SimpleStatementLine] = []
         self.super_forwards: List[cst.Call] = []
         self.submodule_masks: List[cst.Call] = []
+        self.random_masks: List[cst.FunctionDef] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if node.name.value == "get_random_mask":
+            self.random_masks.append(node)
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
@@ -262,23 +271,28 @@ def _token_drop(
 
     x = tokens.value  # type: ignore[attr-defined]
     target = target_code(line)
-    new_lines = [
-        f"if {COUNT} is None:\n"
-        f"    # a mask from the caller: count its kept units (one host sync)\n"
-        f"    {COUNT} = int({mask}[0].sum())\n",
-        f"{INDEX} = {ascending_true(mask, COUNT)}\n",
+    original = "; ".join(code(small) for small in line.body)
+    gather = (
         f"{target} {x}.view({x}.shape[0], -1, {mask}.shape[-1], {x}.shape[-1]).gather("
         f"2, {INDEX}[:, None, :, None].expand(-1, {x}.shape[1] // {mask}.shape[-1], -1, {x}.shape[-1]))"
         + (".flatten()" if view_args is None else f".view({', '.join(code(a) for a in view_args)})")
-        + "\n",
-    ]
-    guard, index, drop = (ctx.statement(src, like=line) for src in new_lines)
-    # The comments above the old statement go above the first new one; its
-    # trailing comment stays on the statement that replaces it.
-    index = index.with_changes(leading_lines=[], trailing_whitespace=cst.TrailingWhitespace())
-    statements = [guard, index, drop.with_changes(leading_lines=[])]
+    )
+    # Only a count the caller states proves every row keeps as many units: a mask
+    # from anywhere else may be ragged, and is selected exactly as before.
+    drop = ctx.statement(
+        f"if {COUNT} is None:\n"
+        f"    # a mask from the caller: rows may keep different counts, so select as before\n"
+        f"    {original}\n"
+        f"else:\n"
+        f"    {INDEX} = {ascending_true(mask, COUNT)}\n"
+        f"    {gather}\n",
+        like=line,
+    )
+    # The user's trailing comment stays on their statement, in the first branch.
+    kept = drop.body.body[0].with_changes(trailing_whitespace=line.trailing_whitespace)  # type: ignore[union-attr]
+    drop = drop.with_changes(body=drop.body.with_changes(body=[kept, *drop.body.body[1:]]))  # type: ignore[union-attr]
     annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
-    return {line: cst.FlattenSentinel(statements), func: with_keyword_param(ctx, func, COUNT, annotation)}
+    return {line: drop, func: with_keyword_param(ctx, func, COUNT, annotation)}
 
 
 def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacement]:
@@ -294,12 +308,10 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     if any(a.star or a.keyword is not None and a.keyword.value == COUNT for a in call.args):
         raise Refuse("")
     flow = FunctionFlow.of(func)
-    generate = _random_mask_guard(ctx, func, mask)
+    generate = random_mask_guard(func, mask)
     if generate is None or not is_name(generate[2], "self"):
         raise Refuse("")
     guard, ratio, _ = generate
-    if ratio not in flow.params or flow.assigning(ratio) or flow.compound_assigned.get(ratio):
-        raise Refuse(f"the mask ratio {ratio} is not an unmodified argument of {func.name.value}")
     made = flow.stmt_of(guard.body.body[0])  # type: ignore[union-attr, arg-type]
     if [s.index for s in flow.assigning(mask)] != [made.index] or flow.compound_assigned.get(mask):
         raise Refuse(f"{mask} is assigned elsewhere in {func.name.value}: the kept count may not be get_random_mask's")
@@ -309,23 +321,27 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     if cls is None or not cls.bases or not is_name(cls.bases[0].value) or ctx.parent(ctx.parent(func)) is not cls:
         raise Refuse("the MAE's encoder base class is not a plain name")
     base = cls.bases[0].value.value  # type: ignore[attr-defined]
-    if _defines(cls, "get_random_mask"):
-        raise Refuse("the MAE overrides get_random_mask: its kept count is not provably upstream's")
-    unknown = _same_file_random_mask(ctx, base)
-    if unknown:
-        raise Refuse(unknown)
-    if not (imports_module(ctx.module, "math") and imports_module(ctx.module, "torch")):
-        raise Refuse("the module does not `import math` and `import torch`")
+    if not imports_module(ctx.module, "torch"):
+        raise Refuse("the module does not `import torch`")
     clash = free_names(flow, COUNT)
     if clash:
         raise Refuse(f"{func.name.value} already uses the name {COUNT}")
     if _defines(cls, FLAG):
         raise Refuse("")
+    collision = foreign_binding(ctx.module, "inspect")
+    if collision:
+        raise Refuse(f"the count needs `inspect`, but {collision}")
+
+    mask_call = method_call(single_assign(guard.body.body[0])[1], "get_random_mask")[1]  # type: ignore[index, union-attr, arg-type]
+    mask_args = positional(mask_call) or []
+    if not all(is_name(a) and a.value != mask for a in mask_args):  # type: ignore[attr-defined]
+        raise Refuse("get_random_mask is not called on plain names: its count would evaluate them again")
 
     edits: Dict[cst.CSTNode, Replacement] = {}
     count_stmt = ctx.statement(
-        f"# the kept count of get_random_mask, as a Python int: no host sync\n"
-        f"{COUNT} = int(math.prod(self.mask_spatial_shape) * (1 - {ratio}))\n",
+        "# how many units get_random_mask keeps in every row, if it states it (a Python\n"
+        "# int: no host sync); an override that does not leaves the count to the mask\n"
+        f"{COUNT} = {count_call('self', [code(a) for a in mask_args])}\n",  # type: ignore[union-attr]
         like=guard.body.body[-1],  # type: ignore[arg-type]
         replaces=False,
     )
@@ -411,86 +427,38 @@ def _defines(cls: cst.ClassDef, name: str) -> bool:
 
 
 
-def _same_file_random_mask(ctx: PlanContext, base: str) -> Optional[str]:
-    """When the base class (or a class it derives from) is defined in this file, its
-    get_random_mask must keep `int(math.prod(self.mask_spatial_shape) * (1 - ratio))`
-    units, the count the MAE passes.  A base imported from another file is upstream's
-    contract (hiera.py's get_random_mask); it cannot be checked here."""
-    classes = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.ClassDef)}
-    seen = set()
-    while base in classes and base not in seen:
-        seen.add(base)
-        cls = classes[base]
-        method = next(
-            (s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "get_random_mask"),  # type: ignore[union-attr]
-            None,
+def _random_mask_count(ctx: PlanContext, func: cst.FunctionDef) -> None:
+    """Attach to a class's get_random_mask the count it keeps, read from its body
+    (codemods/_random_mask.py): the callers' static shapes rest on it."""
+    block = ctx.parent(func)
+    cls = ctx.parent(block) if block is not None else None
+    if not isinstance(cls, cst.ClassDef):
+        return
+    body = list(cls.body.body)  # type: ignore[union-attr]
+    attribute = f"{func.name.value}.num_kept"
+    if any(isinstance(s, cst.SimpleStatementLine) and any(code(t) == attribute for t in _assigned_names(s)) for s in body):
+        return  # rewritten already
+    try:
+        count = kept_count(func)
+    except NotProven as reason:
+        ctx.refuse(
+            func,
+            f"the kept count of {cls.name.value}.get_random_mask is not read: {reason}; "
+            "token drops of its masks stay boolean indexing",
         )
-        if method is not None:
-            return None if _upstream_random_mask(method) else (
-                f"{base}.get_random_mask does not keep int(math.prod(self.mask_spatial_shape) * (1 - ratio)) "
-                "units as upstream does: the kept count is not known"
-            )
-        if not cls.bases or not is_name(cls.bases[0].value):
-            return f"{base}'s base class is not a plain name: its get_random_mask cannot be checked"
-        base = cls.bases[0].value.value  # type: ignore[attr-defined]
-    return None
-
-
-def _upstream_random_mask(func: cst.FunctionDef) -> bool:
-    """`n = math.prod(self.mask_spatial_shape)`, `k = int(n * (1 - ratio))` with ratio the
-    second parameter, `mask[:, :k] = 1` and k not changed elsewhere."""
-    params = [p.name.value for p in func.params.params]
-    if len(params) != 3 or isinstance(func.params.star_arg, (cst.Param, cst.ParamStar)) or func.params.kwonly_params:
-        return False
-    flow = FunctionFlow.of(func)
-    ratio = params[2]
-    if flow.assigning(ratio) or flow.compound_assigned:
-        return False
-    windows = keep = None
-    for stmt in flow.stmts:
-        assign = single_assign(stmt.line) if stmt.line.body else None
-        if assign is None or not is_name(assign[0]):
-            continue
-        value = code(assign[1]).replace(" ", "")
-        if value == "math.prod(self.mask_spatial_shape)":
-            windows = assign[0].value  # type: ignore[attr-defined]
-        elif windows and value == f"int({windows}*(1-{ratio}))":
-            keep = assign[0].value  # type: ignore[attr-defined]
-    if windows is None or keep is None or len(flow.assigning(keep)) != 1 or len(flow.assigning(windows)) != 1:
-        return False
-    slices = [
-        s for s in flow.stmts if s.line.body and re.fullmatch(rf"\w+\[:,:{keep}\]=1", code(s.line).replace(" ", ""))
-    ]
-    return len(slices) == 1
-
-
-def _random_mask_guard(
-    ctx: PlanContext, func: cst.FunctionDef, mask: str
-) -> Optional[Tuple[cst.If, str, cst.BaseExpression]]:
-    """Find `if mask is None: mask = self.get_random_mask(x, ratio)` at the top level of ``func``."""
-    for stmt in func.body.body:  # type: ignore[union-attr]
-        if not isinstance(stmt, cst.If) or stmt.orelse is not None:
-            continue
-        test = stmt.test
-        if not (
-            isinstance(test, cst.Comparison)
-            and is_name(test.left, mask)
-            and len(test.comparisons) == 1
-            and isinstance(test.comparisons[0].operator, cst.Is)
-            and is_name(test.comparisons[0].comparator, "None")
-        ):
-            continue
-        body = stmt.body.body  # type: ignore[union-attr]
-        if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine):
-            return None
-        assign = single_assign(body[0])
-        if assign is None or not is_name(assign[0], mask):
-            return None
-        found = method_call(assign[1], "get_random_mask")
-        if found is None:
-            return None
-        args = positional(found[1])
-        if args is None or len(args) != 2 or not is_name(args[1]):
-            return None
-        return stmt, args[1].value, found[0]  # type: ignore[attr-defined]
-    return None
+        return
+    comment = (
+        "# hiera-rewrite: how many units get_random_mask keeps in every row, read from\n"
+        "# its code, for callers that drop tokens with static shapes.  An override of\n"
+        "# get_random_mask does not carry it: its callers select with the mask as before.\n"
+    )
+    helper = cst.parse_module(helper_source(func.name.value, count)).body
+    sources = [comment + cst.Module(body=[helper[0]]).code, *(cst.Module(body=[s]).code for s in helper[1:])]
+    indented = [ctx.statement(source, like=func, replaces=False) for source in sources]
+    indented[0] = indented[0].with_changes(leading_lines=[cst.EmptyLine(indent=False), *indented[0].leading_lines])
+    indented[1] = indented[1].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+    ctx.add_site(
+        func,
+        {func: lambda updated: cst.FlattenSentinel([updated, *indented])},
+        "get_random_mask: state its kept count, read from its code (callers drop tokens with static shapes)",
+    )

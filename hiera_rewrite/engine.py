@@ -163,7 +163,7 @@ def _rewrite_module(
 
     with index.active():
         for code in codes:
-            ctx = PlanContext(index, code, format_statement)
+            ctx = PlanContext(index, code, format_statement, codes)
             REGISTRY[code]().plan(ctx)
             sites.extend(ctx.sites)
             refusals.extend(ctx.refusals)

@@ -73,8 +73,12 @@ class PlanContext:
         index: ModuleIndex,
         code: str,
         format_statement: Callable[[str, int], cst.BaseStatement],
+        codes: Sequence[str] = (),
     ) -> None:
         self.index = index
+        # the rewrites selected for this run: a rewrite whose edit calls code another
+        # one changes passes arguments only where that one runs too
+        self.codes = tuple(codes)
         self.module = index.module
         self.code = code
         self._format_statement = format_statement

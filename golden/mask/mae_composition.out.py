@@ -66,6 +66,17 @@ class TinyHiera(nn.Module):
         keep = torch.gather(keep, dim=1, index=rank)
         return keep.bool()
 
+    # hiera-rewrite: how many units get_random_mask keeps in every row, read from
+    # its code, for callers that drop tokens with static shapes.  An override of
+    # get_random_mask does not carry it: its callers select with the mask as before.
+    def _get_random_mask_num_kept(self, x: torch.Tensor, mask_ratio: float):
+        num_windows = math.prod(self.mask_spatial_shape)
+        len_keep = int(num_windows * (1 - mask_ratio))
+        return len(range(num_windows)[:len_keep])
+
+    get_random_mask.num_kept = _get_random_mask_num_kept
+    del _get_random_mask_num_kept
+
     def reroll(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T * kept, C) -> (B, kept, *unit_shape, C)."""
         B, C = x.shape[0], x.shape[-1]
@@ -85,21 +96,24 @@ class TinyHiera(nn.Module):
         # Discard masked tokens
         if mask is not None:
             if num_kept is None:
-                # a mask from the caller: count its kept units (one host sync)
-                num_kept = int(mask[0].sum())
-            kept_windows = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-            )
-            x = (
-                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                .gather(
-                    2,
-                    kept_windows[:, None, :, None].expand(
-                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                    ),
+                # a mask from the caller: rows may keep different counts, so select as before
+                x = x[mask[..., None].tile(1, self.mu_size, x.shape[2])].view(
+                    x.shape[0], -1, x.shape[-1]
                 )
-                .view(x.shape[0], -1, x.shape[-1])
-            )
+            else:
+                kept_windows = (
+                    mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
+                )
+                x = (
+                    x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+                    .gather(
+                        2,
+                        kept_windows[:, None, :, None].expand(
+                            -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                        ),
+                    )
+                    .view(x.shape[0], -1, x.shape[-1])
+                )
 
         intermediates = []
         for blk in self.blocks:
@@ -141,20 +155,21 @@ class TinyMAE(nn.Module):
         num_masked: Optional[int] = None,
     ) -> torch.Tensor:
         # mask (boolean tensor): True must correspond to *masked*
-        if num_masked is None:
-            # a mask from the caller: count its selected tokens (one host sync)
-            num_masked = int(mask[0].sum())
         size = self.pred_stride
         label = input_seq.permute(0, 2, 1).unfold(1, size, size).flatten(2)
-        masked_tokens = (
-            mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
-        )
-        label = label.gather(
-            1,
-            masked_tokens.reshape(
-                masked_tokens.shape + (1,) * (label.dim() - 2)
-            ).expand(-1, -1, *label.shape[2:]),
-        ).flatten(0, 1)
+        if num_masked is None:
+            # a mask from the caller: rows may select different counts, so select as before
+            label = label[mask]
+        else:
+            masked_tokens = (
+                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
+            )
+            label = label.gather(
+                1,
+                masked_tokens.reshape(
+                    masked_tokens.shape + (1,) * (label.dim() - 2)
+                ).expand(-1, -1, *label.shape[2:]),
+            ).flatten(0, 1)
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
@@ -166,21 +181,22 @@ class TinyMAE(nn.Module):
         norm: bool = True,
         num_masked: Optional[int] = None,
     ) -> torch.Tensor:
-        if num_masked is None:
-            # a mask from the caller: count its selected tokens (one host sync)
-            num_masked = int(mask[0].sum())
         size = self.pred_stride
         label = input_img.permute(0, 2, 3, 1).unfold(1, size, size).unfold(2, size, size)
         label = label.flatten(1, 2).flatten(2)
-        masked_tokens = (
-            mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
-        )
-        label = label.gather(
-            1,
-            masked_tokens.reshape(
-                masked_tokens.shape + (1,) * (label.dim() - 2)
-            ).expand(-1, -1, *label.shape[2:]),
-        ).flatten(0, 1)
+        if num_masked is None:
+            # a mask from the caller: rows may select different counts, so select as before
+            label = label[mask]
+        else:
+            masked_tokens = (
+                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
+            )
+            label = label.gather(
+                1,
+                masked_tokens.reshape(
+                    masked_tokens.shape + (1,) * (label.dim() - 2)
+                ).expand(-1, -1, *label.shape[2:]),
+            ).flatten(0, 1)
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
@@ -192,22 +208,23 @@ class TinyMAE(nn.Module):
         norm: bool = True,
         num_masked: Optional[int] = None,
     ) -> torch.Tensor:
-        if num_masked is None:
-            # a mask from the caller: count its selected tokens (one host sync)
-            num_masked = int(mask[0].sum())
         size = self.pred_stride
         label = input_vid.permute(0, 2, 3, 4, 1)
         label = label.unfold(1, size, size).unfold(2, size, size).unfold(3, size, size)
         label = label.flatten(1, 3).flatten(2)
-        masked_tokens = (
-            mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
-        )
-        label = label.gather(
-            1,
-            masked_tokens.reshape(
-                masked_tokens.shape + (1,) * (label.dim() - 2)
-            ).expand(-1, -1, *label.shape[2:]),
-        ).flatten(0, 1)
+        if num_masked is None:
+            # a mask from the caller: rows may select different counts, so select as before
+            label = label[mask]
+        else:
+            masked_tokens = (
+                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
+            )
+            label = label.gather(
+                1,
+                masked_tokens.reshape(
+                    masked_tokens.shape + (1,) * (label.dim() - 2)
+                ).expand(-1, -1, *label.shape[2:]),
+            ).flatten(0, 1)
 
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
@@ -225,25 +242,32 @@ class TinyMAE(nn.Module):
             x = x + self.fusion(interm)
         return self.encoder_norm(x), mask
 
-    def forward_decoder(self, x: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward_decoder(
+        self, x: torch.Tensor, mask: torch.Tensor, num_kept: Optional[int] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         x = self.decoder_embed(x)
 
         # x: [B, #units kept, *unit_shape, C]; mask: [B, #units]
         x_dec = torch.zeros(*mask.shape, *x.shape[2:], device=x.device, dtype=x.dtype)
         mask_tokens = self.mask_token.view((1,) * (len(mask.shape) + len(x.shape[2:-1])) + (-1,))
-        # the kept units in ascending order: x.shape[1] of them, a static count
-        kept_windows = (
-            mask.logical_not().byte().argsort(dim=1, stable=True)[:, : x.shape[1]]
-        )
+        # the kept units in ascending order, when the caller states their count
+        if num_kept is not None:
+            kept_windows = (
+                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
+            )
         mask = mask.reshape(mask.shape + (1,) * len(x.shape[2:]))
         mask = mask.expand((-1,) * 2 + x.shape[2:]).bool()
-        x_dec = x_dec.scatter(
-            1,
-            kept_windows.reshape(kept_windows.shape + (1,) * (x.dim() - 2)).expand_as(
-                x
-            ),
-            x,
-        )
+        if num_kept is None:
+            # a mask from the caller: rows may keep different counts, so fill as before
+            x_dec[mask] = x.flatten()
+        else:
+            x_dec = x_dec.scatter(
+                1,
+                kept_windows.reshape(
+                    kept_windows.shape + (1,) * (x.dim() - 2)
+                ).expand_as(x),
+                x,
+            )
         x_dec = ~mask * mask_tokens + mask * x_dec
 
         x = undo_windowing(x_dec, self.mask_spatial_shape, self.unit_shape)
@@ -263,25 +287,52 @@ class TinyMAE(nn.Module):
         num_masked: Optional[int] = None,
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """mask: True is *masked*."""
-        if num_masked is None:
-            # a mask from the caller: count its selected tokens (one host sync)
-            num_masked = int(mask[0].sum())
         if len(self.q_stride) == 1:
-            label = self.get_pixel_label_1d(x, mask, norm=self.norm_pix_loss, num_masked=num_masked)
+            label = self.get_pixel_label_1d(
+                x,
+                mask,
+                norm=self.norm_pix_loss,
+                **(
+                    {"num_masked": num_masked}
+                    if type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
+                    else {}
+                )
+            )
         elif len(self.q_stride) == 2:
-            label = self.get_pixel_label_2d(x, mask, num_masked=num_masked)
+            label = self.get_pixel_label_2d(
+                x,
+                mask,
+                **(
+                    {"num_masked": num_masked}
+                    if type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
+                    else {}
+                )
+            )
         else:
-            label = self.get_pixel_label_3d(x, mask, self.norm_pix_loss, num_masked=num_masked)
+            label = self.get_pixel_label_3d(
+                x,
+                mask,
+                self.norm_pix_loss,
+                **(
+                    {"num_masked": num_masked}
+                    if type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
+                    else {}
+                )
+            )
 
-        masked_tokens = (
-            mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
-        )
-        pred = pred.gather(
-            1,
-            masked_tokens.reshape(masked_tokens.shape + (1,) * (pred.dim() - 2)).expand(
-                -1, -1, *pred.shape[2:]
-            ),
-        ).flatten(0, 1)
+        if num_masked is None:
+            # a mask from the caller: rows may select different counts, so select as before
+            pred = pred[mask]
+        else:
+            masked_tokens = (
+                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
+            )
+            pred = pred.gather(
+                1,
+                masked_tokens.reshape(
+                    masked_tokens.shape + (1,) * (pred.dim() - 2)
+                ).expand(-1, -1, *pred.shape[2:]),
+            ).flatten(0, 1)
         loss = (pred - label) ** 2
 
         return loss.mean(), pred, label
@@ -289,13 +340,47 @@ class TinyMAE(nn.Module):
     def forward(
         self, x: torch.Tensor, mask_ratio: float = 0.6, mask: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        # the mask forward_encoder makes when none is given: how many units get_random_mask
+        # keeps in every row, if it states it (a Python int: no host sync)
+        num_kept = None
+        if mask is None and type(self).forward_encoder is TinyMAE.forward_encoder:
+            num_kept = getattr(
+                self.encoder.get_random_mask, "num_kept", lambda *args: None
+            )(self.encoder, x, mask_ratio)
         latent, mask = self.forward_encoder(x, mask_ratio, mask=mask)
-        pred, pred_mask = self.forward_decoder(latent, mask)
-        # masked prediction tokens: all of them minus the kept units' (static shapes)
-        num_masked = pred_mask.shape[1] - latent.shape[1] * math.prod(
-            latent.shape[2:-1]
+        pred, pred_mask = self.forward_decoder(
+            latent,
+            mask,
+            **(
+                {"num_kept": num_kept}
+                if type(self).forward_decoder is TinyMAE.forward_decoder
+                else {}
+            )
         )
-        return *self.forward_loss(x, pred, ~pred_mask, num_masked=num_masked), mask
+        # masked prediction tokens, when every row keeps num_kept units: all of
+        # them minus the kept units' (static shapes)
+        num_masked = None
+        if (
+            num_kept is not None
+            and pred_mask.dim() == 2
+            and type(self).forward_decoder is TinyMAE.forward_decoder
+        ):
+            num_masked = pred_mask.shape[1] - latent.shape[1] * math.prod(
+                latent.shape[2:-1]
+            )
+        return (
+            *self.forward_loss(
+                x,
+                pred,
+                ~pred_mask,
+                **(
+                    {"num_masked": num_masked}
+                    if type(self).forward_loss is TinyMAE.forward_loss
+                    else {}
+                ),
+            ),
+            mask,
+        )
 
 
 def tiny_mae(dims: int = 2) -> TinyMAE:

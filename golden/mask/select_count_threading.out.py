@@ -14,17 +14,18 @@ class Other(nn.Module):
         self, x: torch.Tensor, mask: torch.Tensor, num_masked=None
     ) -> torch.Tensor:
         if num_masked is None:
-            # a mask from the caller: count its selected tokens (one host sync)
-            num_masked = int(mask[0].sum())
-        masked_tokens = (
-            mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
-        )
-        rows = x.gather(
-            1,
-            masked_tokens.reshape(masked_tokens.shape + (1,) * (x.dim() - 2)).expand(
-                -1, -1, *x.shape[2:]
-            ),
-        ).flatten(0, 1)
+            # a mask from the caller: rows may select different counts, so select as before
+            rows = x[mask]
+        else:
+            masked_tokens = (
+                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
+            )
+            rows = x.gather(
+                1,
+                masked_tokens.reshape(
+                    masked_tokens.shape + (1,) * (x.dim() - 2)
+                ).expand(-1, -1, *x.shape[2:]),
+            ).flatten(0, 1)
         return rows
 
 
@@ -43,55 +44,66 @@ class Loss(nn.Module):
         self, x: torch.Tensor, mask: torch.Tensor, norm: bool = True, num_masked=None
     ) -> torch.Tensor:
         if num_masked is None:
-            # a mask from the caller: count its selected tokens (one host sync)
-            num_masked = int(mask[0].sum())
-        masked_tokens = (
-            mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
-        )
-        label = x.gather(
-            1,
-            masked_tokens.reshape(masked_tokens.shape + (1,) * (x.dim() - 2)).expand(
-                -1, -1, *x.shape[2:]
-            ),
-        ).flatten(0, 1)
+            # a mask from the caller: rows may select different counts, so select as before
+            label = x[mask]
+        else:
+            masked_tokens = (
+                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
+            )
+            label = x.gather(
+                1,
+                masked_tokens.reshape(
+                    masked_tokens.shape + (1,) * (x.dim() - 2)
+                ).expand(-1, -1, *x.shape[2:]),
+            ).flatten(0, 1)
         return label - label.mean(dim=-1, keepdim=True) if norm else label
 
     def weights(
         self, w: torch.Tensor, mask: torch.Tensor, num_masked=None
     ) -> torch.Tensor:
         if num_masked is None:
-            # a mask from the caller: count its selected tokens (one host sync)
-            num_masked = int(mask[0].sum())
-        masked_tokens = (
-            mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
-        )
-        picked = w.gather(
-            1,
-            masked_tokens.reshape(masked_tokens.shape + (1,) * (w.dim() - 2)).expand(
-                -1, -1, *w.shape[2:]
-            ),
-        ).flatten(0, 1)  # (B * n,): a 2-D source selects single values
+            # a mask from the caller: rows may select different counts, so select as before
+            picked = w[mask]  # (B * n,): a 2-D source selects single values
+        else:
+            masked_tokens = (
+                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
+            )
+            picked = w.gather(
+                1,
+                masked_tokens.reshape(
+                    masked_tokens.shape + (1,) * (w.dim() - 2)
+                ).expand(-1, -1, *w.shape[2:]),
+            ).flatten(0, 1)
         return picked
 
     def forward_loss(
         self, x: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor, num_masked=None
     ):
-        if num_masked is None:
-            # a mask from the caller: count its selected tokens (one host sync)
-            num_masked = int(mask[0].sum())
-        label = self.labels(x, mask, num_masked=num_masked) + self.labels_skipped(x, mask)
+        label = self.labels(
+            x,
+            mask,
+            **({"num_masked": num_masked} if type(self).labels is Loss.labels else {})
+        ) + self.labels_skipped(x, mask)
         visible = self.labels(x, ~mask, norm=False)
-        w = self.weights(x.sum(-1), mask=mask, num_masked=num_masked)
-        pred = self.proj(pred)[mask] if False else pred
-        masked_tokens = (
-            mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
+        w = self.weights(
+            x.sum(-1),
+            mask=mask,
+            **({"num_masked": num_masked} if type(self).weights is Loss.weights else {})
         )
-        pred = pred.gather(
-            1,
-            masked_tokens.reshape(masked_tokens.shape + (1,) * (pred.dim() - 2)).expand(
-                -1, -1, *pred.shape[2:]
-            ),
-        ).flatten(0, 1)
+        pred = self.proj(pred)[mask] if False else pred
+        if num_masked is None:
+            # a mask from the caller: rows may select different counts, so select as before
+            pred = pred[mask]
+        else:
+            masked_tokens = (
+                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
+            )
+            pred = pred.gather(
+                1,
+                masked_tokens.reshape(
+                    masked_tokens.shape + (1,) * (pred.dim() - 2)
+                ).expand(-1, -1, *pred.shape[2:]),
+            ).flatten(0, 1)
         return (((pred - label) ** 2).mean(-1) * w).mean(), pred, label, visible, self.other.gather(x, mask)
 
     def forward(self, x, pred, mask):

@@ -24,21 +24,24 @@ class TinyHiera(nn.Module):
         # Discard masked tokens
         if mask is not None:
             if num_kept is None:
-                # a mask from the caller: count its kept units (one host sync)
-                num_kept = int(mask[0].sum())
-            kept_windows = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-            )
-            x = (
-                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                .gather(
-                    2,
-                    kept_windows[:, None, :, None].expand(
-                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                    ),
+                # a mask from the caller: rows may keep different counts, so select as before
+                x = x[mask[..., None].tile(1, self.mu_size, x.shape[2])].view(
+                    x.shape[0], -1, x.shape[-1]
                 )
-                .view(x.shape[0], -1, x.shape[-1])
-            )
+            else:
+                kept_windows = (
+                    mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
+                )
+                x = (
+                    x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+                    .gather(
+                        2,
+                        kept_windows[:, None, :, None].expand(
+                            -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                        ),
+                    )
+                    .view(x.shape[0], -1, x.shape[-1])
+                )
 
         return self.head(x).cumsum(dim=1)
 
@@ -48,21 +51,24 @@ class OneLine(TinyHiera):
         x = self.embed(x)
         if mask is not None:
             if num_kept is None:
-                # a mask from the caller: count its kept units (one host sync)
-                num_kept = int(mask[0].sum())
-            kept_windows = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-            )
-            x = (
-                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                .gather(
-                    2,
-                    kept_windows[:, None, :, None].expand(
-                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                    ),
+                # a mask from the caller: rows may keep different counts, so select as before
+                x = x[mask[..., None].tile(1, self.mu_size, x.shape[2])].view(
+                    x.shape[0], -1, x.shape[-1]
                 )
-                .view(x.shape[0], -1, x.shape[-1])
-            )
+            else:
+                kept_windows = (
+                    mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
+                )
+                x = (
+                    x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+                    .gather(
+                        2,
+                        kept_windows[:, None, :, None].expand(
+                            -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                        ),
+                    )
+                    .view(x.shape[0], -1, x.shape[-1])
+                )
         return self.head(x).cumsum(dim=1)
 
 

@@ -28,21 +28,24 @@ class GeneralizedHiera(nn.Module):
         x = self.embed(x) * scale
         if mask is not None:
             if num_kept is None:
-                # a mask from the caller: count its kept units (one host sync)
-                num_kept = int(mask[0].sum())
-            kept_windows = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-            )
-            x = (
-                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                .gather(
-                    2,
-                    kept_windows[:, None, :, None].expand(
-                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                    ),
+                # a mask from the caller: rows may keep different counts, so select as before
+                x = x[mask[..., None].tile(1, self.mu_size, x.shape[2])].view(
+                    x.shape[0], -1, x.shape[-1]
                 )
-                .view(x.shape[0], -1, x.shape[-1])
-            )
+            else:
+                kept_windows = (
+                    mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
+                )
+                x = (
+                    x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+                    .gather(
+                        2,
+                        kept_windows[:, None, :, None].expand(
+                            -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                        ),
+                    )
+                    .view(x.shape[0], -1, x.shape[-1])
+                )
         outs = [x.cumsum(dim=1)]
         if return_intermediates:
             outs.append(x.sin())
@@ -57,21 +60,24 @@ class SignHiera(GeneralizedHiera):
         if sign is not None:
             x = x * sign
         if num_kept is None:
-            # a mask from the caller: count its kept units (one host sync)
-            num_kept = int(mask[0].sum())
-        kept_windows = (
-            mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-        )
-        x = (
-            x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-            .gather(
-                2,
-                kept_windows[:, None, :, None].expand(
-                    -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                ),
+            # a mask from the caller: rows may keep different counts, so select as before
+            x = x[mask[..., None].tile(1, self.mu_size, x.shape[2])].view(
+                x.shape[0], -1, x.shape[-1]
             )
-            .view(x.shape[0], -1, x.shape[-1])
-        )
+        else:
+            kept_windows = (
+                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
+            )
+            x = (
+                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+                .gather(
+                    2,
+                    kept_windows[:, None, :, None].expand(
+                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                    ),
+                )
+                .view(x.shape[0], -1, x.shape[-1])
+            )
         return [x.cumsum(dim=1), *extra]
 
 

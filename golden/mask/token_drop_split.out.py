@@ -21,21 +21,22 @@ class SplitHiera(nn.Module):
         B, N, C = x.shape
         token_mask = mask[..., None].tile(1, self.mu_size, C)
         if num_kept is None:
-            # a mask from the caller: count its kept units (one host sync)
-            num_kept = int(mask[0].sum())
-        kept_windows = (
-            mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-        )
-        x = (
-            x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-            .gather(
-                2,
-                kept_windows[:, None, :, None].expand(
-                    -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                ),
+            # a mask from the caller: rows may keep different counts, so select as before
+            x = x[token_mask]
+        else:
+            kept_windows = (
+                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
             )
-            .flatten()
-        )
+            x = (
+                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+                .gather(
+                    2,
+                    kept_windows[:, None, :, None].expand(
+                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                    ),
+                )
+                .flatten()
+            )
         x = x.view(B, -1, C)
         return x.cumsum(dim=1)
 
@@ -47,26 +48,29 @@ class ViewInline(SplitHiera):
         hidden_states = self.embed(x)
         unit_mask = mask.unsqueeze(-1).tile(1, self.mu_size, hidden_states.shape[2])
         if num_kept is None:
-            # a mask from the caller: count its kept units (one host sync)
-            num_kept = int(mask[0].sum())
-        kept_windows = (
-            mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-        )
-        hidden_states = (
-            hidden_states.view(
-                hidden_states.shape[0], -1, mask.shape[-1], hidden_states.shape[-1]
+            # a mask from the caller: rows may keep different counts, so select as before
+            hidden_states = hidden_states[unit_mask].reshape(
+                x.shape[0], -1, x.shape[-1]
             )
-            .gather(
-                2,
-                kept_windows[:, None, :, None].expand(
-                    -1,
-                    hidden_states.shape[1] // mask.shape[-1],
-                    -1,
-                    hidden_states.shape[-1],
-                ),
+        else:
+            kept_windows = (
+                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
             )
-            .view(x.shape[0], -1, x.shape[-1])
-        )
+            hidden_states = (
+                hidden_states.view(
+                    hidden_states.shape[0], -1, mask.shape[-1], hidden_states.shape[-1]
+                )
+                .gather(
+                    2,
+                    kept_windows[:, None, :, None].expand(
+                        -1,
+                        hidden_states.shape[1] // mask.shape[-1],
+                        -1,
+                        hidden_states.shape[-1],
+                    ),
+                )
+                .view(x.shape[0], -1, x.shape[-1])
+            )
         return hidden_states.cumsum(dim=1)
 
 

@@ -19,21 +19,24 @@ class Unsqueezed(nn.Module):
         if mask is not None:
             # keep only the visible mask units
             if num_kept is None:
-                # a mask from the caller: count its kept units (one host sync)
-                num_kept = int(mask[0].sum())
-            kept_windows = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-            )
-            x = (
-                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                .gather(
-                    2,
-                    kept_windows[:, None, :, None].expand(
-                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                    ),
+                # a mask from the caller: rows may keep different counts, so select as before
+                x = x[mask.unsqueeze(-1).tile(1, self.mu_size, x.shape[2])].view(
+                    x.shape[0], -1, x.shape[-1]
+                )  # drop
+            else:
+                kept_windows = (
+                    mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
                 )
-                .view(x.shape[0], -1, x.shape[-1])
-            )  # drop
+                x = (
+                    x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+                    .gather(
+                        2,
+                        kept_windows[:, None, :, None].expand(
+                            -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                        ),
+                    )
+                    .view(x.shape[0], -1, x.shape[-1])
+                )
         return x.cumsum(dim=1)
 
 
@@ -44,21 +47,24 @@ class Repeated(Unsqueezed):
             # [B, N, C] bool
             # back to [B, N_kept, C]
             if num_kept is None:
-                # a mask from the caller: count its kept units (one host sync)
-                num_kept = int(mask[0].sum())
-            kept_windows = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-            )
-            x = (
-                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                .gather(
-                    2,
-                    kept_windows[:, None, :, None].expand(
-                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                    ),
+                # a mask from the caller: rows may keep different counts, so select as before
+                x = x[mask[..., None].repeat(1, self.mu_size, x.shape[2])].view(
+                    x.shape[0], -1, x.shape[-1]
                 )
-                .view(x.shape[0], -1, x.shape[-1])
-            )
+            else:
+                kept_windows = (
+                    mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
+                )
+                x = (
+                    x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+                    .gather(
+                        2,
+                        kept_windows[:, None, :, None].expand(
+                            -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                        ),
+                    )
+                    .view(x.shape[0], -1, x.shape[-1])
+                )
         return x.cumsum(dim=1)
 
 
@@ -67,21 +73,24 @@ class UnsqueezeTwoRepeat(Unsqueezed):
         x = self.embed(x)
         if mask is not None:
             if num_kept is None:
-                # a mask from the caller: count its kept units (one host sync)
-                num_kept = int(mask[0].sum())
-            kept_windows = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-            )
-            x = (
-                x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                .gather(
-                    2,
-                    kept_windows[:, None, :, None].expand(
-                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                    ),
+                # a mask from the caller: rows may keep different counts, so select as before
+                x = x[mask.unsqueeze(2).repeat((1, self.mu_size, x.shape[2]))].view(
+                    x.shape[0], -1, x.shape[-1]
                 )
-                .view(x.shape[0], -1, x.shape[-1])
-            )
+            else:
+                kept_windows = (
+                    mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
+                )
+                x = (
+                    x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
+                    .gather(
+                        2,
+                        kept_windows[:, None, :, None].expand(
+                            -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
+                        ),
+                    )
+                    .view(x.shape[0], -1, x.shape[-1])
+                )
         return x.cumsum(dim=1)
 
 

@@ -1,0 +1,266 @@
+"""The mask rewrites are exact for what forks and users really do (float64, every output
+and every parameter gradient, original vs rewritten upstream):
+
+- subclasses in the user's own module overriding get_random_mask (another count),
+  forward_decoder, forward_loss, get_pixel_label_2d, forward_encoder (upstream's signatures);
+- masks a caller builds -- ragged, uniform, all-True, all-False -- through forward_loss,
+  get_pixel_label_2d/3d, the encoder token drop and the decoder fill;
+- forks of get_random_mask with another count, one whose count cannot be read, a
+  module binding ``inspect`` itself, a loss fed a batch-flattened 1-D mask.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import shutil
+import sys
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hiera_rewrite.engine import rewrite_bytes  # noqa: E402
+from tests.fork_subclasses import subclasses  # noqa: E402
+from tests.parity_tools import (  # noqa: E402
+    REL_TOL,
+    assert_parity_shared,
+    default_dtype,
+    randomize_,
+    share_weights,
+    skip_init,
+)
+
+MICRO = dict(embed_dim=32, num_heads=2, stages=(1, 2, 3, 1), decoder_depth=1, decoder_embed_dim=64, decoder_num_heads=2)
+IMG16 = (128, 128)  # 16 mask units of 8x8 tokens
+
+
+def _mae(pkg, cls=None, **kwargs):
+    cls = cls or pkg.MaskedAutoencoderHiera
+    with default_dtype(torch, torch.float64), skip_init(torch):
+        model = cls(input_size=IMG16, **{**MICRO, **kwargs})
+    return model.train()
+
+
+def _pair(pkg_a, pkg_b, cls_a=None, cls_b=None, **kwargs):
+    a = _mae(pkg_a, cls_a, **kwargs)
+    randomize_(a, torch, seed=0)
+    b = _mae(pkg_b, cls_b, **kwargs)
+    share_weights(a, b)
+    return a, b
+
+
+def _image(batch: int = 2):
+    gen = torch.Generator().manual_seed(3)
+    return torch.randn(batch, 3, *IMG16, generator=gen, dtype=torch.float64)
+
+
+# -- subclasses in the user's code ---------------------------------------------------
+
+OVERRIDES = sorted(subclasses(object))
+
+
+@pytest.mark.parametrize("name", OVERRIDES)
+def test_user_subclass_override_is_exact(hiera_orig, hiera_new, name):
+    cls_a = subclasses(hiera_orig.MaskedAutoencoderHiera)[name]
+    cls_b = subclasses(hiera_new.MaskedAutoencoderHiera)[name]
+    model_a, model_b = _pair(hiera_orig, hiera_new, cls_a, cls_b)
+    assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
+
+
+def test_rounded_count_subclass_runs_the_boolean_path(hiera_new):
+    """The override's mask keeps another count: the rewritten model must not use the
+    count of the file's get_random_mask for it (it would select 9 of 16, not 8)."""
+    cls = subclasses(hiera_new.MaskedAutoencoderHiera)["RoundedKeep"]
+    model = _mae(hiera_new, cls)
+    randomize_(model, torch, seed=0)
+    torch.manual_seed(1)
+    loss, pred, label, mask = model(_image(), mask_ratio=0.6)
+    kept = int(mask[0].sum())
+    assert kept == round(16 * 0.4) + 1
+    per_unit = math.prod(model.mask_unit_spatial_shape_final)  # prediction tokens per unit
+    assert pred.shape[0] == 2 * (16 - kept) * per_unit
+
+
+# -- masks a caller builds ---------------------------------------------------------
+
+
+def _masks(rows: int, units: int) -> Dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(11)
+    ragged = torch.zeros(rows, units, dtype=torch.bool)
+    ragged[0, torch.randperm(units, generator=gen)[:3]] = True
+    ragged[1, torch.randperm(units, generator=gen)[:7]] = True
+    uniform = torch.zeros(rows, units, dtype=torch.bool)
+    for r in range(rows):
+        uniform[r, torch.randperm(units, generator=gen)[:5]] = True
+    return {
+        "ragged": ragged,
+        "uniform": uniform,
+        "all_true": torch.ones(rows, units, dtype=torch.bool),
+        "all_false": torch.zeros(rows, units, dtype=torch.bool),
+    }
+
+
+@pytest.mark.parametrize("kind", ["ragged", "uniform", "all_true", "all_false"])
+def test_forward_loss_with_a_caller_mask(hiera_orig, hiera_new, kind):
+    model_a, model_b = _pair(hiera_orig, hiera_new)
+    tokens = math.prod(model_a.tokens_spatial_shape_final)  # prediction tokens
+    mask = _masks(2, tokens)[kind]
+    gen = torch.Generator().manual_seed(5)
+    pred = torch.randn(2, tokens, model_a.pred_stride**2 * 3, generator=gen, dtype=torch.float64)
+
+    def call(model, x, pred):
+        return model.forward_loss(x, pred, mask)
+
+    if kind == "all_false":  # nothing selected: the mean of nothing is NaN on both sides
+        a, b = call(model_a, _image(), pred), call(model_b, _image(), pred)
+        assert a[0].isnan() and b[0].isnan()
+        assert a[1].shape == b[1].shape == a[2].shape == b[2].shape == (0, pred.shape[-1])
+        return
+    assert_parity_shared(model_a, model_b, call, (_image(), pred), torch, REL_TOL)
+
+
+@pytest.mark.parametrize("kind", ["ragged", "uniform", "all_true", "all_false"])
+def test_pixel_labels_with_a_caller_mask(hiera_orig, hiera_new, kind):
+    model_a, model_b = _pair(hiera_orig, hiera_new)
+    mask = _masks(2, math.prod(model_a.tokens_spatial_shape_final))[kind]
+    x = _image()
+    a = model_a.get_pixel_label_2d(x, mask)
+    b = model_b.get_pixel_label_2d(x, mask)
+    assert a.shape == b.shape and torch.equal(a, b)
+    video = torch.randn(2, 3, 4, 64, 64, dtype=torch.float64)  # 2 frames of 2x2 tokens (stride 32)
+    mask3 = _masks(2, 2 * 2 * 2)[kind]
+    model_a.patch_stride, model_b.patch_stride = (2, 2, 2), (2, 2, 2)
+    a = model_a.get_pixel_label_3d(video, mask3)
+    b = model_b.get_pixel_label_3d(video, mask3)
+    assert a.shape == b.shape and torch.equal(a, b)
+
+
+def test_encoder_and_decoder_with_a_ragged_caller_mask(hiera_orig, hiera_new):
+    """Rows keeping 3 and 5 of 16 units: the original's `.view(B, -1, C)` still works
+    (8 units over 2 rows) and mixes rows; the rewrite must give exactly that."""
+    model_a, model_b = _pair(hiera_orig, hiera_new)
+    mask = torch.zeros(2, 16, dtype=torch.bool)
+    mask[0, [1, 4, 9]] = True
+    mask[1, [0, 2, 3, 7, 15]] = True
+    assert_parity_shared(
+        model_a, model_b, lambda m, x: m(x, mask_ratio=0.6, mask=mask), (_image(),), torch, REL_TOL
+    )
+    gen = torch.Generator().manual_seed(2)
+    latent = torch.randn(2, 4, 1, 1, model_a.encoder_norm.normalized_shape[0], generator=gen, dtype=torch.float64)
+    assert_parity_shared(model_a, model_b, lambda m, z: m.forward_decoder(z, mask), (latent,), torch, REL_TOL)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "all_true"])
+def test_classifier_token_drop_with_a_caller_mask(hiera_orig, hiera_new, kind):
+    mask = _masks(2, 16)[kind]
+    with default_dtype(torch, torch.float64), skip_init(torch):
+        a = hiera_orig.Hiera(input_size=IMG16, num_classes=5, embed_dim=32, num_heads=2, stages=(1, 2, 3, 1))
+        b = hiera_new.Hiera(input_size=IMG16, num_classes=5, embed_dim=32, num_heads=2, stages=(1, 2, 3, 1))
+    randomize_(a, torch, seed=0)
+    share_weights(a, b)
+    call = lambda m, x: m(x, mask=mask, return_intermediates=True)  # noqa: E731
+    assert_parity_shared(a, b, call, (_image(),), torch, REL_TOL)
+
+
+# -- forks of the files ----------------------------------------------------------------
+
+
+def _fork(tmp_path: Path, tag: str, edits: Dict[str, Sequence[Tuple[str, str]]]):
+    """Copies of the installed package with ``edits`` (exact text replacements) made,
+    one original and one rewritten, imported as fork_<tag>_orig / fork_<tag>_new.
+    Returns (original package, rewritten package, reports per rewritten file)."""
+    from tests.upstream import upstream_dir
+
+    source = upstream_dir()
+    reports: Dict[str, List] = {}
+    packages = []
+    for side in ("orig", "new"):
+        name = f"fork_{tag}_{side}"
+        dest = tmp_path / name
+        shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__"))
+        for file, replacements in edits.items():
+            text = (dest / file).read_text()
+            for old, new in replacements:
+                assert old in text, f"{file}: {old!r} not found"
+                text = text.replace(old, new)
+            (dest / file).write_text(text)
+        if side == "new":
+            for file in ("hiera.py", "hiera_mae.py", "hiera_utils.py"):
+                result = rewrite_bytes((dest / file).read_bytes())
+                (dest / file).write_bytes(result.output)
+                reports[file] = result.reports
+        sys.path.insert(0, str(tmp_path))
+        try:
+            importlib.invalidate_caches()
+            packages.append(importlib.import_module(name))
+        finally:
+            sys.path.remove(str(tmp_path))
+    return packages[0], packages[1], reports
+
+
+ROUNDED_KEEP = ("len_keep = int(num_windows * (1 - mask_ratio))", "len_keep = round(num_windows * (1 - mask_ratio))")
+
+
+def test_fork_get_random_mask_with_another_count(tmp_path):
+    """A fork's hiera.py keeps round(...) units: the count the MAE uses is read from it."""
+    orig, new, reports = _fork(tmp_path, "rounded", {"hiera.py": [ROUNDED_KEEP]})
+    assert any(r.applied and "get_random_mask" in r.message for r in reports["hiera.py"])
+    text = (tmp_path / "fork_rounded_new" / "hiera.py").read_text()
+    assert "len_keep = round(num_windows * (1 - mask_ratio))" in text.split("get_random_mask.num_kept")[0].split(
+        "def _get_random_mask_num_kept"
+    )[1]
+    for ratio in (0.5, 0.55, 0.6, 0.9):  # 0.55 and 0.6: round and int differ on 16 units
+        model_a, model_b = _pair(orig, new)
+        assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=ratio), (_image(),), torch, REL_TOL)
+    model = _mae(new)
+    torch.manual_seed(0)
+    _, pred, _, mask = model(_image(), mask_ratio=0.55)
+    assert int(mask[0].sum()) == round(16 * 0.45)
+
+
+def test_fork_get_random_mask_not_provable_falls_back(tmp_path):
+    """A get_random_mask whose count cannot be read (randperm) gets no count; the MAE
+    then selects with the mask, exactly, and the refusal names the construct."""
+    edit = (
+        "        noise = torch.rand(B, num_windows, device=x.device)\n",
+        "        noise = torch.rand(B, num_windows, device=x.device)\n"
+        "        noise = noise + torch.randperm(num_windows, device=x.device)[None] * 0.0\n",
+    )
+    orig, new, reports = _fork(tmp_path, "noproof", {"hiera.py": [edit]})
+    (skip,) = [r for r in reports["hiera.py"] if not r.applied and r.code == "HR003"]
+    assert "get_random_mask is not read" in skip.message and "noise is bound twice" in skip.message
+    assert not hasattr(new.hiera.Hiera.get_random_mask, "num_kept")
+    model_a, model_b = _pair(orig, new)
+    assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
+
+
+def test_fork_binding_inspect_itself(tmp_path):
+    """hiera_mae.py with its own `inspect` helper: the rewrite must not shadow it or
+    call it; it refuses the count there, and the file still imports and matches."""
+    edit = ("def apply_fusion_head(", "def inspect(x):\n    return x\n\n\ndef apply_fusion_head(")
+    orig, new, reports = _fork(tmp_path, "inspect", {"hiera_mae.py": [edit]})
+    skips = [r for r in reports["hiera_mae.py"] if not r.applied]
+    assert any("the module binds `inspect` itself" in r.message for r in skips), [r.message for r in skips]
+    assert new.hiera_mae.inspect(3) == 3
+    model_a, model_b = _pair(orig, new)
+    assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
+
+
+def test_fork_loss_with_a_batch_flattened_mask(tmp_path):
+    """A fork's decoder returns (B*N, F) predictions and a 1-D (B*N,) mask, and its
+    labels are flattened the same way: the loss selects rows with a 1-D mask."""
+    edits = {
+        "hiera_mae.py": [
+            ("        x = self.decoder_pred(x)\n\n        return x, mask", "        x = self.decoder_pred(x)\n\n        return x.flatten(0, 1), mask.flatten()"),
+            (
+                "        label = label.flatten(1, 2).flatten(2)\n        label = label[mask]",
+                "        label = label.flatten(1, 2).flatten(2).flatten(0, 1)\n        label = label[mask]",
+            ),
+        ]
+    }
+    orig, new, reports = _fork(tmp_path, "flat", edits)
+    model_a, model_b = _pair(orig, new)
+    assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
