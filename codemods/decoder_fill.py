@@ -7,14 +7,19 @@ It matches, in one function (names are followed, not assumed):
     mask = mask.expand((-1,) * 2 + x.shape[2:]).bool()        # [B, #MUs, *unit, C]
     x_dec[mask] = x.flatten()
 
-and emits
+and emits (the function gains ``num_kept=None``, passed by the MAE's forward for the
+mask the model makes itself):
 
-    kept_windows = mask.logical_not().byte().argsort(dim=1, stable=True)[:, : x.shape[1]]
+    if num_kept is not None:
+        kept_windows = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
     mask = mask.reshape(...)                                   # unchanged
     mask = mask.expand(...).bool()                             # unchanged
-    x_dec = x_dec.scatter(
-        1, kept_windows.reshape(kept_windows.shape + (1,) * (x.dim() - 2)).expand_as(x), x
-    )
+    if num_kept is None:  # a mask from the caller: rows may keep different counts
+        x_dec[mask] = x.flatten()                              # the original
+    else:
+        x_dec = x_dec.scatter(
+            1, kept_windows.reshape(kept_windows.shape + (1,) * (x.dim() - 2)).expand_as(x), x
+        )
 
 The blend with the mask token that follows is left as it is, so dtypes (autocast)
 behave exactly as before.
@@ -33,7 +38,6 @@ from ._flow import (
     Stmt,
     code,
     enclosing_function,
-    enclosing_line,
     is_name,
     method_call,
     single_assign,
@@ -66,11 +70,13 @@ class DecoderFill(Rewrite):
     x_dec's shape.  Boolean index_put is a data-dependent `nonzero` (a host sync
     and a graph break under torch.compile) with a slow backward.
 
-    The encoder output x holds the kept units in ascending unit order and
-    `x.shape[1]` of them per row, a static count.  The rewrite takes the kept unit
+    The encoder output x holds the kept units in ascending unit order.  When the
+    caller states how many every row keeps (`num_kept`: the MAE's forward does, for
+    the mask its own get_random_mask makes), the rewrite takes the kept unit
     indices from a stable argsort of the 2-D mask (before it is expanded) and
     scatters x into x_dec along the unit axis: the same values land in the same
-    places.  The blend `~mask * mask_tokens + mask * x_dec` that follows is left
+    places.  Without a count (a caller's mask, which may keep different counts per
+    row) the original index_put runs, unchanged.  The blend `~mask * mask_tokens + mask * x_dec` that follows is left
     untouched, so dtype promotion (under autocast too) is exactly as before.
     """
 

@@ -5,20 +5,19 @@ selects rows of a ``(B, N, F)`` tensor:
 
     label = label[mask]                      # (B * n_selected, F)
 
-it emits (the method gains ``num_masked=None``, counted from the mask if not given):
+it emits (the method gains ``num_masked=None``):
 
-    if num_masked is None:
-        # a mask from the caller: count its selected tokens (one host sync)
-        num_masked = int(mask[0].sum())
-    ...
-    label = label.gather(1, <ascending True indices, expanded to (B, n, F)>).flatten(0, 1)
+    if num_masked is None:  # a mask from the caller: rows may select different counts
+        label = label[mask]                  # the original
+    else:
+        masked_tokens = <the ascending True indices of each row, num_masked of them>
+        label = label.gather(1, <masked_tokens expanded to (B, n, F)>).flatten(0, 1)
 
 Calls inside the method to methods of the same class that gain ``num_masked`` pass it
-on when they pass the same mask, and an MAE ``forward`` that computes
-``self.forward_loss(x, pred, ~pred_mask)`` after ``pred, pred_mask =
-self.forward_decoder(latent, mask)`` (a decoder of the same class that fills the kept
-units) passes the static count
-``pred_mask.shape[1] - latent.shape[1] * math.prod(latent.shape[2:-1])``.
+on when they pass the same mask -- and, at run time, only when the callee is the
+class's own (``type(self).m is Cls.m``): a subclass's override keeps upstream's
+signature.  An MAE ``forward`` (see ``_mae_forward_calls``) computes the counts of
+the mask the model makes itself and passes them to the decoder and the loss.
 A method under `# hiera-rewrite: skip` neither gains the count nor is passed it.
 """
 
@@ -40,7 +39,6 @@ from ._mask import (
     class_reference,
     keyword_if_own,
     own_method,
-    is_docstring,
     ascending_true,
     free_names,
     imports_module,
@@ -74,12 +72,15 @@ class MaskedSelect(Rewrite):
     `(loss, pred[mask], label[mask])` as before.
 
     The count: the methods gain an optional `num_masked` argument and pass it on to
-    each other.  The MAE's forward computes it from static shapes (prediction
-    tokens minus kept units times tokens per unit), so the training step has no
-    sync.  Called without it (a caller's own mask), the method counts the mask
-    once (`int(mask[0].sum())`, one host sync).  A mask whose rows select
-    different counts, or that is not 2-D bool, is outside what upstream supports;
-    non-2-D masks raise instead of selecting.
+    each other's own versions.  The MAE's forward computes it from static shapes
+    (prediction tokens minus kept units times tokens per unit) only when the mask is
+    the model's own -- made by its own forward_encoder with a get_random_mask that
+    states its kept count (see HR003) and decoded by its own forward_decoder -- so
+    the training step has no sync.  Called without it (a caller's mask: ragged,
+    1-D, all-True or all-False masks are all legal), the original boolean selection
+    runs, unchanged.  Each keyword goes only to the file's own method: a user's
+    subclass that overrides forward_loss or get_pixel_label_2d with upstream's
+    signature gets the original call.
     """
 
     def plan(self, ctx: PlanContext) -> None:

@@ -6,25 +6,28 @@ In the encoder forward it matches
 
 and emits (the function gains a ``num_kept=None`` argument):
 
-    if num_kept is None:  # a mask from the caller: count it (one host sync)
-        num_kept = int(mask[0].sum())
-    kept_windows = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-    x = x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1]).gather(
-        2, kept_windows[:, None, :, None].expand(-1, x.shape[1] // mask.shape[-1], -1, x.shape[-1])
-    ).view(B, -1, C)
+    if num_kept is None:  # a mask from the caller: rows may keep different counts
+        x = x[mask[..., None].tile(1, MU, C)].view(B, -1, C)   # the original, as it was
+    else:
+        kept_windows = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
+        x = x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1]).gather(
+            2, kept_windows[:, None, :, None].expand(-1, x.shape[1] // mask.shape[-1], -1, x.shape[-1])
+        ).view(B, -1, C)
 
 The index is expanded, not broadcast by `take_along_dim`: autograd then saves the
 small (B, n) index instead of a materialised (B, T, n, C) int64 one.
 
+A class's ``get_random_mask`` whose body proves the count it keeps in every row
+gets that count attached (``get_random_mask.num_kept``, codemods/_random_mask.py).
 In an MAE's ``forward_encoder``-like method, where the mask is made by
 ``self.get_random_mask(x, mask_ratio)`` and handed to ``super().forward(x, mask, ...)``,
-it computes the kept count as a Python int and passes it on, when the base class's
-``forward`` accepts ``num_kept`` (hiera.py may be rewritten separately).
+the count the running get_random_mask states (None for an override) is passed on,
+when the base class's ``forward`` accepts ``num_kept`` (hiera.py may be rewritten
+separately).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
@@ -84,15 +87,18 @@ class EncoderTokenDrop(Rewrite):
     the boolean index.  The kept windows come from a stable argsort of `~mask`,
     sliced to a count that is a Python int, so every shape is static.
 
-    The count: the encoder's forward gains an optional `num_kept` argument.  An MAE
-    that makes the mask with `get_random_mask(x, mask_ratio)` knows the count as a
-    Python int (`int(num_windows * (1 - mask_ratio))`, get_random_mask's own
-    formula) and passes it, so the training step has no sync at all.  When a caller
-    passes its own mask and no count, it is counted from the mask
-    (`int(mask[0].sum())`, one host sync; the mask must keep the same number of
-    units in every row, as upstream already requires).  The MAE passes the count
-    only when the encoder's forward accepts it, so a rewritten hiera_mae.py works
-    with an original hiera.py and the reverse.
+    The count: the encoder's forward gains an optional `num_kept` argument, and only
+    a count proves that every row keeps as many units.  Without one (a mask from a
+    caller, which may be ragged) the original boolean indexing runs, unchanged.
+    The count comes from the code that makes the mask: a `get_random_mask` whose
+    body is upstream's (noise, a double argsort, `mask[:, :len_keep] = 1`, a gather)
+    gets a small function attached, `get_random_mask.num_kept`, made of the
+    statements of its own body that compute `len_keep` (a fork's `round(...)`
+    included).  The MAE reads it through `self.get_random_mask` when it makes the
+    mask, so a subclass that overrides get_random_mask (another count) carries no
+    count and takes the boolean path.  The training step has no sync at all.  The
+    MAE passes the count only when the encoder's forward accepts it, so a rewritten
+    hiera_mae.py works with an original hiera.py and the reverse.
     """
 
     def plan(self, ctx: PlanContext) -> None:
@@ -112,7 +118,7 @@ class EncoderTokenDrop(Rewrite):
                 if str(reason):
                     ctx.refuse(call, str(reason))
                 continue
-            ctx.add_site(call, edits, "MAE encoder: pass the kept count of get_random_mask as a Python int")
+            ctx.add_site(call, edits, "MAE encoder: pass the kept count get_random_mask states (a Python int)")
         for func in finder.random_masks:
             _random_mask_count(ctx, func)
         for call in finder.submodule_masks:
