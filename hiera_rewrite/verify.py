@@ -279,15 +279,16 @@ def site_verdicts(report: Dict[str, Any], sites: List[Dict[str, Any]]) -> List[D
 def _hint(site: Dict[str, Any], report: Dict[str, Any]) -> str:
     """Why no case reached the site, and the flag that would."""
     owner_class = site.get("owner_class")
-    why = [f for f in report.get("failures", []) if owner_class and f.get("class") == owner_class]
-    reason = "; ".join(f"{f['label']}: {f['error']}" for f in why[:2])
     module = site.get("module") or "MODULE"
-    target = owner_class or site["owner"].split(".")[0]
-    flag = f"--factory {module}:{target}:'{{...}}'" if target and target != "<module>" else "--factory MODULE:FUNC"
-    text = f"reach it with {flag}, --kwargs JSON or --input-shape B,C,..."
+    if not owner_class:
+        return f"no model built here calls {site['owner']}; name one that does with --factory MODULE:FUNC[:JSON]"
+    why = [f for f in report.get("failures", []) if f.get("class") == owner_class]
+    reason = "; ".join(f"{f['label']}: {f['error']}" for f in why[:2])
     missing = [f.get("missing") for f in why if f.get("missing")]
     if missing:
-        text = f"give the missing argument: --factory {module}:{target}:'{json.dumps({m: '...' for m in missing[0]})}'"
+        text = f"give the missing argument: --factory {module}:{owner_class}:'{json.dumps({m: '...' for m in missing[0]})}'"
+    else:
+        text = f"reach it with --factory {module}:{owner_class}:'{{...}}' (or a factory of a model holding it), --kwargs JSON or --input-shape B,C,..."
     return (f"{reason}; " if reason else "") + text
 
 

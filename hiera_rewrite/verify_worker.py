@@ -46,6 +46,18 @@ _SIZE_KNOBS = {
 }
 _MAX_CANDIDATES = 12
 _NO_DEFAULT = object()
+# a 2-D Hiera configuration made 3-D (video) as upstream's 16x224 models do: (time value, key)
+_VIDEO = {"input_size": 16, "q_stride": 1, "mask_unit_size": 1, "patch_kernel": 3, "patch_stride": 2, "patch_padding": 1}
+
+
+class _Opaque:
+    """A factory's keyword value that only its code knows (``kwargs["x"]``, a call)."""
+
+    def __repr__(self) -> str:
+        return "<computed>"
+
+
+_OPAQUE = _Opaque()
 
 
 def _size_rank(name: str) -> int:
@@ -257,7 +269,10 @@ class Worker:
         roots = [os.path.realpath(p) for p in self.path_entries]
 
         def inside(mod) -> bool:
-            locations = [getattr(mod, "__file__", None)] + list(getattr(mod, "__path__", []) or [])
+            try:  # a namespace package's __path__ is recomputed from its parent's
+                locations = [getattr(mod, "__file__", None)] + list(getattr(mod, "__path__", []) or [])
+            except Exception:  # noqa: BLE001
+                return True
             for loc in locations:
                 if isinstance(loc, str):
                     real = os.path.realpath(loc)
@@ -265,12 +280,10 @@ class Worker:
                         return True
             return False
 
-        for name in list(sys.modules):
-            if name in self.before:
-                continue
-            mod = sys.modules.get(name)
-            if mod is None or inside(mod):
-                del sys.modules[name]
+        # decide for all first: deleting a parent first breaks its children's __path__
+        doomed = [name for name in list(sys.modules) if name not in self.before and (sys.modules[name] is None or inside(sys.modules[name]))]
+        for name in doomed:
+            sys.modules.pop(name, None)
         for entry in self.path_entries:
             while entry in sys.path:
                 sys.path.remove(entry)
@@ -362,12 +375,26 @@ class Worker:
                 best = min(fs, key=lambda f: (_size_rank(f["attr"]), f["order"]))
                 cands.append({"module": best["module"], "attr": best["attr"], "label": f"{best['module']}:{best['attr']} -> {cls.__name__}", "factory": True, "cls": cls, "recipe": best["recipe"], "opaque": best["opaque"], "kwargs": {}})
             cands.append({"module": cls.__module__, "attr": cls.__qualname__, "label": f"{cls.__module__}:{cls.__qualname__} (class)", "factory": False, "cls": cls, "recipe": {}, "opaque": False, "kwargs": {}})
+            video = self._video(cls, [f["recipe"] for f in own])
+            if video is not None:
+                cands.append(dict(cands[-1], label=f"{cls.__module__}:{cls.__qualname__} (class, 3-D)", recipe=video))
             first.append(dict(cands[0], later=False))
             later.extend(dict(c, later=True) for c in cands[1:])
         return first + later
 
+    @staticmethod
+    def _video(cls, recipes: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+        """A 3-D configuration of a 2-D Hiera-like class, unless a factory has one."""
+        params, _ = init_params(cls)
+        if not all(isinstance(params.get(k), (tuple, list)) and len(params[k]) == 2 for k in _VIDEO):
+            return None
+        if any(isinstance(r.get("input_size"), (tuple, list)) and len(r["input_size"]) == 3 for r in recipes):
+            return None
+        return {k: (t, *params[k]) for k, t in _VIDEO.items()}
+
     def _recipe(self, module, funcs, name, is_module_class, depth: int = 0):
-        """(class, literal keyword arguments, opaque) a factory returns, or None."""
+        """(class, keyword arguments, opaque) a factory returns, or None: values its code
+        computes are ``_OPAQUE``; ``opaque`` when it passes positional arguments."""
         node = funcs.get(name)
         if node is None or depth > 5:
             return None
@@ -398,7 +425,7 @@ class Worker:
                 try:
                     kw[k.arg] = _literal(k.value, env)
                 except Exception:  # noqa: BLE001 -- kwargs["x"], a call...: only the factory knows
-                    opaque = True
+                    kw[k.arg] = _OPAQUE
             return inner[0], kw, opaque
         return None
 
@@ -498,12 +525,20 @@ class Worker:
         params, required = init_params(cand["cls"])
         direct = {"module": cand["cls"].__module__, "attr": cand["cls"].__qualname__}
         out = []
-        if not cand["opaque"]:
-            given = dict(cand["recipe"], **user)
+        given = dict(cand["recipe"], **user)
+        computed: Dict[str, Any] = {}
+        for key, value in list(given.items()):
+            if value is _OPAQUE:  # the factory computes it: a small value from its name, else the default
+                value = guess(key)
+                if value is None and params.get(key, _NO_DEFAULT) is not _NO_DEFAULT:
+                    value = params[key]
+                if value is not None:
+                    given[key] = computed[key] = value
+        if not cand["opaque"] and not any(v is _OPAQUE for v in given.values()):
             small = self.shrink(params, given, user)
             if small:
-                out.append(dict(direct, kwargs=dict(given, **small), how="small: " + ", ".join(f"{k}={v}" for k, v in small.items())))
-            out.append(dict(direct, kwargs=given, how="its configuration"))
+                out.append(dict(direct, kwargs=dict(given, **small), filled=computed, how="small: " + ", ".join(f"{k}={v}" for k, v in small.items())))
+            out.append(dict(direct, kwargs=given, filled=computed, how="its configuration"))
         if cand["factory"]:
             out.append({"module": cand["module"], "attr": cand["attr"], "kwargs": dict(user), "how": "the factory"})
         for mode in out:
@@ -512,6 +547,7 @@ class Worker:
 
     def build(self, mode: Dict[str, Any], torch, filled: Dict[str, Any]):
         kwargs = dict(mode["kwargs"])
+        filled.update(mode.get("filled", {}))
         for name in mode.get("required", []):
             value = guess(name)
             if value is None:
