@@ -74,6 +74,15 @@ def foreign_binding(module: cst.Module, name: str) -> Optional[str]:
     return None
 
 
+def shadowed(module: cst.Module, *names: str) -> List[str]:
+    """Those of ``names`` (builtins the inserted code calls) that a top-level statement
+    of the module binds to something else."""
+    bound: Set[str] = set()
+    for stmt in module.body:
+        bound |= statement_names(stmt)[0]
+    return [n for n in names if n in bound or "*" in bound]
+
+
 def own_method(cls: str, method: str) -> str:
     """True at run time when ``self.<method>`` is the one the file's class ``cls`` defines
     (not an override in a subclass, which keeps upstream's signature)."""

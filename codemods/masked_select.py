@@ -36,6 +36,7 @@ from ._flow import FunctionFlow, Stmt, code, is_name, method_call, positional, s
 from ._random_mask import count_call, random_mask_guard
 from .decoder_fill import planned_fill
 from ._mask import (
+    shadowed,
     class_reference,
     keyword_if_own,
     own_method,
@@ -241,7 +242,7 @@ def _pass_count_on(
     upstream's signature and gets the call as it was."""
     edits: Dict[cst.CSTNode, Replacement] = {}
     owner = class_reference(ctx, cls)
-    if owner is None:
+    if owner is None or shadowed(ctx.module, "type"):
         return edits
 
     class _Calls(cst.CSTVisitor):
@@ -300,7 +301,7 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
     if not imports_module(ctx.module, "math"):
         return []
     owner = class_reference(ctx, cls)
-    if owner is None:
+    if owner is None or shadowed(ctx.module, "type", "getattr"):
         return []
     sites = []
     defined = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]

@@ -47,7 +47,9 @@ from ._flow import (
     target_code,
 )
 from ._random_mask import NotProven, count_call, helper_source, kept_count, random_mask_guard
+from ._flow import statement_names
 from ._mask import (
+    shadowed,
     foreign_binding,
     is_docstring,
     module_binds,
@@ -337,6 +339,9 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     collision = foreign_binding(ctx.module, "inspect")
     if collision:
         raise Refuse(f"the count needs `inspect`, but {collision}")
+    taken = shadowed(ctx.module, "getattr")
+    if taken:
+        raise Refuse(f"the count needs the builtin {taken[0]}, which the module binds itself")
 
     mask_call = method_call(single_assign(guard.body.body[0])[1], "get_random_mask")[1]  # type: ignore[index, union-attr, arg-type]
     mask_args = positional(mask_call) or []
@@ -444,6 +449,12 @@ def _random_mask_count(ctx: PlanContext, func: cst.FunctionDef) -> None:
     attribute = f"{func.name.value}.num_kept"
     if any(isinstance(s, cst.SimpleStatementLine) and any(code(t) == attribute for t in _assigned_names(s)) for s in body):
         return  # rewritten already
+    helper = f"_{func.name.value}_num_kept"
+    taken = [n for n in shadowed(ctx.module, "len", "range")]
+    taken += [helper] if any(helper in statement_names(s)[0] for s in body) else []
+    if taken:
+        ctx.refuse(func, f"the kept count's code needs the name(s) {', '.join(taken)}, which the file binds itself")
+        return
     try:
         count = kept_count(func)
     except NotProven as reason:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -264,3 +265,17 @@ def test_fork_loss_with_a_batch_flattened_mask(tmp_path):
     orig, new, reports = _fork(tmp_path, "flat", edits)
     model_a, model_b = _pair(orig, new)
     assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
+
+
+@pytest.mark.parametrize("name", ["len", "range", "getattr", "type"])
+def test_inserted_code_never_calls_a_builtin_the_file_rebinds(name):
+    """The emitted code calls len/range (the kept count), getattr (reading it) and
+    type (the own-method checks): a file binding one of them gets no code calling it."""
+    merged = (Path(__file__).resolve().parent.parent / "golden" / "mask" / "mae_merged.in.py").read_text()
+    source = merged.replace("\nclass ", f"\ndef {name}(*args):\n    raise AssertionError\n\n\nclass ", 1)
+    result = rewrite_bytes(source.encode())
+    out = result.output.decode()
+    calls = lambda text: len(re.findall(rf"(?<![\w.]){name}\(", text))  # noqa: E731
+    assert calls(out) == calls(source), [r.message for r in result.reports]
+    assert result.changed  # the rest is still rewritten
+    compile(out, "merged", "exec")
