@@ -4,16 +4,27 @@ Matches a max-reduction whose input is a `.view(...)`/`.reshape(...)` (the Unrol
 pooling idiom of `do_pool` and of the q-pool), spelled `.max(dim=k).values`,
 `.max(k).values` or `.max(dim=k)[0]`.  The receiver keeps its formatting: only
 the reduction call is replaced.
+
+`.amax` saves its input and its output for backward, `.max(...).values` only its
+indices: an in-place op on either one before backward would raise after the rewrite
+where the original ran.  Each site is followed through its function
+(codemods/_inplace.py) and refused where an in-place op, or code that may do one,
+can reach the pooled tensor or the tensor it pools.  A pooled tensor the function
+returns gets `.clone()` (callers anywhere may modify it in place; the copy costs
+nothing measurable next to the reduction, benchmarks/pool_forms.py).
 """
 
 from __future__ import annotations
+
+from typing import List, Set
 
 import libcst as cst
 
 from hiera_rewrite.index import walk
 from hiera_rewrite.rewrite import PlanContext, Rewrite, register
 
-from ._flow import method_call, reduction_values
+from ._flow import code, enclosing_function, method_call, reduction_values
+from ._inplace import ALIAS_ATTRS, ALIAS_METHODS, WHAT, InplaceFlow
 
 
 @register
@@ -21,6 +32,10 @@ class PoolAmax(Rewrite):
     code = "HR002"
     name = "pool-amax"
     message = "max-pool: .max(dim=k).values -> .amax(dim=k) (no unused int64 index tensor)"
+    clone_message = (
+        "max-pool: .max(dim=k).values -> .amax(dim=k).clone() (no unused int64 index tensor;"
+        " returned, so a caller may modify it in place)"
+    )
     explanation = """
     Hiera max-pools by viewing the stride as its own dimension and reducing it:
     `x.view(B, stride, -1, C).max(dim=1).values` (do_pool) and the q-pool in the
@@ -32,26 +47,139 @@ class PoolAmax(Rewrite):
     Forward values are identical.  The gradient differs only when two inputs of a
     pooling window are bit-identical maxima: `.max(...).values` sends the whole
     gradient to one of them, `.amax` splits it evenly between them.
+
+    `.amax` keeps its input and its output for backward (`.max(...).values` keeps
+    only the indices), so an in-place op on either before backward would raise
+    after the rewrite.  The pooled tensor and the tensor it pools are followed
+    through the function (views, aliases, branches, loops; calls to `torch`,
+    `torch.nn` modules and functions of the same file); a site is skipped, with
+    the op and its line, where an in-place op (`x += ...`, `x[...] = ...`,
+    `x.mul_(...)`, `torch.relu_(x)`, `inplace=True`, `out=x`) or code that may do
+    one (an unknown function or module it is passed to, an attribute it is
+    stored in) can reach either.  A pooled tensor the function returns becomes
+    `.amax(dim=k).clone()`: the callers, in any file, may then modify it in
+    place; the copy is fused into the reduction under torch.compile and costs
+    about 1% of the reduction eager.  What a caller does with a tensor it passed
+    in (a parameter that is pooled) is not seen: the caller is assumed not to
+    modify it in place before backward.
     """
 
     def plan(self, ctx: PlanContext) -> None:
         finder = _Reductions()
         ctx.index.visit(finder)
+        if not finder.found:
+            return
+        flow = InplaceFlow(ctx.index)
         for node in finder.found:
             try:
-                replacement = _amax(node)
+                clone = _check_inplace(ctx, flow, node)
+                replacement = _amax(node, clone)
             except _Refuse as reason:
                 ctx.refuse(node, str(reason))
                 continue
-            ctx.add_site(node, {node: replacement})
+            ctx.add_site(node, {node: replacement}, self.clone_message if clone else None)
 
 
 class _Refuse(Exception):
     pass
 
 
-def _amax(node: "cst.Attribute | cst.Subscript") -> cst.Call:
-    """``X.max(k).values`` / ``X.max(k)[0]`` -> ``X.amax(k)``, keeping layout and comments.
+def _check_inplace(ctx: PlanContext, flow: InplaceFlow, node: "cst.Attribute | cst.Subscript") -> bool:
+    """Refuse where an in-place op may reach the pooled tensor or its input before
+    backward; whether the pooled tensor is returned (then it is cloned)."""
+    func = enclosing_function(ctx, node)
+    if func is None:
+        raise _Refuse("not inside a function: HR002 follows the pooled tensor through the function that pools it")
+    point = _statement_of(ctx, node)
+    result = flow.follow(func, point, seed_nodes=[node])
+    if result.hazards:
+        raise _Refuse(_reason(result.hazards[0], "the pooled tensor", "output"))
+    reduced = reduction_values(node)
+    assert reduced is not None
+    root = _storage_root(reduced[1])
+    if isinstance(root, cst.Name):
+        group = flow.storage_names(func, root.value)
+        stored = flow.stored(func, group)
+        if stored is not None:
+            raise _Refuse(_reason(stored, f"the tensor it pools (`{root.value}`)", "input"))
+        source = flow.follow(func, point, seed_names=sorted(group))
+        if source.hazards:
+            raise _Refuse(_reason(source.hazards[0], f"the tensor it pools (`{root.value}`)", "input"))
+        if source.returned:
+            raise _Refuse(
+                f"the tensor it pools (`{root.value}`) is returned, and a caller may modify it in place"
+                " before backward (.amax saves its input for backward, .max(...).values does not)"
+            )
+        if group & _param_names(func):
+            _check_callers(ctx, flow, func, sorted(group & _param_names(func)))
+    elif isinstance(root, cst.Attribute):
+        raise _Refuse(
+            f"it pools `{code(root)}`, which other code may modify in place before backward"
+            " (.amax saves its input for backward, .max(...).values does not)"
+        )
+    return result.returned
+
+
+def _reason(hazard: str, role: str, saved: str) -> str:
+    text = hazard.replace(WHAT, role)
+    text += " before backward" if text.endswith("in place") else ", so it may be modified in place before backward"
+    return text + f" (.amax saves its {saved} for backward, .max(...).values does not)"
+
+
+def _param_names(func: cst.FunctionDef) -> Set[str]:
+    params = func.params
+    return {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
+
+
+def _check_callers(ctx: PlanContext, flow: InplaceFlow, func: cst.FunctionDef, params: List[str]) -> None:
+    """A pooled parameter is the caller's tensor: where the function is called in this
+    file, the caller must not modify what it passed in place after the call.  (Callers
+    in other files are not seen; see the explanation.)"""
+    calls = flow.calls_of(func)
+    for call in calls or ():
+        caller = enclosing_function(ctx, call)
+        if caller is None:
+            continue
+        for param in params:
+            passed = flow.param_for(func, call, param)
+            if passed is None:
+                continue
+            root = _storage_root(passed)
+            if not isinstance(root, cst.Name):
+                continue
+            group = flow.storage_names(caller, root.value)
+            after = flow.follow(caller, _statement_of(ctx, call), seed_names=sorted(group))
+            # the call's own statement reads it as an argument; only later uses count
+            hazards = [h for h in after.hazards if f"`{func.name.value}(...)`" not in h]
+            if hazards:
+                where = ctx.position(call).line
+                raise _Refuse(_reason(hazards[0], f"the tensor it pools (`{root.value}`, passed to {func.name.value} at line {where})", "input"))
+
+
+def _statement_of(ctx: PlanContext, node: cst.CSTNode) -> cst.CSTNode:
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            return ancestor
+    raise _Refuse("not inside a statement")
+
+
+def _storage_root(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """The expression whose storage ``expr`` (the pooled view) shares: through views,
+    indexing and alias attributes down to a name, an attribute or a call."""
+    while True:
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ALIAS_METHODS:
+            expr = expr.func.value
+        elif isinstance(expr, cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Attribute) and expr.attr.value in ALIAS_ATTRS:
+            expr = expr.value
+        else:
+            return expr
+
+
+def _amax(node: "cst.Attribute | cst.Subscript", clone: bool = False) -> cst.BaseExpression:
+    """``X.max(k).values`` / ``X.max(k)[0]`` -> ``X.amax(k)`` (``X.amax(k).clone()``),
+    keeping layout and comments.
 
     Only the ``.max`` name changes and the ``.values``/``[0]`` goes; a comment that
     sat before the dropped ``.values`` moves to the line of the closing parenthesis.
@@ -90,10 +218,13 @@ def _amax(node: "cst.Attribute | cst.Subscript") -> cst.Call:
             else:
                 moved = dropped
             rpar[len(max_call.rpar)] = node.rpar[0].with_changes(whitespace_before=moved)
-    return max_call.with_changes(
-        func=max_call.func.with_changes(attr=cst.Name("amax")),
-        lpar=lpar,
-        rpar=rpar,
+    if not clone:
+        return max_call.with_changes(func=max_call.func.with_changes(attr=cst.Name("amax")), lpar=lpar, rpar=rpar)
+    inner = max_call.with_changes(func=max_call.func.with_changes(attr=cst.Name("amax")))
+    return cst.Call(
+        func=cst.Attribute(value=inner, attr=cst.Name("clone")),
+        lpar=lpar[: len(node.lpar)],
+        rpar=rpar[len(max_call.rpar):],
     )
 
 

@@ -39,4 +39,4 @@ class Pool(nn.Module):
 
     def forward(self, x):
         B, N, C = x.shape
-        return x.view(B, 2, N // 2, C).amax(dim=1)
+        return x.view(B, 2, N // 2, C).amax(dim=1).clone()

@@ -13,7 +13,7 @@ class Pool(nn.Module):
         x = self.proj(x)
         x = (
             x.view(x.shape[0], self.stride, -1, x.shape[-1])  # unrolled stride first
-            .amax(dim=1)  # pool over the stride
+            .amax(dim=1).clone()  # pool over the stride
             # drop the indices
         )
         return x

@@ -5,20 +5,20 @@ import torch.nn as nn
 
 def do_pool(x: torch.Tensor, stride: int) -> torch.Tensor:
     # Refer to `Unroll` to see how this performs a maxpool-Nd
-    return x.view(x.shape[0], stride, -1, x.shape[-1]).amax(dim=1)
+    return x.view(x.shape[0], stride, -1, x.shape[-1]).amax(dim=1).clone()
 
 
 def do_pool_positional(x, stride):
-    return x.view(x.shape[0], stride, -1, x.shape[-1]).amax(1)
+    return x.view(x.shape[0], stride, -1, x.shape[-1]).amax(1).clone()
 
 
 def do_pool_indexed(x, stride):
-    pooled = x.reshape(x.shape[0], stride, -1, x.shape[-1]).amax(dim=1)  # values only
+    pooled = x.reshape(x.shape[0], stride, -1, x.shape[-1]).amax(dim=1).clone()  # values only
     return pooled
 
 
 def do_pool_negative_dim(x, stride):
-    return x.view(x.shape[0], stride, -1, x.shape[-1]).amax(dim=-3)
+    return x.view(x.shape[0], stride, -1, x.shape[-1]).amax(dim=-3).clone()
 
 
 class Block(nn.Module):

@@ -1,0 +1,922 @@
+"""Can an in-place operation reach a tensor before backward?  (HR002's proof.)
+
+``.max(dim).values`` saves only its int64 indices for backward; ``.amax(dim)`` saves
+its input *and* its output.  After the rewrite, an in-place op on either one (or on
+anything sharing its storage: a view, the tensor it is a view of, a sibling from the
+same ``unbind``) before backward raises "one of the variables needed for gradient
+computation has been modified by an inplace operation", where the original ran.
+
+This module follows a value through one function, statement by statement, in
+execution order (branches merged, loops iterated to a fixed point, a name that is
+assigned something else is no longer followed), through the expressions that may
+return it or share its storage (views, ``.to``/``.contiguous``/``.detach``, indexing,
+containers, ``a if c else b``), and reports:
+
+- a *hazard*: an in-place op on it (``x += ...``, ``x[...] = ...``, ``x.mul_(...)``,
+  ``torch.relu_(x)``, ``out=x``, ``inplace=True``), or a place where code we cannot
+  see may do one (passed to a function or module that is not known to leave it
+  alone, stored on an attribute, captured by a nested function, read inside a
+  comprehension);
+- whether it is *returned* (or yielded) from the function.
+
+Known to leave their arguments alone: ``torch.*`` functions (except ``*_`` and those
+given ``inplace=``/``out=``), a few builtins, ``self.m`` where every ``self.m = ...`` of
+the class builds a ``torch.nn`` module without ``inplace=True`` (or timm's DropPath),
+and functions defined at module level in the same file whose body is followed too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+from hiera_rewrite.index import ModuleIndex
+
+from ._flow import _all_params, _loaded_names, code
+
+TENSOR = "tensor"
+CONTAINER = "container"  # a tuple/list/... that may hold it (binary ops keep it: `t + (y,)`)
+
+# Tensor methods whose result may share storage with the receiver (or be it).
+ALIAS_METHODS = frozenset(
+    """view view_as reshape reshape_as transpose permute flatten unflatten squeeze
+    unsqueeze expand expand_as narrow select t movedim moveaxis swapaxes swapdims
+    contiguous to type type_as float double half bfloat16 cuda cpu detach as_strided
+    diagonal unfold view_as_real view_as_complex align_to rename refine_names
+    __getitem__ numpy untyped_storage storage""".split()
+)
+CONTAINER_METHODS = frozenset("unbind split chunk tensor_split hsplit vsplit dsplit split_with_sizes".split())
+ALIAS_ATTRS = frozenset("T mT H mH data real imag".split())
+# torch.<name>(x, ...) that may return x or a view of it
+VIEW_FUNCTIONS = frozenset(
+    """transpose reshape flatten unflatten squeeze unsqueeze narrow select permute
+    movedim moveaxis swapaxes swapdims t detach as_strided diagonal view_as_real
+    view_as_complex real imag broadcast_to atleast_1d atleast_2d atleast_3d
+    dropout alpha_dropout feature_alpha_dropout dropout1d dropout2d dropout3d
+    view view_as expand expand_as contiguous""".split()
+)
+CONTAINER_FUNCTIONS = frozenset("unbind split chunk tensor_split hsplit vsplit dsplit broadcast_tensors".split())
+# torch.nn modules that may return their input itself
+ALIAS_MODULES = frozenset("Identity Dropout Dropout1d Dropout2d Dropout3d AlphaDropout FeatureAlphaDropout Flatten Unflatten".split())
+# modules outside torch.nn known to leave their input alone (and that may return it)
+KNOWN_MODULES = frozenset({"timm.layers.DropPath", "timm.models.layers.DropPath", "timm.layers.drop.DropPath"})
+SAFE_BUILTINS = frozenset("len isinstance issubclass print repr str id type hash bool int float format callable hasattr".split())
+CONTAINER_BUILTINS = frozenset("tuple list iter reversed zip enumerate set frozenset sorted".split())
+INPLACE_DUNDERS = frozenset(
+    "__iadd__ __isub__ __imul__ __itruediv__ __ifloordiv__ __imod__ __ipow__ __imatmul__ "
+    "__iand__ __ior__ __ixor__ __ilshift__ __irshift__ __setitem__ __delitem__".split()
+)
+LIST_MUTATORS = frozenset("append extend insert".split())  # `outs.append(x)`: outs now holds x
+# `other.<method>(x)` with one of these tensor methods reads x (and returns a new
+# tensor, or other itself): a method of another tensor taking it as an operand
+TENSOR_ARG_METHODS = frozenset(
+    """add sub mul div true_divide floor_divide remainder fmod pow matmul mm bmm
+    maximum minimum fmax fmin where masked_fill masked_scatter lerp addcmul addcdiv
+    addmm baddbmm eq ne lt le gt ge equal allclose isclose dot inner outer cross
+    logical_and logical_or logical_xor bitwise_and bitwise_or atan2 hypot
+    scatter scatter_add index_add index_copy index_fill gather expand_as view_as
+    reshape_as type_as new_empty new_zeros new_ones new_full copysign""".split()
+)
+
+State = Dict[str, str]
+
+# Hazard texts name the followed value as WHAT; the caller substitutes its role
+# ("the pooled tensor", "the tensor it pools (`x`)").
+WHAT = "{what}"
+
+
+def is_inplace_method(name: str) -> bool:
+    if name in INPLACE_DUNDERS:
+        return True
+    return name.endswith("_") and not name.startswith("__")
+
+
+@dataclasses.dataclass
+class Effect:
+    hazard: Optional[str] = None
+    binds: Dict[str, str] = dataclasses.field(default_factory=dict)
+    returned: bool = False
+    stored: bool = False  # the hazard is a store where other code can reach it
+
+
+@dataclasses.dataclass
+class _Verdict:
+    hazard: Optional[str] = None
+    kind: Optional[str] = None  # the result may be (a view of) the argument
+    holder: Optional[str] = None  # `holder.append(arg)`: holder now holds it
+
+
+@dataclasses.dataclass
+class Outcome:
+    hazards: List[str]
+    returned: bool
+
+
+class _Unfollowed(Exception):
+    """The function's shape is beyond what is followed (reason)."""
+
+
+class InplaceFlow:
+    """Follows values through the functions of one module (one per plan)."""
+
+    def __init__(self, index: ModuleIndex) -> None:
+        self.index = index
+        self._summaries: Dict[Tuple[int, str], Optional[Outcome]] = {}
+        self._modules: Dict[Tuple[int, str], Optional[str]] = {}
+        self._memo: Dict[Tuple[str, int], Tuple[cst.FunctionDef, List[Tuple[cst.Name, Effect]]]] = {}
+        self._module_functions: Optional[Dict[str, Optional[cst.FunctionDef]]] = None
+        self._module_bound: Optional[Dict[str, int]] = None
+
+    # -- public ---------------------------------------------------------------------
+    def follow(self, func: cst.FunctionDef, stmt: cst.CSTNode, seed_nodes: Sequence[cst.CSTNode] = (), seed_names: Sequence[str] = ()) -> Outcome:
+        """Follow, from the statement ``stmt`` of ``func`` on, the value of each seed
+        expression node (created by ``stmt`` itself) and of each seed name (its value
+        just before ``stmt`` runs)."""
+        runner = _Runner(self, func, stmt, list(seed_nodes), {n: TENSOR for n in seed_names})
+        return runner.run()
+
+    def storage_names(self, func: cst.FunctionDef, root: str) -> Set[str]:
+        """Names of ``func`` that may share storage with ``root`` somewhere in it
+        (flow-insensitive: a name one of them is viewed into, or viewed out of)."""
+        group = {root}
+        uses = self._uses(func)
+        changed = True
+        while changed:
+            changed = False
+            for name, effect in uses:
+                linked = {name.value, *effect.binds}
+                if linked & group and not linked <= group:
+                    group |= linked
+                    changed = True
+        return group
+
+    def stored(self, func: cst.FunctionDef, names: Set[str]) -> Optional[str]:
+        """Where one of ``names`` is stored in an attribute anywhere in ``func`` (code
+        outside the function may then modify it at any time)."""
+        for name, effect in self._uses(func):
+            if name.value in names and effect.stored:
+                return effect.hazard
+        return None
+
+    def _uses(self, func: cst.FunctionDef) -> List[Tuple[cst.Name, Effect]]:
+        key = ("uses", id(func))
+        found = self._memo.get(key)
+        if found is None or found[0] is not func:
+            uses: List[Tuple[cst.Name, Effect]] = []
+            for part in _parts(func.body):
+                for name in _loaded_names(part):
+                    if _in_nested_scope(self.index, name, part):
+                        continue
+                    uses.append((name, self.classify(name, TENSOR)))
+            found = self._memo[key] = (func, uses)
+        return found[1]
+
+    def param_for(self, func: cst.FunctionDef, call: cst.Call, param: str) -> Optional[cst.BaseExpression]:
+        """The argument a call passes for ``param`` (None: not passed or not plain)."""
+        for arg in call.args:
+            if _param_for(func, call, arg) == param:
+                return arg.value
+        return None
+
+    # -- one occurrence -------------------------------------------------------------
+    def classify(self, node: cst.CSTNode, kind: str) -> Effect:
+        """What happens to the value of ``node`` (a name load or the seed expression)
+        in its statement."""
+        index = self.index
+        cur: cst.CSTNode = node
+        label = WHAT
+        effect = Effect()
+        while True:
+            p = index.parent(cur)
+            if p is None:
+                effect.hazard = f"{label} is used where HR002 does not follow it"
+                return effect
+            if isinstance(p, cst.Attribute) and p.value is cur:
+                gp = index.parent(p)
+                if isinstance(gp, cst.Call) and gp.func is p:
+                    method = p.attr.value
+                    if is_inplace_method(method):
+                        effect.hazard = f"`{_short(p.value)}.{method}(...)` at line {self._line(gp)} modifies {WHAT} in place"
+                        return effect
+                    if method in ALIAS_METHODS:
+                        cur = gp
+                        continue
+                    if method in CONTAINER_METHODS:
+                        cur, kind = gp, CONTAINER
+                        continue
+                    return effect  # a new tensor (or a number)
+                if p.attr.value in ALIAS_ATTRS:
+                    if _is_target(index, p):
+                        effect.hazard = f"`{_short(p)} = ...` at line {self._line(p)} modifies {WHAT} in place"
+                        return effect
+                    cur = p
+                    continue
+                return effect  # .shape, .dtype, .device, .grad ...
+            if isinstance(p, cst.Subscript) and p.value is cur:
+                if _is_target(index, p):
+                    effect.hazard = f"`{_short(p)} = ...` at line {self._line(p)} modifies {WHAT} in place"
+                    return effect
+                aug = index.parent(p)
+                if isinstance(aug, cst.AugAssign) and aug.target is p:
+                    effect.hazard = f"`{_short(p)} {_op(aug)}= ...` at line {self._line(p)} modifies {WHAT} in place"
+                    return effect
+                cur, kind = p, TENSOR
+                continue
+            if isinstance(p, (cst.Index, cst.Slice, cst.SubscriptElement)):
+                return effect  # used as an index: `a[x]` copies out of a
+            if isinstance(p, cst.Arg):
+                call = index.parent(p)
+                if not isinstance(call, cst.Call):
+                    effect.hazard = f"{label} is used where HR002 does not follow it (line {self._line(p)})"
+                    return effect
+                verdict = self._call(call, p, kind)
+                if verdict.hazard is not None:
+                    effect.hazard = verdict.hazard
+                    return effect
+                if verdict.holder is not None:
+                    effect.binds[verdict.holder] = CONTAINER
+                    return effect
+                if verdict.kind is None:
+                    return effect
+                cur, kind = call, verdict.kind
+                continue
+            if isinstance(p, cst.Call) and p.func is cur:
+                return effect
+            if isinstance(p, cst.BinaryOperation):
+                if kind == CONTAINER:
+                    cur = p
+                    continue
+                return effect
+            if isinstance(p, (cst.UnaryOperation, cst.Comparison, cst.ComparisonTarget, cst.FormattedStringExpression)):
+                return effect
+            if isinstance(p, cst.BooleanOperation):
+                cur = p
+                continue
+            if isinstance(p, cst.IfExp):
+                if p.test is cur:
+                    return effect
+                cur = p
+                continue
+            if isinstance(p, (cst.Element, cst.StarredElement, cst.DictElement, cst.StarredDictElement)):
+                cur, kind = p, CONTAINER
+                continue
+            if isinstance(p, (cst.Tuple, cst.List, cst.Set, cst.Dict)):
+                cur, kind = p, CONTAINER
+                continue
+            if isinstance(p, cst.NamedExpr):
+                if p.value is cur:
+                    effect.binds.update(_target_names(p.target, kind))
+                    cur = p
+                    continue
+                return effect
+            if isinstance(p, cst.Await):
+                cur = p
+                continue
+            if isinstance(p, (cst.Yield, cst.From)):
+                effect.returned = True
+                return effect
+            if isinstance(p, (cst.CompFor, cst.CompIf, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+                effect.hazard = f"{label} is read inside a comprehension at line {self._line(p)} (not followed)"
+                return effect
+            if isinstance(p, cst.Lambda):
+                effect.hazard = f"{label} is captured by a lambda at line {self._line(p)}"
+                return effect
+            # -- statement level ---------------------------------------------------
+            if isinstance(p, cst.AssignTarget):
+                return effect  # `a[x] = ...` handled above; a plain target is no use
+            if isinstance(p, (cst.Assign, cst.AnnAssign)):
+                if p.value is not cur:
+                    return effect
+                targets = [t.target for t in p.targets] if isinstance(p, cst.Assign) else [p.target]
+                for target in targets:
+                    if isinstance(target, (cst.Attribute)):
+                        effect.hazard = f"{label} is stored in `{_short(target)}` at line {self._line(p)}, where other code may modify it in place"
+                        effect.stored = True
+                        return effect
+                    effect.binds.update(_target_names(target, kind))
+                return effect
+            if isinstance(p, cst.AugAssign):
+                if p.target is cur:
+                    effect.hazard = f"`{_short(cur)} {_op(p)}= ...` at line {self._line(p)} modifies {WHAT} in place"
+                    return effect
+                if kind == CONTAINER:
+                    effect.binds.update(_target_names(p.target, CONTAINER))
+                return effect
+            if isinstance(p, cst.Return):
+                effect.returned = True
+                return effect
+            if isinstance(p, cst.For):
+                if p.iter is cur:
+                    effect.binds.update(_target_names(p.target, TENSOR))
+                return effect
+            if isinstance(p, cst.WithItem):
+                if p.item is cur and p.asname is not None:
+                    effect.binds.update(_target_names(p.asname.name, kind))
+                return effect
+            if isinstance(p, (cst.Expr, cst.If, cst.While, cst.Assert, cst.Raise, cst.Del, cst.Match)):
+                return effect
+            if isinstance(p, (cst.Param, cst.Parameters, cst.Decorator)):
+                effect.hazard = f"{label} is captured by a definition at line {self._line(p)}"
+                return effect
+            effect.hazard = f"{label} is used in a `{type(p).__name__}` at line {self._line(p)}, which HR002 does not follow"
+            return effect
+
+    # -- calls ----------------------------------------------------------------------
+    def _call(self, call: cst.Call, arg: cst.Arg, kind: str) -> "_Verdict":
+        """What a call does with one of its arguments."""
+        verdict = self._call_kind(call, arg, kind)
+        if isinstance(verdict, _Verdict):
+            return verdict
+        if verdict is None or verdict in (TENSOR, CONTAINER):
+            return _Verdict(kind=verdict)
+        return _Verdict(hazard=verdict)
+
+    def _call_kind(self, call: cst.Call, arg: cst.Arg, kind: str) -> "_Verdict | Optional[str]":
+        """A hazard text, None (left alone, the result is new), the kind of alias the
+        result is, or a _Verdict."""
+        line = self._line(call)
+        callee = _short(call.func)
+        if arg.keyword is not None and arg.keyword.value == "out":
+            return f"`{callee}(..., out=...)` at line {line} writes {WHAT} in place"
+        for other in call.args:
+            if other.keyword is not None and other.keyword.value == "inplace" and not _is_false(other.value):
+                return f"`{callee}(..., inplace=...)` at line {line} modifies {WHAT} in place"
+        func = call.func
+        qualified = self.index.qualified_names(func)
+        if qualified and all(q.startswith("torch.") for q in qualified):
+            last = {q.rsplit(".", 1)[-1] for q in qualified}
+            if any(is_inplace_method(n) for n in last):
+                return f"`{callee}(...)` at line {line} modifies {WHAT} in place"
+            if last & CONTAINER_FUNCTIONS:
+                return CONTAINER
+            if last & VIEW_FUNCTIONS or any(q.startswith("torch.Tensor.") for q in qualified):
+                return TENSOR if kind == TENSOR else CONTAINER
+            return None
+        if isinstance(func, cst.Attribute) and func.attr.value in LIST_MUTATORS and isinstance(func.value, cst.Name) and not qualified:
+            # `outs.append(x)`: follow `outs` as a container holding it
+            return _Verdict(holder=func.value.value)
+        if isinstance(func, cst.Attribute) and not qualified and not _is_self_attr(func) and not _is_self(func.value):
+            method = func.attr.value
+            if is_inplace_method(method) or method in TENSOR_ARG_METHODS:
+                # `out.add_(x)`, `a.matmul(x)`: another tensor's method reads it
+                return None
+        if isinstance(func, cst.Name) and not qualified:
+            if func.value in SAFE_BUILTINS and not self._module_binds(func.value):
+                return None
+            if func.value in CONTAINER_BUILTINS and not self._module_binds(func.value):
+                return CONTAINER
+            target = self._module_function(func.value, call)
+            if target is not None:
+                summary = self._summary(target, call, arg)
+                if isinstance(summary, str):
+                    return summary
+                return (TENSOR if kind == TENSOR else CONTAINER) if summary else None
+        if _is_self_attr(func):
+            module = self._self_module(call, func.attr.value)  # type: ignore[union-attr]
+            if module == "alias":
+                return TENSOR if kind == TENSOR else CONTAINER
+            if module == "new":
+                return None
+        return f"{WHAT} is passed to `{callee}(...)` at line {line}, which may modify it in place"
+
+    def _summary(self, func: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> "str | bool":
+        """Hazard text, or whether the call may return (an alias of) the argument."""
+        param = _param_for(func, call, arg)
+        if param is None:
+            return f"{WHAT} is passed to `{func.name.value}(...)` at line {self._line(call)} in a way HR002 does not follow"
+        key = (id(func), param)
+        if key in self._summaries:
+            found = self._summaries[key]
+            if found is None:
+                return f"{WHAT} is passed to the recursive `{func.name.value}(...)` at line {self._line(call)}"
+        else:
+            self._summaries[key] = None
+            found = _Runner(self, func, None, [], {param: TENSOR}).run()
+            self._summaries[key] = found
+        if found.hazards:
+            return f"{WHAT} is passed to `{func.name.value}(...)` at line {self._line(call)}, where " + found.hazards[0].replace(WHAT, "it")
+        return found.returned
+
+    def _module_function(self, name: str, call: cst.Call) -> Optional[cst.FunctionDef]:
+        """The module-level ``def name`` a bare call resolves to, if it surely does."""
+        if self._module_functions is None:
+            defs: Dict[str, Optional[cst.FunctionDef]] = {}
+            for stmt in self.index.module.body:
+                if isinstance(stmt, cst.FunctionDef):
+                    defs[stmt.name.value] = None if stmt.name.value in defs else stmt
+            self._module_functions = defs
+        func = self._module_functions.get(name)
+        if func is None or func.decorators:
+            return None
+        # not rebound anywhere else (another def, an assignment, an import, a parameter)
+        return func if self._bindings().get(name, 0) == 1 else None
+
+    def _bindings(self) -> Dict[str, int]:
+        """How many times the module binds each name (any scope)."""
+        if self._module_bound is None:
+            counts: Dict[str, int] = {}
+            for n in self.index.nodes(cst.Name):
+                if not _is_load(self.index, n):  # type: ignore[arg-type]
+                    counts[n.value] = counts.get(n.value, 0) + 1  # type: ignore[attr-defined]
+            self._module_bound = counts
+        return self._module_bound
+
+    def _module_binds(self, name: str) -> bool:
+        return name in self._bindings()
+
+    def calls_of(self, func: cst.FunctionDef) -> Optional[List[cst.Call]]:
+        """Every call of the module-level ``func`` in this file; None where its name
+        is also used otherwise (passed as a value, rebound)."""
+        name = func.name.value
+        if self._module_function(name, None) is not func:  # type: ignore[arg-type]
+            return None
+        calls: List[cst.Call] = []
+        for n in self.index.nodes(cst.Name):
+            if n.value != name or not _is_load(self.index, n):  # type: ignore[attr-defined,arg-type]
+                continue
+            p = self.index.parent(n)
+            if isinstance(p, cst.Attribute) and p.attr is n:
+                continue
+            if isinstance(p, cst.Arg) and p.keyword is n:
+                continue
+            if isinstance(p, cst.Call) and p.func is n:
+                calls.append(p)
+                continue
+            return None
+        return calls
+
+    def _self_module(self, call: cst.Call, attr: str) -> Optional[str]:
+        """'new' / 'alias' when every ``self.attr = ...`` of the enclosing class builds
+        a known module that leaves its input alone; None when unknown."""
+        cls = next((a for a in self.index.ancestors(call) if isinstance(a, cst.ClassDef)), None)
+        if cls is None:
+            return None
+        key = (id(cls), attr)
+        if key not in self._modules:
+            self._modules[key] = self._class_module(cls, attr)
+        return self._modules[key]
+
+    def _class_module(self, cls: cst.ClassDef, attr: str) -> Optional[str]:
+        values: List[cst.BaseExpression] = []
+        for target in self.index.nodes(cst.AssignTarget):
+            t = target.target  # type: ignore[attr-defined]
+            if _is_self_attr(t) and t.attr.value == attr and cls in set(self.index.ancestors(target)):
+                stmt = self.index.parent(target)
+                if not isinstance(stmt, cst.Assign) or len(stmt.targets) != 1:
+                    return None
+                values.append(stmt.value)
+        for ann in self.index.nodes(cst.AnnAssign):
+            if _is_self_attr(ann.target) and ann.target.attr.value == attr:  # type: ignore[attr-defined]
+                return None
+        if not values:
+            return None
+        verdict = "new"
+        pending = list(values)
+        while pending:
+            value = pending.pop()
+            if isinstance(value, cst.IfExp):
+                pending += [value.body, value.orelse]
+                continue
+            if not isinstance(value, cst.Call):
+                return None
+            for a in value.args:
+                if a.keyword is not None and a.keyword.value == "inplace" and not _is_false(a.value):
+                    return None
+                if a.star:
+                    return None
+            qualified = self.index.qualified_names(value.func)
+            if not qualified:
+                return None
+            for q in qualified:
+                if q in KNOWN_MODULES:
+                    verdict = "alias"
+                elif q.startswith("torch.nn.") and q.count(".") == 2 and q.rsplit(".", 1)[-1][:1].isupper():
+                    if q.rsplit(".", 1)[-1] in ALIAS_MODULES:
+                        verdict = "alias"
+                else:
+                    return None
+        return verdict
+
+    def _line(self, node: cst.CSTNode) -> int:
+        return self.index.position(node).line
+
+
+class _Runner:
+    """One pass over a function body in execution order."""
+
+    MAX_ROUNDS = 8
+
+    def __init__(self, flow: InplaceFlow, func: cst.FunctionDef, stmt: Optional[cst.CSTNode], seed_nodes: List[cst.CSTNode], seed_names: State) -> None:
+        self.flow = flow
+        self.func = func
+        self.stmt = stmt  # a small or compound statement; None: the seeds hold at entry
+        self.seed_nodes = seed_nodes
+        self.seed_names = seed_names
+        self.hazards: List[str] = []
+        self.returned = False
+        self.loops: List[Tuple[List[State], List[State]]] = []
+        self.ever: Set[str] = set()
+        self.nested: List[Tuple[cst.CSTNode, Set[str]]] = []
+        self.declared: Set[str] = set()  # names the function declares global/nonlocal
+
+    def run(self) -> Outcome:
+        start: State = dict(self.seed_names) if self.stmt is None else {}
+        try:
+            self.block(_body(self.func.body), start)
+        except _Unfollowed as exc:
+            self.hazard(str(exc))
+        for node, names in self.nested:
+            captured = sorted(names & self.ever)
+            if captured:
+                self.hazard(f"{WHAT} (as `{captured[0]}`) is read by the nested `{node.name.value}` defined at line {self.flow._line(node)}")  # type: ignore[attr-defined]
+        return Outcome(self.hazards, self.returned)
+
+    def hazard(self, text: str) -> None:
+        if text not in self.hazards:
+            self.hazards.append(text)
+
+    # -- statements -----------------------------------------------------------------
+    def block(self, stmts: Sequence[cst.BaseStatement], state: Optional[State], collect: Optional[List[State]] = None) -> Optional[State]:
+        for stmt in stmts:
+            if state is None:
+                return None
+            state = self.statement(stmt, state)
+            if collect is not None and state is not None:
+                collect.append(state)
+        return state
+
+    def statement(self, stmt: cst.BaseStatement, state: State) -> Optional[State]:
+        if stmt is self.stmt:
+            state = _merge(state, self.seed_names) or {}
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                state = self.small(small, state, stmt)
+                if state is None:
+                    return None
+            return state
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            self.nested.append((stmt, {n.value for n in _loaded_names(stmt)}))
+            state = dict(state)
+            state.pop(stmt.name.value, None)
+            return state
+        if isinstance(stmt, cst.If):
+            binds = self.header(stmt.test, state)
+            state = _merge(state, binds) or {}
+            then = self.block(_body(stmt.body), dict(state))
+            other: Optional[State] = dict(state)
+            if isinstance(stmt.orelse, cst.If):
+                other = self.statement(stmt.orelse, dict(state))
+            elif isinstance(stmt.orelse, cst.Else):
+                other = self.block(_body(stmt.orelse.body), dict(state))
+            return _merge(then, other)
+        if isinstance(stmt, (cst.For, cst.While)):
+            return self.loop(stmt, state)
+        if isinstance(stmt, (cst.Try, cst.TryStar)):
+            seen: List[State] = [state]
+            end = self.block(_body(stmt.body), dict(state), seen)
+            handler_start = _merge_all(seen)
+            ends = []
+            for handler in stmt.handlers:
+                s = dict(handler_start)
+                if handler.type is not None:
+                    s = _merge(s, self.header(handler.type, s)) or {}
+                if handler.name is not None:
+                    s.pop(getattr(handler.name.name, "value", ""), None)
+                ends.append(self.block(_body(handler.body), s))
+            if stmt.orelse is not None and end is not None:
+                end = self.block(_body(stmt.orelse.body), end)
+            ends.append(end)
+            result = _merge_all([e for e in ends if e is not None]) if any(e is not None for e in ends) else None
+            if stmt.finalbody is not None:
+                fin_start = _merge_all([handler_start] + [e for e in ends if e is not None])
+                fin = self.block(_body(stmt.finalbody.body), fin_start)
+                if fin is None:
+                    return None
+                result = None if result is None else _merge(result, fin)
+            return result
+        if isinstance(stmt, cst.With):
+            state = dict(state)
+            for item in stmt.items:
+                binds = self.header(item.item, state)
+                if item.asname is not None:
+                    for name in _target_names(item.asname.name, TENSOR):
+                        state.pop(name, None)
+                state = _merge(state, binds) or {}
+            return self.block(_body(stmt.body), state)
+        if isinstance(stmt, cst.Match):
+            state = _merge(state, self.header(stmt.subject, state)) or {}
+            ends = [state]
+            for case in stmt.cases:
+                e = self.block(_body(case.body), dict(state))
+                if e is not None:
+                    ends.append(e)
+            return _merge_all(ends)
+        raise _Unfollowed(f"a `{type(stmt).__name__}` statement at line {self.flow._line(stmt)} is not followed")
+
+    def loop(self, stmt: "cst.For | cst.While", state: State) -> Optional[State]:
+        head = dict(state)
+        target_binds: State = {}
+        if isinstance(stmt, cst.For):
+            target_binds = self.header(stmt.iter, head)
+            targets = _target_names(stmt.target, TENSOR)
+        breaks_all: List[State] = []
+        for _ in range(self.MAX_ROUNDS):
+            continues: List[State] = []
+            breaks: List[State] = []
+            self.loops.append((continues, breaks))
+            s = dict(head)
+            if isinstance(stmt, cst.For):
+                for name in targets:
+                    s.pop(name, None)
+                s = _merge(s, target_binds) or {}
+            else:
+                s = _merge(s, self.header(stmt.test, s)) or {}
+            end = self.block(_body(stmt.body), s)
+            self.loops.pop()
+            breaks_all += breaks
+            new_head = _merge_all([head] + ([end] if end is not None else []) + continues)
+            if new_head == head:
+                break
+            head = new_head
+        else:
+            raise _Unfollowed(f"the loop at line {self.flow._line(stmt)} is not followed")
+        exit_state = head
+        if stmt.orelse is not None:
+            exit_state = self.block(_body(stmt.orelse.body), dict(head)) or {}
+        return _merge_all([exit_state] + breaks_all)
+
+    def header(self, expr: cst.CSTNode, state: State) -> State:
+        """Check a compound statement's header expression; what it binds."""
+        binds: State = {}
+        for node, kind in self.uses(expr, state):
+            effect = self.flow.classify(node, kind)
+            self.apply(effect)
+            binds.update(effect.binds)
+        return binds
+
+    def small(self, small: cst.BaseSmallStatement, state: State, line: cst.SimpleStatementLine) -> Optional[State]:
+        if small is self.stmt:
+            state = _merge(state, self.seed_names) or {}
+        if isinstance(small, (cst.Global, cst.Nonlocal)):
+            for n in small.names:
+                self.declared.add(n.name.value)
+                if n.name.value in state:
+                    self.hazard(f"{WHAT} (as `{n.name.value}`) is declared {type(small).__name__.lower()} at line {self.flow._line(small)}")
+            return state
+        binds: State = {}
+        for node, kind in self.uses(small, state):
+            effect = self.flow.classify(node, kind)
+            self.apply(effect)
+            binds.update(effect.binds)
+        new = dict(state)
+        for name in _bound_names(small):
+            new.pop(name, None)
+        new = _merge(new, binds) or {}
+        for name in sorted(set(binds) & self.declared):
+            self.hazard(f"{WHAT} is stored in the global `{name}` at line {self.flow._line(small)}, where other code may modify it in place")
+        self.ever |= set(new)
+        if isinstance(small, (cst.Return, cst.Raise)):
+            return None
+        if isinstance(small, (cst.Break, cst.Continue)):
+            if self.loops:
+                self.loops[-1][1 if isinstance(small, cst.Break) else 0].append(new)
+            return None
+        return new
+
+    def uses(self, node: cst.CSTNode, state: State) -> List[Tuple[cst.CSTNode, str]]:
+        found: List[Tuple[cst.CSTNode, str]] = []
+        for seed in self.seed_nodes:
+            if _contains(self.flow.index, node, seed):
+                found.append((seed, TENSOR))
+        if state:
+            for name in _loaded_names(node):
+                if name.value in state:
+                    found.append((name, state[name.value]))
+        return found
+
+    def apply(self, effect: Effect) -> None:
+        if effect.hazard is not None:
+            self.hazard(effect.hazard)
+        if effect.returned:
+            self.returned = True
+
+
+# -- small helpers --------------------------------------------------------------------
+
+
+def _body(suite: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
+    if isinstance(suite, cst.IndentedBlock):
+        return suite.body
+    if isinstance(suite, cst.SimpleStatementSuite):
+        # `if c: a; b`: its small statements (indexed nodes) as one line
+        return [cst.SimpleStatementLine(suite.body)]
+    return []
+
+
+def _merge(a: Optional[State], b: Optional[State]) -> Optional[State]:
+    if a is None:
+        return None if b is None else dict(b)
+    if b is None:
+        return dict(a)
+    out = dict(a)
+    for name, kind in b.items():
+        out[name] = kind if out.get(name, kind) == kind else CONTAINER
+    return out
+
+
+def _merge_all(states: Sequence[State]) -> State:
+    out: State = {}
+    for s in states:
+        out = _merge(out, s) or {}
+    return out
+
+
+def _parts(suite: cst.BaseSuite) -> List[cst.CSTNode]:
+    """Small statements and compound headers of a function body (nested defs excluded)."""
+    found: List[cst.CSTNode] = []
+    pending: List[cst.CSTNode] = list(_body(suite))
+    while pending:
+        stmt = pending.pop(0)
+        if isinstance(stmt, cst.SimpleStatementLine):
+            found.extend(stmt.body)
+        elif isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        elif isinstance(stmt, cst.If):
+            found.append(stmt.test)
+            pending.extend(_body(stmt.body))
+            if stmt.orelse is not None:
+                pending.append(stmt.orelse if isinstance(stmt.orelse, cst.If) else stmt.orelse.body)  # type: ignore[arg-type]
+        elif isinstance(stmt, cst.BaseSuite):
+            pending.extend(_body(stmt))
+        elif isinstance(stmt, cst.For):
+            found.append(stmt.iter)
+            pending.extend(_body(stmt.body))
+            if stmt.orelse is not None:
+                pending.extend(_body(stmt.orelse.body))
+        elif isinstance(stmt, cst.While):
+            found.append(stmt.test)
+            pending.extend(_body(stmt.body))
+            if stmt.orelse is not None:
+                pending.extend(_body(stmt.orelse.body))
+        elif isinstance(stmt, cst.With):
+            found.extend(item.item for item in stmt.items)
+            pending.extend(_body(stmt.body))
+        elif isinstance(stmt, (cst.Try, cst.TryStar)):
+            pending.extend(_body(stmt.body))
+            for h in stmt.handlers:
+                pending.extend(_body(h.body))
+            if stmt.orelse is not None:
+                pending.extend(_body(stmt.orelse.body))
+            if stmt.finalbody is not None:
+                pending.extend(_body(stmt.finalbody.body))
+        elif isinstance(stmt, cst.Match):
+            found.append(stmt.subject)
+            for case in stmt.cases:
+                pending.extend(_body(case.body))
+    return found
+
+
+def _in_nested_scope(index: ModuleIndex, node: cst.CSTNode, stop: cst.CSTNode) -> bool:
+    for a in index.ancestors(node):
+        if a is stop:
+            return False
+        if isinstance(a, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
+            return True
+    return False
+
+
+def _contains(index: ModuleIndex, root: cst.CSTNode, node: cst.CSTNode) -> bool:
+    if node is root:
+        return True
+    return any(a is root for a in index.ancestors(node))
+
+
+def _target_names(target: cst.CSTNode, kind: str) -> State:
+    """Names an assignment target binds to (a part of) the value: kind for a plain
+    name, a tensor for each name unpacked, a container for `base[...] = value`."""
+    if isinstance(target, cst.Name):
+        return {target.value: kind}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        out: State = {}
+        for element in target.elements:
+            out.update(_target_names(element.value, TENSOR))
+        return out
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value, CONTAINER)
+    if isinstance(target, cst.Subscript):
+        base = target.value
+        while isinstance(base, (cst.Subscript, cst.Attribute)):
+            base = base.value
+        return {base.value: CONTAINER} if isinstance(base, cst.Name) else {}
+    return {}
+
+
+def _bound_names(small: cst.BaseSmallStatement) -> Set[str]:
+    """Names a small statement rebinds (so their old value is no longer followed)."""
+    names: Set[str] = set()
+
+    def bind(target: cst.CSTNode) -> None:
+        if isinstance(target, cst.Name):
+            names.add(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for e in target.elements:
+                bind(e.value)
+        elif isinstance(target, cst.StarredElement):
+            bind(target.value)
+
+    if isinstance(small, cst.Assign):
+        for t in small.targets:
+            bind(t.target)
+    elif isinstance(small, cst.AnnAssign) and small.value is not None:
+        bind(small.target)
+    elif isinstance(small, cst.Del):
+        bind(small.target)
+    elif isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(getattr(small, "names", None), cst.ImportStar):
+        for alias in small.names:  # type: ignore[union-attr]
+            bound = alias.asname.name if alias.asname else alias.name
+            while isinstance(bound, cst.Attribute):
+                bound = bound.value
+            bind(bound)
+    return names
+
+
+def _is_target(index: ModuleIndex, node: cst.CSTNode) -> bool:
+    p = index.parent(node)
+    return isinstance(p, cst.AssignTarget) and p.target is node
+
+
+def _is_load(index: ModuleIndex, name: cst.Name) -> bool:
+    p = index.parent(name)
+    if isinstance(p, cst.AssignTarget) and p.target is name:
+        return False
+    if isinstance(p, (cst.FunctionDef, cst.ClassDef)) and p.name is name:
+        return False
+    if isinstance(p, cst.Param) and p.name is name:
+        return False
+    if isinstance(p, (cst.AsName,)):
+        return False
+    if isinstance(p, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
+        return _target_context(index, name)
+    if isinstance(p, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For, cst.CompFor)) and getattr(p, "target", None) is name:
+        return False
+    if isinstance(p, (cst.Global, cst.Nonlocal, cst.NameItem, cst.ImportAlias, cst.Del)):
+        return False
+    if isinstance(p, cst.Attribute) and p.attr is name:
+        return True  # not a variable at all
+    if isinstance(p, cst.Arg) and p.keyword is name:
+        return True
+    return True
+
+
+def _target_context(index: ModuleIndex, name: cst.CSTNode) -> bool:
+    """A name inside a tuple/list: a load unless the tuple is an assignment target."""
+    node = name
+    for a in index.ancestors(name):
+        if isinstance(a, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
+            node = a
+            continue
+        if isinstance(a, cst.AssignTarget) and a.target is node:
+            return False
+        if isinstance(a, (cst.For, cst.CompFor)) and a.target is node:
+            return False
+        return True
+    return True
+
+
+def _is_self_attr(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
+
+
+def _is_self(node: cst.CSTNode) -> bool:
+    return (isinstance(node, cst.Name) and node.value == "self") or (
+        isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "super"
+    )
+
+
+def _is_false(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "False"
+
+
+def _param_for(func: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> Optional[str]:
+    params = func.params
+    if arg.star or any(a.star for a in call.args):
+        return None
+    if arg.keyword is not None:
+        names = {p.name.value for p in _all_params(params)}
+        return arg.keyword.value if arg.keyword.value in names else None
+    position = [a for a in call.args if a.keyword is None].index(arg)
+    positional = list(params.posonly_params) + list(params.params)
+    if position < len(positional):
+        return positional[position].name.value
+    return None
+
+
+def _short(node: cst.CSTNode, limit: int = 40) -> str:
+    text = code(node)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _op(aug: cst.AugAssign) -> str:
+    return aug.operator._get_token().rstrip("=")  # type: ignore[attr-defined]
