@@ -27,6 +27,12 @@ give.  Two cases are provably equivalent:
   probabilities keep their shape and order) ``else:`` (the 4-D SDPA path, and
   ``attn = None``, which nothing reads).
 
+A scale that reads an attribute (``self.scale``) is checked at run time,
+``isinstance(self.scale, (int, float))``: SDPA's ``scale=`` takes a number, and a tensor
+(a per-head temperature a subclass or a caller sets) broadcasts against the 5-D dims.
+Where it fails, the original 5-D statements run: they are kept under
+``if not isinstance(...):`` (or ``if F or not isinstance(...):`` with the flag).
+
 Anything else is left alone with the reason.  An explicit attention in one branch
 of an ``if`` whose other branch calls SDPA (a fused/unfused pair, HR001's business,
 or this rewrite's own output) is left alone silently.
@@ -62,7 +68,16 @@ from ._flow import (
     statement_names,
     target_code,
 )
-from .mask_unit_attention import SDPA_NAMES, _component, _restore_chain, _scalar
+from .mask_unit_attention import (
+    SDPA_NAMES,
+    _component,
+    _restore_chain,
+    _scalar,
+    _scalar_problem,
+    _scale_check,
+    _ScaleCheckRefused,
+)
+
 SOFTMAX_NAMES = {"torch.nn.functional.softmax", "torch.softmax", "torch.Tensor.softmax"}
 FIVE_D_PERMUTE = [3, 0, 4, 2, 1, 5]
 
@@ -101,16 +116,24 @@ class ExplicitAttention(Rewrite):
     and uses SDPA in the `else:`.  When nothing reads them, SDPA is used always.
     If they are read in any other way, the attention is left alone.
 
+    A scale that reads an attribute (`self.scale`) may be a tensor where a subclass,
+    in this file or another, or a caller sets one (a per-head learnable temperature):
+    SDPA's scale= takes a number only, and a tensor broadcasts against the 5-D dims.
+    The rewrite checks `isinstance(self.scale, (int, float))` at run time and keeps
+    the original 5-D statements for anything else, in the same `if` as the
+    probabilities flag (`if output_attentions or not isinstance(...):`).
+
     Same parameters, same state_dict, same outputs and gradients up to float
     rounding (the scale is applied inside SDPA instead of to q first).  `.amax`
     splits the gradient evenly between exactly tied maxima of the q-pool, where
     `.max(...).values` gives it to one of them.
 
     Left alone, with a reason: another permutation or reshape, q/k/v or the qkv
-    tensor read besides the attention, a scale that is not provably a Python
-    number, softmax over another dim or with a dtype, dropout or anything else
-    between the steps, the attention inside a loop or a branch (other than the
-    fused/unfused pair), the probabilities read without the flag guard.
+    tensor read besides the attention, a scale the class itself does not set to a
+    Python number (a tensor, a property, a store outside __init__), softmax over
+    another dim or with a dtype, dropout or anything else between the steps, the
+    attention inside a loop or a branch (other than the fused/unfused pair), the
+    probabilities read without the flag guard.
     """
 
     def plan(self, ctx: PlanContext) -> None:
@@ -128,11 +151,17 @@ class ExplicitAttention(Rewrite):
                 if str(reason):
                     ctx.refuse(line, str(reason))
                 continue
-            message = None
-            if mode is not None:
+            flag, check = mode
+            if flag is not None:
                 message = (
-                    f"explicit mask-unit attention -> 4-D SDPA under `else` of `if {mode}:`"
-                    " (the explicit 5-D path is kept where the probabilities are returned)"
+                    f"explicit mask-unit attention -> 4-D SDPA under `else` of `if {flag}:`"
+                    " (the explicit 5-D path is kept where the probabilities are returned"
+                    + (", and where the scale is not a Python number)" if check else ")")
+                )
+            elif check is not None:
+                message = (
+                    "explicit mask-unit attention -> 4-D SDPA where the scale is a Python number"
+                    f" (`{check}`, checked at run time; the explicit 5-D path is kept otherwise)"
                 )
             else:
                 message = "explicit mask-unit attention: 5-D matmul-softmax -> 4-D SDPA (probabilities never read)"
@@ -179,7 +208,7 @@ class _Match:
         self.used: Set[int] = set()
 
     # -- entry ------------------------------------------------------------------------
-    def edits(self) -> Tuple[Dict[cst.CSTNode, Replacement], Optional[str]]:
+    def edits(self) -> Tuple[Dict[cst.CSTNode, Replacement], Tuple[Optional[str], Optional[str]]]:
         ctx, func = self.ctx, self.func
         block = ctx.parent(self.line)
         if not isinstance(block, cst.IndentedBlock) or ctx.parent(block) is not func:
@@ -248,7 +277,16 @@ class _Match:
         if any(flow.compound_assigned.get(n) for n in bound):
             raise Refuse("a name of the attention is also bound by a for/with/except header")
         sdpa = self.sdpa_function(flow)
-        return self.emit(body, region, permute_at, unpack_at, pool_at, pool_parts, start, chain_end, parts, receiver, sdpa, flag), flag
+        # SDPA's scale= takes a number, and a tensor scale (a subclass's per-head
+        # temperature) broadcasts against the 5-D dims: checked at run time.
+        try:
+            check = _scale_check(ctx, func, [parts["scale"]] if parts["scale"] is not None else [])
+        except _ScaleCheckRefused as reason:
+            raise Refuse(str(reason))
+        edits = self.emit(
+            body, region, permute_at, unpack_at, pool_at, pool_parts, start, chain_end, parts, receiver, sdpa, flag, check
+        )
+        return edits, (flag, check)
 
     def check_pair(self) -> None:
         """Silent when the attention is one side of an `if` whose other side calls SDPA."""
@@ -345,7 +383,9 @@ class _Match:
             elif isinstance(node.operator, cst.Multiply) and self.scalar(node.left):
                 scale, node = node.left, node.right
             else:
-                raise Refuse(f"the scores are scaled by something not provably a Python number: {code(node)}")
+                raise Refuse(
+                    f"the scores are scaled by something not provably a Python number: {code(node)}{self.why_not(node)}"
+                )
             node, env = self.deref(node, env)
         if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply)):
             raise Refuse(f"the scores are not q @ k.transpose(-1, -2): {code(node)}")
@@ -361,7 +401,7 @@ class _Match:
             elif self.scalar(left.left):
                 scale, left = left.left, left.right
             else:
-                raise Refuse(f"q is scaled by something not provably a Python number: {code(left)}")
+                raise Refuse(f"q is scaled by something not provably a Python number: {code(left)}{self.why_not(left)}")
         if not is_name(left) or left.value in left_env:  # type: ignore[attr-defined]
             raise Refuse("the scores are not computed from a plain q")
         return left.value, k_expr.value, scale, divide  # type: ignore[attr-defined]
@@ -375,6 +415,15 @@ class _Match:
     # -- scalars --------------------------------------------------------------------------
     def scalar(self, expr: cst.BaseExpression) -> bool:
         return _scalar(self.ctx, self.func, expr)
+
+    def why_not(self, product: cst.BinaryOperation) -> str:
+        """` (why)` for the factor of ``product`` that looks like a scale, or ""."""
+        for factor in (product.right, product.left):
+            if isinstance(factor, (cst.Attribute, cst.Integer, cst.Float, cst.BinaryOperation, cst.UnaryOperation)):
+                why = _scalar_problem(self.ctx, self.func, factor)
+                if why is not None:
+                    return f" ({why})"
+        return ""
 
     # -- where q, k, v come from ------------------------------------------------------------
     def pool(self, body: List[cst.BaseStatement], start: int, q: str) -> Tuple[List[int], Dict]:
@@ -550,7 +599,7 @@ class _Match:
         return self.ctx.span(node).start.line
 
     # -- emitting -------------------------------------------------------------------------
-    def emit(self, body, region, permute_at, unpack_at, pool_at, pool_parts, start, chain_end, parts, receiver, sdpa, flag):
+    def emit(self, body, region, permute_at, unpack_at, pool_at, pool_parts, start, chain_end, parts, receiver, sdpa, flag, check):
         ctx = self.ctx
         permute_line = body[permute_at]
         batch = code(parts["restore_args"][0])
@@ -580,7 +629,7 @@ class _Match:
             )
         edits: Dict[cst.CSTNode, Replacement] = {}
 
-        if flag is None:
+        if flag is None and check is None:
             removed_comments: List[cst.EmptyLine] = []
             for i in region:
                 stmt = body[i]
@@ -608,7 +657,7 @@ class _Match:
                     edits[stmt] = _const(cst.RemovalSentinel.REMOVE)
             return edits
 
-        # Flag mode: `if flag:` the original statements, `else:` the 4-D SDPA path.
+        # `if flag or not <scale check>:` the original statements, `else:` the 4-D SDPA path.
         indent = self.ctx.span(permute_line).start.column
         inner: List[str] = [permute_src]
         for i in unpack_at:
@@ -620,11 +669,23 @@ class _Match:
                 inner.append(pool_src)  # type: ignore[arg-type]
         if sdpa_src is not None:
             inner.append(sdpa_src)
-        if parts["weights"] is not None:
+        if parts["weights"] is not None and flag is not None:
             inner.append(f"# SDPA does not materialise the probabilities: read only when {flag}\n{parts['weights']} = None\n")
         inner.append(restore_src)
+        conditions = [flag] if flag is not None else []
+        if check is not None:
+            conditions.append(f"not ({check})" if " and " in check else f"not {check}")
+        if flag is not None and check is not None:
+            notes = [
+                "# the attention probabilities are returned, or the scale is a tensor:",
+                "# the explicit 5-D attention, unchanged",
+            ]
+        elif flag is not None:
+            notes = ["# the attention probabilities are returned: the explicit 5-D attention, unchanged"]
+        else:
+            notes = ["# a tensor scale (not a Python number): the explicit 5-D attention, unchanged"]
         source = (
-            f"if {flag}:\n"
+            f"if {' or '.join(conditions)}:\n"
             "    pass\n"
             "else:\n"
             "    # 4-D q/k/v (batch*windows, heads, tokens, head_dim): SDPA runs a fused kernel\n"
@@ -644,10 +705,7 @@ class _Match:
             collected[chain_end] = updated
             stmts = [collected[i] for i in region]
             leading = list(stmts[0].leading_lines)
-            note = cst.EmptyLine(
-                comment=cst.Comment("# the attention probabilities are returned: the explicit 5-D attention, unchanged")
-            )
-            stmts[0] = stmts[0].with_changes(leading_lines=[note])
+            stmts[0] = stmts[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(n)) for n in notes])
             stmts = [_shift_continuations(s, ctx.module.default_indent) for s in stmts]
             return template.with_changes(
                 leading_lines=leading, body=template.body.with_changes(body=stmts)  # type: ignore[union-attr]

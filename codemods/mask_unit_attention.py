@@ -40,6 +40,7 @@ from hiera_rewrite.index import walk
 from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
 
 from ._flow import (
+    FunctionFlow,
     code,
     dim_arg,
     enclosing_function,
@@ -113,11 +114,25 @@ class MaskUnitAttention(Rewrite):
     path sits under `if C:` next to a 4-D global path and the output is restored
     under a second `if C:`, only the windowed side of each is rewritten.
 
+    A fallback scale that reads an attribute (`self.scale`) is a number where the
+    class sets it, but a subclass (in this file or another) or a caller may make it
+    a tensor, e.g. a per-head learnable temperature (heads, 1, 1, 1): it broadcasts
+    against the 5-D dims (B, heads, num_windows, T, head_dim), and so against other
+    dims of the 4-D q.  The fallback therefore checks `isinstance(self.scale, (int,
+    float))` at run time; where that fails it runs on 5-D views of q, k and v, as the
+    original did, and hands its output back in the 4-D order.  SDPA itself never
+    reads self.scale (its default scale is head_dim ** -0.5, the same on 4-D input).
+
     Left alone, with a reason: a different permutation or reshape (windows merged
     into the batch in another order, a 3-D reshape), q/k/v used anywhere besides the
     pool and SDPA, an `attn_mask` or non-zero `dropout_p` (mask layout / RNG order
     would change), SDPA under a condition or in a loop this rewrite cannot follow,
-    a manual fallback with any op that is not provably batch-rank-agnostic.
+    a manual fallback with any op that is not provably batch-rank-agnostic, or whose
+    scale the class itself sets to something other than a number (a property, a
+    tensor class attribute, a store outside __init__).
+
+    Already-rewritten code (the 4-D qkv this rewrite or HR006 emits) is recognised
+    and not reported.
     """
 
     def plan(self, ctx: PlanContext) -> None:
@@ -128,11 +143,19 @@ class MaskUnitAttention(Rewrite):
             try:
                 if func is None:
                     raise Refuse("SDPA call is not inside a function body")
-                edits = _Match(ctx, func, call).edits()
+                match = _Match(ctx, func, call)
+                edits = match.edits()
             except Refuse as reason:
-                ctx.refuse(call, str(reason))
+                if not _already_4d(ctx, func, call):
+                    ctx.refuse(call, str(reason))
                 continue
-            ctx.add_site(call, edits)
+            message = None
+            if match.manual_check is not None:
+                message = (
+                    f"{self.message}; the manual fallback runs on 5-D views where"
+                    f" `{match.manual_check}` fails (a tensor scale, checked at run time)"
+                )
+            ctx.add_site(call, edits, message)
 
 
 class _SdpaCalls(cst.CSTVisitor):
@@ -185,6 +208,8 @@ class _Match:
         self.ctx = ctx
         self.func = func
         self.call = call
+        self.manual_scales: List[cst.BaseExpression] = []  # scales the manual fallback multiplies by
+        self.manual_check: Optional[str] = None  # the run-time test emitted into the fallback
 
     # -- the SDPA call --------------------------------------------------------------
     def qkv_arg_names(self) -> Tuple[str, str, str, List[cst.BaseExpression]]:
@@ -323,7 +348,79 @@ class _Match:
                 new[restore.line] = new_restore
         else:
             new[restore.line] = new_restore
+        if region.manual is not None:
+            new.update(self.manual_tensor_scale(region, restore, reshape_args, items, permute_at, changed, q, k, v))
         return new
+
+    def manual_tensor_scale(
+        self,
+        region: _Region,
+        restore: _Restore,
+        reshape_args: List[cst.BaseExpression],
+        items: List[_Item],
+        permute_at: int,
+        changed: Set[str],
+        q: str,
+        k: str,
+        v: str,
+    ) -> Dict[cst.CSTNode, Replacement]:
+        """A manual fallback scaled by an attribute gets a run-time check: a tensor scale
+        (a per-head temperature a subclass sets) broadcasts against the dims of q, which
+        the 4-D layout orders differently, so there the branch runs on 5-D views of q, k,
+        v, as in the original, and its output is put back for the 4-D restore."""
+        try:
+            check = _scale_check(self.ctx, self.func, self.manual_scales)
+        except _ScaleCheckRefused as reason:
+            raise Refuse(str(reason))
+        if check is None:
+            return {}
+        self.manual_check = check
+        assert region.manual is not None and region.out is not None
+        rebound = set().union(*(item.assigned for item in items[permute_at + 1 :]))
+        heads, windows = reshape_args[4], reshape_args[2]
+        split = None
+        for expr, pattern in ((heads, "(-1, {})"), (windows, "({}, -1)")):
+            if int_value(expr) != -1 and _arithmetic(expr) and not names_in(expr) & (rebound | changed):
+                split = pattern.format(code(expr))
+                break
+        if split is None:
+            raise Refuse(
+                "the manual fallback's scale needs a run-time check, and neither the heads nor the num_windows"
+                " of the qkv reshape can be read again there"
+            )
+        condition = f"not ({check})" if " and " in check else f"not {check}"
+        if restore.condition is not None:
+            windowed = restore.condition
+            if restore.side == "orelse":
+                if isinstance(windowed, cst.UnaryOperation) and isinstance(windowed.operator, cst.Not):
+                    windowed_code = code(windowed.expression)
+                else:
+                    windowed_code = f"not {code(windowed)}"
+            else:
+                windowed_code = code(windowed)
+            condition = f"{windowed_code} and {condition}"
+        to_5d = "".join(f"    {t} = {t}.unflatten(1, {split}).transpose(1, 2)\n" for t in (q, k, v))
+        first_src = (
+            f"if {condition}:\n"
+            "    # a tensor scale broadcasts against the 5-D dims (B, heads, num_windows, T, D):\n"
+            "    # run the manual attention on 5-D views, as before\n"
+            f"{to_5d}"
+        )
+        out = region.out
+        last_src = (
+            f"if {condition}:\n"
+            "    # back to 4-D order: the restore below transposes (1, 2), not (1, 3)\n"
+            f"    {out} = {out}.transpose(1, 3).transpose(1, 2)\n"
+        )
+        body = list(region.manual.body)
+        first_if = self.ctx.statement(first_src, like=body[0], replaces=False)  # type: ignore[arg-type]
+        last_if = self.ctx.statement(last_src, like=body[-1], replaces=False)  # type: ignore[arg-type]
+        if len(body) == 1:
+            return {body[0]: lambda updated: cst.FlattenSentinel([first_if, updated, last_if])}
+        return {
+            body[0]: lambda updated: cst.FlattenSentinel([first_if, updated]),
+            body[-1]: lambda updated: cst.FlattenSentinel([updated, last_if]),
+        }
 
     # -- the attention region -------------------------------------------------------
     def region(self, sdpa_line: cst.SimpleStatementLine, q: str, k: str, v: str) -> _Region:
@@ -423,10 +520,18 @@ class _Match:
                 return self.rank_agnostic(expr.left, tensors) or self.rank_agnostic(expr.right, tensors)
             if isinstance(expr.operator, (cst.Multiply, cst.Divide)):
                 if self.rank_agnostic(expr.left, tensors) is None and self.scalar(expr.right):
+                    self.manual_scales.append(expr.right)
                     return None
                 if isinstance(expr.operator, cst.Multiply) and self.scalar(expr.left):
+                    self.manual_scales.append(expr.left)
                     return self.rank_agnostic(expr.right, tensors)
-                return f"{code(expr)} is not a tensor scaled by a provably numeric scale"
+                why = None
+                if self.rank_agnostic(expr.left, tensors) is None:
+                    why = _scalar_problem(self.ctx, self.func, expr.right)
+                elif isinstance(expr.operator, cst.Multiply) and self.rank_agnostic(expr.right, tensors) is None:
+                    why = _scalar_problem(self.ctx, self.func, expr.left)
+                detail = f" ({why})" if why is not None else ""
+                return f"{code(expr)} is not a tensor scaled by a provably numeric scale{detail}"
             return f"operator in {code(expr)}"
         found = method_call(expr, "transpose")
         if found is not None:
@@ -723,6 +828,81 @@ class _Match:
 # -- helpers --------------------------------------------------------------------------
 
 
+FOUR_D_PERMUTE = [3, 0, 2, 4, 1, 5]
+
+
+def _already_4d(ctx: PlanContext, func: Optional[cst.FunctionDef], call: cst.Call) -> bool:
+    """SDPA's k and v come from this rewrite's (or HR006's) own 4-D qkv: the code is
+    already rewritten, so a second pass says nothing about it.
+
+    k and v (positional or keyword) are plain names; an assignment of each that can
+    reach the call takes a component of a name that an assignment reaching that one
+    binds to `<6-D reshape>.permute(3, 0, 2, 4, 1, 5).flatten(2, 3)` (HR001's form) or
+    `.flatten(1, 2)` (HR006's).  No 5-D look-alike has that permute-and-flatten."""
+    if func is None:
+        return False
+    slots = {"key": 1, "value": 2}
+    names: Dict[str, str] = {}
+    for i, arg in enumerate(call.args):
+        if arg.keyword is not None:
+            slot: Optional[str] = arg.keyword.value
+        else:
+            slot = ("query", "key", "value")[i] if i < 3 and not arg.star else None
+        if slot in slots and is_name(arg.value):
+            names[slot] = arg.value.value  # type: ignore[attr-defined]
+    line = enclosing_line(ctx, call)
+    if set(names) != set(slots) or line is None:
+        return False
+    flow = FunctionFlow.of(func)
+    for name in names.values():
+        found = False
+        for stmt in _reaching(ctx, flow, line, name):
+            component = _component(stmt.line, name)
+            if component is None:
+                continue
+            for earlier in _reaching(ctx, flow, stmt.line, component[0]):
+                assign = single_assign(earlier.line)
+                if assign is not None and is_name(assign[0], component[0]) and _emitted_4d(assign[1]):
+                    found = True
+        if not found:
+            return False
+    return True
+
+
+def _reaching(ctx: PlanContext, flow: "FunctionFlow", line: cst.SimpleStatementLine, name: str) -> List:
+    """The statements before ``line`` that bind ``name`` and may be the last to do so:
+    going back in source order, up to the first one in a block around ``line``."""
+    around = {id(a) for a in ctx.ancestors(line)}
+    try:
+        at = flow.stmt_of(line).index
+    except KeyError:
+        return []
+    found = []
+    for stmt in reversed(flow.stmts[:at]):
+        if name not in stmt.assigned or not stmt.line.body:  # (compound headers: not a plain binding)
+            continue
+        found.append(stmt)
+        if id(ctx.parent(stmt.line)) in around:
+            break
+    return found
+
+
+def _emitted_4d(value: cst.BaseExpression) -> bool:
+    """`X.permute(3, 0, 2, 4, 1, 5).flatten(2, 3)` or `.flatten(1, 2)`, X a name or a
+    reshape/view to (B, T, num_windows, 3, heads, head_dim)."""
+    found = method_call(value, "flatten")
+    if found is None or int_args(found[1]) not in ([2, 3], [1, 2]):
+        return False
+    permute = method_call(found[0], "permute")
+    if permute is None or int_args(permute[1]) != FOUR_D_PERMUTE:
+        return False
+    if is_name(permute[0]):
+        return True
+    reshape = method_call(permute[0], "reshape", "view")
+    args = positional(reshape[1]) if reshape else None
+    return args is not None and len(args) == 6 and int_value(args[3]) == 3
+
+
 def _is_zero(node: cst.BaseExpression) -> bool:
     if int_value(node) == 0:
         return True
@@ -766,29 +946,56 @@ def _all_loads(ctx: PlanContext, root: cst.CSTNode) -> List[cst.Name]:
 
 def _scalar(ctx: PlanContext, func: cst.FunctionDef, expr: cst.BaseExpression) -> bool:
     """A Python number: a literal, arithmetic on numbers, or a numeric `self.attr`."""
+    return _scalar_problem(ctx, func, expr) is None
+
+
+def _scalar_problem(ctx: PlanContext, func: cst.FunctionDef, expr: cst.BaseExpression) -> Optional[str]:
+    """None if ``expr`` is a Python number for instances of the method's own class
+    (literals, arithmetic, numeric `self.attr`), else why not.
+
+    Subclasses (in this file or not) and other objects may still replace `self.attr`
+    by a tensor: the rewrites check `isinstance(..., (int, float))` at run time
+    wherever the scale reads an attribute (see :func:`_scale_check`)."""
     if isinstance(expr, (cst.Integer, cst.Float)):
-        return True
+        return None
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-        return _scalar(ctx, func, expr.expression)
+        return _scalar_problem(ctx, func, expr.expression)
     if isinstance(expr, cst.BinaryOperation) and isinstance(
         expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
     ):
-        return _scalar(ctx, func, expr.left) and _scalar(ctx, func, expr.right)
+        return _scalar_problem(ctx, func, expr.left) or _scalar_problem(ctx, func, expr.right)
     if isinstance(expr, cst.Attribute) and is_name(expr.value, "self"):
-        return _numeric_attribute(ctx, func, expr.attr.value)
-    return False
+        return _attribute_problem(ctx, func, expr.attr.value)
+    return f"{code(expr)} is not a literal or a self attribute"
 
 
 def _numeric_attribute(ctx: PlanContext, func: cst.FunctionDef, attr: str) -> bool:
-    """`self.attr` is stored once in the class (and its bases in this file): by
-    `self.attr = <arithmetic, no calls>` in __init__.  Any store to an attribute of
-    that name, on any object, or any setattr, counts against it."""
+    return _attribute_problem(ctx, func, attr) is None
+
+
+def _attribute_problem(ctx: PlanContext, func: cst.FunctionDef, attr: str) -> Optional[str]:
+    """None if `self.attr` is a number for an instance of the class holding ``func``:
+    the class and its bases in this file bind `attr` only by `self.attr = <arithmetic,
+    no calls>` directly in an `__init__` or by `attr = <number>` in the class body (at
+    least once), never by a `def`/property, another statement in the class body, a
+    store outside `__init__`, or a setattr.  Else why not (the reason names the line)."""
     cls = next((a for a in ctx.ancestors(func) if isinstance(a, cst.ClassDef)), None)
     if cls is None:
-        return False
-    stores: List[Tuple[cst.CSTNode, cst.BaseExpression]] = []
+        return f"self.{attr} is read outside a class"
+    key = ("numeric attribute", id(cls), attr)
+    if key in ctx.memo:
+        return ctx.memo[key]
+    found: List[str] = []  # problems
+    numeric: List[cst.CSTNode] = []
+
+    def where(node: cst.CSTNode) -> str:
+        return f"line {ctx.span(node).start.line}"
 
     class _Stores(cst.CSTVisitor):
+        def __init__(self, owner: cst.ClassDef) -> None:
+            super().__init__()
+            self.owner = owner
+
         def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
             self._target(node.target, node)
 
@@ -801,25 +1008,119 @@ def _numeric_attribute(ctx: PlanContext, func: cst.FunctionDef, attr: str) -> bo
         def _target(self, target: cst.BaseExpression, node: cst.CSTNode) -> None:
             for element in _flatten_targets(target):
                 if isinstance(element, cst.Attribute) and element.attr.value == attr:
-                    stores.append((node, element))
+                    if self._numeric_init_store(node, element):
+                        numeric.append(node)
+                    else:
+                        stmt = ctx.parent(node) if isinstance(node, cst.AssignTarget) else node
+                        found.append(
+                            f"self.{attr} is set by `{code(stmt)}` at {where(node)}, not by arithmetic in __init__"
+                        )
+                elif is_name(element, attr):
+                    self._class_level(node)
+
+        def _class_level(self, node: cst.CSTNode) -> None:
+            # `attr = ...` directly in the class body is a class attribute
+            line = next((a for a in ctx.ancestors(node) if isinstance(a, cst.SimpleStatementLine)), None)
+            block = ctx.parent(line) if line is not None else None
+            if block is None or ctx.parent(block) is not self.owner:
+                return
+            assign = ctx.parent(node) if isinstance(node, cst.AssignTarget) else None
+            if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and _literal_number(assign.value):
+                numeric.append(node)
+            else:
+                found.append(f"{self.owner.name.value}.{attr} is a class attribute set by `{code(line)}` at {where(node)}")
+
+        def _numeric_init_store(self, node: cst.CSTNode, element: cst.Attribute) -> bool:
+            if not isinstance(node, cst.AssignTarget) or not is_name(element.value, "self"):
+                return False
+            owner = next((a for a in ctx.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.ClassDef, cst.Lambda))), None)
+            if not isinstance(owner, cst.FunctionDef) or owner.name.value != "__init__":
+                return False
+            if next((a for a in ctx.ancestors(owner) if isinstance(a, (cst.FunctionDef, cst.ClassDef))), None) is not self.owner:
+                return False
+            assign = ctx.parent(node)
+            return isinstance(assign, cst.Assign) and len(assign.targets) == 1 and _arithmetic(assign.value)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            if node.name.value == attr and next(
+                (a for a in ctx.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.ClassDef))), None
+            ) is self.owner:
+                found.append(f"{self.owner.name.value}.{attr} is a method or property at {where(node)}")
 
         def visit_Call(self, node: cst.Call) -> None:
             # setattr(self, "attr", ...) also stores
             if is_name(node.func, "setattr"):
-                stores.append((node, node))
+                name = node.args[1].value if len(node.args) > 1 else None
+                if isinstance(name, cst.SimpleString) and name.evaluated_value != attr:
+                    return
+                found.append(f"a setattr at {where(node)} may set self.{attr}")
 
     for owner_class in _class_and_local_bases(ctx.module, cls):
-        ctx.index.visit(_Stores(), owner_class)
-    if len(stores) != 1:
-        return False
-    node, element = stores[0]
-    if not isinstance(node, cst.AssignTarget) or not is_name(element.value, "self"):  # type: ignore[attr-defined]
-        return False
-    owner = next((a for a in ctx.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
-    assign = ctx.parent(node)
-    if owner is None or owner.name.value != "__init__" or not isinstance(assign, cst.Assign) or len(assign.targets) != 1:
-        return False
-    return _arithmetic(assign.value)
+        ctx.index.visit(_Stores(owner_class), owner_class)
+    problem = found[0] if found else None
+    if problem is None and not numeric:
+        problem = f"self.{attr} is not set in {cls.name.value}.__init__ (or its bases in this file)"
+    ctx.memo[key] = problem
+    return problem
+
+
+def _literal_number(expr: cst.BaseExpression) -> bool:
+    """Literals combined by arithmetic (no names)."""
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        return _literal_number(expr.expression)
+    if isinstance(expr, cst.BinaryOperation) and isinstance(
+        expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
+    ):
+        return _literal_number(expr.left) and _literal_number(expr.right)
+    return False
+
+
+SCALE_CHECK_BUILTINS = ("isinstance", "int", "float")
+
+
+def _scale_check(ctx: PlanContext, func: cst.FunctionDef, scales: Sequence[cst.BaseExpression]) -> Optional[str]:
+    """The run-time test that every scale is a Python number, or None when each one is
+    made of literals only.  A subclass (in this file or another) or any other code may
+    set `self.scale` to a tensor: a per-head temperature broadcasts against the 5-D
+    layout's dims, which the 4-D layout orders differently, and SDPA's `scale=` takes a
+    number only.  Where the test fails the original 5-D computation runs."""
+    checks: List[str] = []
+    for scale in scales:
+        if _literal_number(scale):
+            continue
+        test = f"isinstance({code(scale)}, (int, float))"
+        if test not in checks:
+            checks.append(test)
+    if not checks:
+        return None
+    bound = _bound_names(ctx, func)
+    shadowed = [n for n in SCALE_CHECK_BUILTINS if n in bound]
+    if shadowed:
+        raise _ScaleCheckRefused(
+            f"the scale needs a run-time isinstance check but the file binds {shadowed[0]}"
+        )
+    return " and ".join(checks)
+
+
+class _ScaleCheckRefused(Exception):
+    pass
+
+
+def _bound_names(ctx: PlanContext, func: cst.FunctionDef) -> Set[str]:
+    """Names bound in ``func``, the functions around it and the module's top level."""
+    key = "module top-level bindings"
+    top = ctx.memo.get(key)
+    if top is None:
+        top = ctx.memo[key] = set().union(*(statement_names(s)[0] for s in ctx.module.body)) if ctx.module.body else set()
+    bound = set(top)
+    for owner in [func, *(a for a in ctx.ancestors(func) if isinstance(a, cst.FunctionDef))]:
+        flow = FunctionFlow.of(owner)
+        bound |= flow.params
+        for stmt in flow.stmts:
+            bound |= stmt.assigned
+    return bound
 
 
 def _flatten_targets(target: cst.BaseExpression) -> List[cst.BaseExpression]:

@@ -25,12 +25,18 @@ EXPECTED = {
         "qkv is built inside control flow",
         "`self.windowed` may change between",
         "self.drop(attn.softmax(dim=-1)) is not an op",
-        "not a tensor scaled by a provably numeric scale",
+        "not a tensor scaled by a provably numeric scale (self.scale is set by `self.scale = nn.Parameter(",
         "SDPA is inside a loop",
         "the output reshape reads x",
         "q's pool is not",
     ],
     "lookalike_comment_string": [],
+    # the 4-D attention (already rewritten) says nothing; the 5-D one after it does
+    "lookalike_partly_rewritten": ["SDPA gets an attn_mask"],
+    "lookalike_own_tensor_scale": [
+        "(OwnPropertyScale.scale is a method or property at line 17)",
+        "(OwnClassTensorScale.scale is a class attribute set by `scale = torch.full((2, 1, 1, 1), 0.5)` at line 32)",
+    ],
 }
 
 
@@ -61,3 +67,69 @@ def test_cli_prints_skipped_reason(tmp_path):
     assert run.returncode == 0, run.stderr
     assert f"{target}:19:13: HR001 skipped: SDPA gets an attn_mask" in run.stderr
     assert f"{target}:30:13: HR001 skipped: SDPA gets a dropout_p" in run.stderr
+
+
+SCALED_EXPLICIT = '''import torch
+import torch.nn as nn
+{prelude}
+
+class A(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.scale = self.head_dim ** -0.5
+        self.qkv = nn.Linear(dim, 3 * dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, -1, N // 4, 3, self.heads, self.head_dim).permute(3, 0, 4, 2, 1, 5)
+        q, k, v = qkv.unbind(0)
+        x = ((q * self.scale) @ k.transpose(-1, -2)).softmax(dim=-1) @ v
+        return x.transpose(1, 3).reshape(B, -1, C)
+'''
+
+
+@pytest.mark.parametrize("prelude,name", [("float = torch.float32", "float"), ("from builtins import int", "int")])
+def test_scale_check_refused_where_the_file_binds_its_builtins(prelude, name):
+    """The run-time `isinstance(self.scale, (int, float))` must mean the builtins."""
+    data = SCALED_EXPLICIT.format(prelude=prelude).encode()
+    result = rewrite_bytes(data)
+    assert result.output == data
+    (report,) = [r for r in result.reports if r.code == "HR006"]
+    assert f"needs a run-time isinstance check but the file binds {name}" in report.message
+
+
+def test_scale_check_emitted_with_the_builtins_free():
+    result = rewrite_bytes(SCALED_EXPLICIT.format(prelude="").encode())
+    assert b"if not isinstance(self.scale, (int, float)):" in result.output
+    assert rewrite_bytes(result.output).reports == []
+
+
+MANUAL_UNREADABLE_SPLIT = b'''import torch.nn as nn
+import torch.nn.functional as F
+
+
+class A(nn.Module):
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, -1, x.shape[1] // 4, 3, self.cfg["heads"], C // self.cfg["heads"]).permute(3, 0, 4, 2, 1, 5)
+        q, k, v = qkv.unbind(0)
+        if self.fused:
+            x = F.scaled_dot_product_attention(q, k, v)
+        else:
+            x = ((q * self.scale) @ k.transpose(-1, -2)).softmax(dim=-1) @ v
+        return x.transpose(1, 3).reshape(B, -1, C)
+
+    def __init__(self):
+        super().__init__()
+        self.scale = 0.5
+'''
+
+
+def test_manual_tensor_scale_path_needs_heads_or_windows():
+    """The 5-D views of the fallback split num_windows*heads again: refused where
+    neither can be read again without calls or subscripts."""
+    result = rewrite_bytes(MANUAL_UNREADABLE_SPLIT)
+    assert result.output == MANUAL_UNREADABLE_SPLIT
+    (report,) = [r for r in result.reports if r.code == "HR001"]
+    assert "neither the heads nor the num_windows of the qkv reshape can be read again" in report.message

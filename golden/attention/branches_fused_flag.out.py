@@ -37,9 +37,18 @@ class BranchyAttention(nn.Module):
         if self.fused:
             x = F.scaled_dot_product_attention(q, k, v)
         else:
+            if self.windowed and not isinstance(self.scale, (int, float)):
+                # a tensor scale broadcasts against the 5-D dims (B, heads, num_windows, T, D):
+                # run the manual attention on 5-D views, as before
+                q = q.unflatten(1, (-1, self.heads)).transpose(1, 2)
+                k = k.unflatten(1, (-1, self.heads)).transpose(1, 2)
+                v = v.unflatten(1, (-1, self.heads)).transpose(1, 2)
             attn = (q * self.scale) @ k.transpose(-1, -2)
             attn = attn.softmax(dim=-1)
             x = attn @ v
+            if self.windowed and not isinstance(self.scale, (int, float)):
+                # back to 4-D order: the restore below transposes (1, 2), not (1, 3)
+                x = x.transpose(1, 3).transpose(1, 2)
 
         if self.windowed:
             x = x.transpose(1, 2).reshape(B, -1, C)
@@ -66,7 +75,16 @@ class NegatedFlagAttention(BranchyAttention):
             )
             q, k, v = qkv.unbind(0)
         if not self.fused:
+            if self.windowed and not isinstance(self.scale, (int, float)):
+                # a tensor scale broadcasts against the 5-D dims (B, heads, num_windows, T, D):
+                # run the manual attention on 5-D views, as before
+                q = q.unflatten(1, (-1, self.heads)).transpose(1, 2)
+                k = k.unflatten(1, (-1, self.heads)).transpose(1, 2)
+                v = v.unflatten(1, (-1, self.heads)).transpose(1, 2)
             x = F.softmax((q * self.scale) @ k.transpose(-2, -1), dim=-1) @ v
+            if self.windowed and not isinstance(self.scale, (int, float)):
+                # back to 4-D order: the restore below transposes (1, 2), not (1, 3)
+                x = x.transpose(1, 3).transpose(1, 2)
         else:
             x = F.scaled_dot_product_attention(q, k, v)
         if not self.windowed:

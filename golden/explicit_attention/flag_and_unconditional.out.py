@@ -24,8 +24,9 @@ class FlagAttention(nn.Module):
             tokens_per_window = self.q_stride * self.window_size
         qkv = self.qkv(hidden_states)
         qkv = qkv.reshape(batch_size, tokens_per_window, num_windows, 3, self.heads, self.head_dim)
-        if output_attentions:
-            # the attention probabilities are returned: the explicit 5-D attention, unchanged
+        if output_attentions or not isinstance(self.scale, (int, float)):
+            # the attention probabilities are returned, or the scale is a tensor:
+            # the explicit 5-D attention, unchanged
             qkv = qkv.permute(3, 0, 4, 2, 1, 5)
 
             query, key, value = qkv.unbind(0)
