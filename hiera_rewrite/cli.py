@@ -27,8 +27,9 @@ exit codes:
   2  usage or input error: a path is missing or unreadable, a file cannot be
      decoded or parsed (message: path:line:col: reason), or an internal error;
      other files are still processed
-  3  --verify: verification failed or could not run (a mismatch, a model that
-     could not be built, torch missing); nothing was written
+  3  --verify: verification failed or could not run (a mismatch, no model could
+     be built, torch missing) or a rewritten site was not proven (no compared
+     case ran it); nothing was written
 
 Each change prints `path:line:col: CODE message`; spots that look like an idiom
 but are left alone print `path:line:col: CODE skipped: reason`.  A class or

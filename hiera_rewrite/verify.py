@@ -286,7 +286,7 @@ def _hint(site: Dict[str, Any], report: Dict[str, Any]) -> str:
     reason = "; ".join(f"{f['label']}: {f['error']}" for f in why[:2])
     missing = [f.get("missing") for f in why if f.get("missing")]
     if missing:
-        text = f"give the missing argument: --factory {module}:{owner_class}:'{json.dumps({m: '...' for m in missing[0]})}'"
+        text = f"give the missing argument: --factory {module}:{owner_class}:'{json.dumps({m: '...' for m in missing[0]})}' (--factory replaces discovery: name the other models too)"
     else:
         text = f"reach it with --factory {module}:{owner_class}:'{{...}}' (or a factory of a model holding it), --kwargs JSON or --input-shape B,C,..."
     return (f"{reason}; " if reason else "") + text
