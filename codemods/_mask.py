@@ -83,6 +83,20 @@ def shadowed(module: cst.Module, *names: str) -> List[str]:
     return [n for n in names if n in bound or "*" in bound]
 
 
+def emitted_fallback(ctx, line: cst.CSTNode, count: str) -> bool:
+    """True when ``line`` is the original statement a mask rewrite kept as the fallback
+    branch of its own output (``if <count> is None: <line> else: ...``): a second run
+    leaves it alone and says nothing."""
+    block = ctx.parent(line)
+    branch = ctx.parent(block) if block is not None else None
+    return (
+        isinstance(branch, cst.If)
+        and branch.body is block
+        and isinstance(branch.orelse, cst.Else)
+        and code(branch.test).replace(" ", "") == f"{count}isNone"
+    )
+
+
 def own_method(cls: str, method: str) -> str:
     """True at run time when ``self.<method>`` is the one the file's class ``cls`` defines
     (not an override in a subclass, which keeps upstream's signature)."""

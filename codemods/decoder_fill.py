@@ -43,6 +43,7 @@ from ._flow import (
     single_assign,
 )
 from ._mask import (
+    emitted_fallback,
     ascending_true,
     free_names,
     imports_module,
@@ -84,6 +85,8 @@ class DecoderFill(Rewrite):
         finder = _IndexPuts()
         ctx.index.visit(finder)
         for line in finder.lines:
+            if emitted_fallback(ctx, line, COUNT):
+                continue  # this rewrite's own output
             try:
                 edits = _fill(ctx, line)
             except Refuse as reason:

@@ -36,6 +36,7 @@ from ._flow import FunctionFlow, Stmt, code, is_name, method_call, positional, s
 from ._random_mask import count_call, random_mask_guard
 from .decoder_fill import planned_fill
 from ._mask import (
+    emitted_fallback,
     shadowed,
     class_reference,
     keyword_if_own,
@@ -98,6 +99,9 @@ class MaskedSelect(Rewrite):
         gaining: Dict[cst.ClassDef, Dict[str, _Method]] = {}
         lines_of: Dict[cst.FunctionDef, List[cst.SimpleStatementLine]] = {}
         for func, lines in finder.by_function.items():
+            lines = [line for line in lines if not emitted_fallback(ctx, line, COUNT)]
+            if not lines:
+                continue  # this rewrite's own output
             masks = {code(line.body[0].value.slice[0].slice.value) for line in lines}  # type: ignore[attr-defined]
             owner = skip_marked_owner(ctx, func)
             cls = _class_of(ctx, func)

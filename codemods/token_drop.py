@@ -49,6 +49,7 @@ from ._flow import (
 from ._random_mask import NotProven, count_call, helper_source, kept_count, random_mask_guard
 from ._flow import statement_names
 from ._mask import (
+    emitted_fallback,
     shadowed,
     foreign_binding,
     is_docstring,
@@ -107,6 +108,9 @@ class EncoderTokenDrop(Rewrite):
         finder = _Finder()
         ctx.index.visit(finder)
         for node, via in finder.drops + _drops_through_names(ctx, finder.tile_lines):
+            line = enclosing_line(ctx, node)
+            if line is not None and emitted_fallback(ctx, line, COUNT):
+                continue  # this rewrite's own output
             try:
                 edits = _token_drop(ctx, node, via)
             except Refuse as reason:
@@ -331,11 +335,11 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     base = cls.bases[0].value.value  # type: ignore[attr-defined]
     if not imports_module(ctx.module, "torch"):
         raise Refuse("the module does not `import torch`")
+    if _defines(cls, FLAG):
+        raise Refuse("")  # rewritten already
     clash = free_names(flow, COUNT)
     if clash:
         raise Refuse(f"{func.name.value} already uses the name {COUNT}")
-    if _defines(cls, FLAG):
-        raise Refuse("")
     collision = foreign_binding(ctx.module, "inspect")
     if collision:
         raise Refuse(f"the count needs `inspect`, but {collision}")
