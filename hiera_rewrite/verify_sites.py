@@ -6,7 +6,10 @@ rewritten text) are given to the sites: a region holding a site's reported line 
 that site's; a region holding none goes to the nearest site of the same function
 (else class, else file).  A region is *run* on one side when a statement of a
 function body that overlaps it ran there (a compound statement counts by its header
-lines).  Regions that touch no function body (an import, a signature, a class
+lines).  On the rewritten side, where a region holds simple statements of new text
+(not a line of the original), only those count: a rewrite that keeps the original
+statement as a fallback branch (``if num_kept is None: <original> else: <new>``) is
+proven by its new branch running, not by its test or its fallback.  Regions that touch no function body (an import, a signature, a class
 attribute) run at import on both sides and prove nothing about behaviour: they are
 not required.  A site is exercised by a case when each of its required regions ran
 in that case on both sides (sides without a statement in the region are not asked).
@@ -54,6 +57,7 @@ class _Statements(ast.NodeVisitor):
 
     def __init__(self) -> None:
         self.ranges: List[Range] = []
+        self.headers: Set[Range] = set()  # compound statements' header lines
         self.owners: List[Tuple[int, int, str, Optional[str]]] = []  # (lo, hi, qualname, class)
         self._stack: List[Tuple[str, ast.AST]] = []
 
@@ -88,12 +92,14 @@ class _Statements(ast.NodeVisitor):
         if children:
             first = min(getattr(c, "lineno", None) or c.pattern.lineno for c in children)
             self.ranges.append((stmt.lineno, max(stmt.lineno, first - 1)))
+            self.headers.add(self.ranges[-1])
             for child in children:
                 if isinstance(child, ast.stmt):
                     self._statement(child)
                 else:  # except handler / match case: its header, then its body
                     line = getattr(child, "lineno", None) or child.pattern.lineno
                     self.ranges.append((line, line))
+                    self.headers.add(self.ranges[-1])
                     for s in child.body:
                         self._statement(s)
         else:
@@ -136,17 +142,23 @@ def sites_of(path: str, source: bytes, output: bytes, reports: Sequence) -> List
         sites.append(SiteSpec(f"{path}:{r.line}:{r.col} {r.code}", path, r.line, r.col, r.code, owner, cls, []))
     if not sites:
         return sites
+    original_text = {line.strip() for line in a_lines}
     matcher = difflib.SequenceMatcher(None, a_lines, b_lines, autojunk=False)
     for tag, a0, a1, b0, b1 in matcher.get_opcodes():
         if tag == "equal":
             continue
         # 1-based inclusive; an insertion has orig (a0+1, a0): empty
         orig, new = (a0 + 1, a1), (b0 + 1, b1)
+        new_stmts = _overlapping(new_scan.ranges, *new) if b1 > b0 else []
+        fresh = [
+            r for r in new_stmts
+            if r not in new_scan.headers and new[0] <= r[0] <= new[1] and b_lines[r[0] - 1].strip() not in original_text
+        ]
         region = Region(
             orig,
             new,
             _overlapping(old_scan.ranges, *orig) if a1 > a0 else [],
-            _overlapping(new_scan.ranges, *new) if b1 > b0 else [],
+            fresh or new_stmts,
         )
         anchor = a0 + 1 if a1 > a0 else max(a0, 1)
         inside = [s for s in sites if orig[0] <= s.line <= max(orig[1], orig[0])]
