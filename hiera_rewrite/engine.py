@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Set
@@ -127,11 +128,25 @@ def _parse(data: bytes) -> ModuleIndex:
             except UnicodeDecodeError as bad:
                 exc = bad
         if isinstance(exc, UnicodeDecodeError):
-            line = data[: exc.start].count(b"\n") + 1
+            line = len(_LINE_ENDS.findall(data, 0, exc.start)) + 1
         raise InputError(f"cannot decode: {exc}", line) from None
-    index = ModuleIndex(module)
+    index = ModuleIndex(_keep_final_cr(module, data))
     _check_compiles(index.code)  # the index's codegen is module.code: one codegen, not two
     return index
+
+
+_LINE_ENDS = re.compile(rb"\r\n|\r|\n")  # every line end Python's tokenizer accepts
+
+
+def _keep_final_cr(module: cst.Module, data: bytes) -> cst.Module:
+    """libcst's parser does not take a final ``\r`` (old-Mac line ends, which Python
+    accepts, alone or mixed with others) for the file's trailing newline: the module
+    says ``has_trailing_newline=False`` and its code drops that last byte.  Say True
+    where that gives the file's bytes back."""
+    if module.has_trailing_newline or not data.endswith(b"\r"):
+        return module
+    fixed = module.with_changes(has_trailing_newline=True)
+    return fixed if fixed.bytes == data else module
 
 
 def _check_compiles(code: str) -> None:

@@ -84,14 +84,25 @@ def write_checked(name: str, data: bytes) -> Optional[str]:
 def unified_diff(name: str, result: FileResult) -> bytes:
     """A unified diff of the file's own bytes (its encoding and newlines), for patch.
 
-    Lines are split as bytes, on \\n, \\r\\n and \\r only: str.splitlines would also
-    split on form feeds and other separators that patch does not see as line ends.
+    Lines are what patch (and diff, git) take for lines: each ends in \\n (a CRLF
+    line keeps its \\r).  A lone \\r (old-Mac line ends, which Python accepts) is no
+    line end to them, so it stays inside a line, as in ``diff -u``: split there, the
+    hunks would not apply (patch would read them as one line).  Form feeds and the
+    other separators str.splitlines knows are no line ends either.
     """
-    before = result.source.splitlines(keepends=True)
-    after = result.output.splitlines(keepends=True)
+    before = _patch_lines(result.source)
+    after = _patch_lines(result.output)
     path = os.fsencode(name)
     lines = difflib.diff_bytes(difflib.unified_diff, before, after, fromfile=b"a/" + path, tofile=b"b/" + path)
     out = []
     for line in lines:
-        out.append(line if line.endswith((b"\n", b"\r")) else line + b"\n\\ No newline at end of file\n")
+        out.append(line if line.endswith(b"\n") else line + b"\n\\ No newline at end of file\n")
     return b"".join(out)
+
+
+def _patch_lines(data: bytes) -> List[bytes]:
+    lines = data.split(b"\n")
+    out = [line + b"\n" for line in lines[:-1]]
+    if lines[-1]:
+        out.append(lines[-1])  # no final newline
+    return out

@@ -8,7 +8,9 @@ tests/test_cli.py).
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import libcst as cst
@@ -294,3 +296,95 @@ def test_odd_inputs_do_not_crash(data):
     except engine.InputError:
         return  # reported as an input error (exit 2): fine
     assert result.output == data
+
+
+# -- line ends ---------------------------------------------------------------------------
+
+POOL_LINES = [
+    b"import torch",
+    b"",
+    b"",
+    b"def pool(x, stride):",
+    b"    # a comment line",
+    b"    return x.view(x.shape[0], stride, -1, x.shape[-1]).max(dim=1).values",
+    b"",
+    b"",
+    b"def other(x):",
+    b"    return x + 1",
+]
+POOL_REWRITTEN = b"    return x.view(x.shape[0], stride, -1, x.shape[-1]).amax(dim=1).clone()"
+
+
+def _joined(ends, final: bool) -> bytes:
+    """POOL_LINES with line ``i`` ended by ``ends[i % len(ends)]`` (the last one only
+    if ``final``)."""
+    out = b""
+    for i, line in enumerate(POOL_LINES):
+        end = ends[i % len(ends)]
+        if out.endswith(b"\r") and not line and end == b"\n":
+            end = b"\r"  # "\r" then an empty "\n" line would read as one "\r\n"
+        out += line + (b"" if i == len(POOL_LINES) - 1 and not final else end)
+    return out
+
+
+@pytest.mark.parametrize("final", [True, False], ids=["final-newline", "no-final-newline"])
+@pytest.mark.parametrize(
+    "ends", [[b"\n"], [b"\r\n"], [b"\r"], [b"\r", b"\n", b"\r\n"], [b"\n", b"\r"], [b"\r\n", b"\r"]],
+    ids=["lf", "crlf", "cr", "cr-lf-crlf", "lf-cr", "crlf-cr"],
+)
+def test_bytes_outside_the_rewrite_survive_every_line_end(ends, final):
+    # Python's tokenizer takes \n, \r\n and \r, mixed in any way; libcst drops a
+    # final \r unless the engine says it is there (the engine used to lose it).
+    data = _joined(ends, final)
+    compile(data, "<test>", "exec")
+    result = rewrite_bytes(data)
+    expected = data.replace(POOL_LINES[5], POOL_REWRITTEN)
+    assert result.output == expected
+    assert [r.code for r in result.changes] == ["HR002"]
+    assert [(r.line, r.col) for r in result.changes] == [(6, 12)]  # lines counted at every line end
+
+
+def test_cr_goldens_keep_the_final_cr():
+    for name in ("cr", "cr_tabs_utf8_bom", "mixed_newlines"):
+        data = (ROOT / "golden/engine" / f"{name}.in.py").read_bytes()
+        assert data.endswith(b"\r")
+        output = rewrite_bytes(data).output
+        assert output.endswith(b"\r") and not output.endswith(b"\r\r"), name
+
+
+def test_decode_error_line_counts_cr_line_ends():
+    with pytest.raises(engine.InputError) as exc:
+        rewrite_bytes(b"x = 1\ry = 2\rz = '\xff'\r")
+    assert exc.value.line == 3
+
+
+def test_cr_file_without_a_rewrite_is_not_written(tmp_path, capsysbinary):
+    path = tmp_path / "clean.py"
+    data = b"import torch\r\r\rdef f(x):\r    return x.max(dim=1).values\r"
+    path.write_bytes(data)
+    old_ns = 1_500_000_000_123_456_789
+    os.utime(path, ns=(old_ns, old_ns))
+    inode = path.stat().st_ino
+    assert cli.main([str(path)]) == 0
+    assert cli.main(["--check", str(path)]) == 0
+    assert cli.main(["--diff", str(path)]) == 0
+    assert capsysbinary.readouterr().out == b""
+    assert path.read_bytes() == data
+    assert path.stat().st_mtime_ns == old_ns and path.stat().st_ino == inode
+
+
+@pytest.mark.parametrize("name", ["cr", "mixed_newlines", "crlf"])
+def test_diff_of_odd_line_ends_applies_with_patch(tmp_path, capsysbinary, monkeypatch, name):
+    source = (ROOT / "golden/engine" / f"{name}.in.py").read_bytes()
+    expected = (ROOT / "golden/engine" / f"{name}.out.py").read_bytes()
+    (tmp_path / "a.py").write_bytes(source)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["--diff", "a.py"]) == 1
+    diff = capsysbinary.readouterr().out
+    assert (tmp_path / "a.py").read_bytes() == source
+    # every line of the diff ends in \n: a lone \r stays inside a line, as patch reads it
+    assert diff.startswith(b"--- a/a.py\n+++ b/a.py\n@@ ")
+    assert all(line[:1] in (b" ", b"-", b"+", b"@", b"\\") for line in diff.split(b"\n")[2:-1])
+    if shutil.which("patch"):
+        subprocess.run(["patch", "-p1", "-s"], cwd=tmp_path, input=diff, check=True)
+        assert (tmp_path / "a.py").read_bytes() == expected

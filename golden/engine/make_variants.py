@@ -54,6 +54,16 @@ class Pool(nn.Module):
 '''
 
 
+def mixed_newlines(text: str) -> str:
+    """Line ``i`` ends in \\r, \\n, \\r\\n in turn (Python accepts any mix)."""
+    lines = text.split("\n")
+    ends = [["\r", "\n", "\r\n"][i % 3] for i in range(len(lines) - 1)]
+    for i in range(1, len(ends)):
+        if ends[i - 1] == "\r" and lines[i] == "" and ends[i] == "\n":
+            ends[i] = "\r"  # "\r" then an empty "\n" line would read as one "\r\n"
+    return "".join(line + end for line, end in zip(lines, ends)) + lines[-1]
+
+
 def tabs(text: str) -> str:
     return re.sub(r"(?m)^((?:    )+)", lambda m: "\t" * (len(m.group(1)) // 4), text)
 
@@ -65,6 +75,11 @@ VARIANTS = {
     "tabs": tabs(BASE).encode("utf-8"),
     "no_final_newline": BASE.rstrip("\n").encode("utf-8"),
     "crlf_tabs_no_final_newline": tabs(BASE).rstrip("\n").replace("\n", "\r\n").encode("utf-8"),
+    # old-Mac line ends: libcst drops a final \r unless the engine says it is there
+    "cr": BASE.replace("\n", "\r").encode("utf-8"),
+    "cr_no_final_newline": BASE.rstrip("\n").replace("\n", "\r").encode("utf-8"),
+    "cr_tabs_utf8_bom": b"\xef\xbb\xbf" + tabs(BASE).replace("\n", "\r").encode("utf-8"),
+    "mixed_newlines": mixed_newlines(BASE).encode("utf-8"),
 }
 
 if __name__ == "__main__":

@@ -1,0 +1,22 @@
+"""Golden (engine): bytes outside the rewritten statements must survive éxactly."""import torch
+import torch.nn as nn
+import torch.nn.functional as F
+class UnitAttention(nn.Module):    def __init__(self, dim, heads, q_stride=1, window_size=2):
+        super().__init__()
+        self.heads, self.q_stride, self.window_size = heads, q_stride, window_size        self.head_dim = dim // heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)    def forward(self, x):
+        B, N, C = x.shape  # café: tokens of every mask unit are contiguous        num_windows = N // (self.q_stride * self.window_size)
+        qkv = (            self.qkv(x)            .reshape(B, -1, num_windows, 3, self.heads, self.head_dim)            .permute(3, 0, 2, 4, 1, 5)            .flatten(2, 3)        )
+        q, k, v = qkv[0], qkv[1], qkv[2]        if self.q_stride > 1:
+            q = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)
+        x = F.scaled_dot_product_attention(q, k, v)        x = x.transpose(1, 2).reshape(B, -1, C)  # résultat: (B, N, C)
+        return self.proj(x)
+def golden_example():
+    model = nn.Sequential(UnitAttention(8, 2, q_stride=2), Pool(), UnitAttention(8, 4))    return model.double(), (torch.randn(2, 16, 8, dtype=torch.float64),)
+
+class Pool(nn.Module):
+    """Halves the tokens: a max over an unrolled stride."""
+    def forward(self, x):
+        B, N, C = x.shape
+        return x.view(B, 2, N // 2, C).amax(dim=1).clone()
