@@ -12,7 +12,7 @@ What it emits:
 
     qkv = <E>.reshape(B, T, nw, 3, H, D).permute(3, 0, 2, 4, 1, 5).flatten(2, 3)
     q, k, v = ...                              # unchanged: each is (B, nw*H, T, D)
-    q = q.unflatten(2, (S, Tq)).amax(dim=2)
+    q = q.unflatten(2, (S, Tq)).max(dim=2).values        # the user's own reduction
     out = F.scaled_dot_product_attention(q, k, v, ...)
     y = out.transpose(1, 2).reshape(B, N, C)
 
@@ -91,8 +91,11 @@ class MaskUnitAttention(Rewrite):
     (3, B, num_windows*heads, T, head_dim), so q, k and v are 4-D (one copy, as
     before).  The q-pool
     `q.view(B, heads, num_windows, q_stride, -1, head_dim).max(dim=3).values` becomes
-    `q.unflatten(2, (q_stride, -1)).amax(dim=2)` (the stride is the slowest part of
-    the in-window position, so the same elements are pooled).  The attention output
+    `q.unflatten(2, (q_stride, -1)).max(dim=2).values` (the stride is the slowest part
+    of the in-window position, so the same elements are pooled; the reduction stays
+    the user's own -- `.amax` where they wrote `.amax` -- so tied maxima get the same
+    gradient and an in-place op on q stays legal; see `--explain HR002` for why
+    `.amax` is not faster).  The attention output
     (B, num_windows*heads, Tq, head_dim) is restored by `.transpose(1, 2)` and the
     original reshape: (B, Tq, num_windows*heads, head_dim) has exactly the element
     order of the 5-D code's (B, Tq, num_windows, heads, head_dim), token
@@ -101,12 +104,9 @@ class MaskUnitAttention(Rewrite):
     projection's saved input is the attention output itself, not a second copy.
 
     Same parameters, same state_dict, same outputs and gradients (up to float
-    rounding of the SDPA kernel).  Two things differ, on purpose:
-    - the `hasattr(F, "scaled_dot_product_attention")` fallback branch is removed:
-      every torch >= 2.0 has SDPA, and the branch would otherwise be dead code;
-    - `.amax` splits the gradient evenly between exactly tied maxima, where
-      `.max(...).values` gives it all to one of them (the forward value is identical;
-      ties need bit-identical activations).
+    rounding of the SDPA kernel).  One thing differs, on purpose: the
+    `hasattr(F, "scaled_dot_product_attention")` fallback branch is removed: every
+    torch >= 2.0 has SDPA, and the branch would otherwise be dead code.
 
     A manual-attention fallback under another flag (timm's `if self.fused_attn:`)
     is kept when every op in it treats the leading dims as batch: `q * scale` with
@@ -765,7 +765,7 @@ class _Match:
         reduced = reduction_values(assign[1]) if assign and is_name(assign[0], q) else None
         if reduced is None:
             raise Refuse(f"{q} is reassigned by something other than a q-pool max")
-        _, pooled, dim = reduced
+        spelling, pooled, dim = reduced
         view = method_call(pooled, "view", "reshape")
         args = positional(view[1]) if view else None
         if view is None or not is_name(view[0], q) or args is None or len(args) != 6 or dim not in (3, -3):
@@ -776,8 +776,11 @@ class _Match:
                 raise Refuse(f"the q-pool view's {code(got)} is not provably the qkv reshape's {code(want)}")
         for arg in args:
             self.not_reading(arg, changed, "the q-pool view")
+        # The same reduction as the user's: .max(...).values keeps its gradient rule
+        # for tied maxima and saves only indices (an in-place op on q stays legal).
+        reduce = ".amax(dim=2)" if spelling == "amax" else ".max(dim=2).values"
         return self.ctx.statement(
-            f"{target_code(line)} {q}.unflatten(2, ({code(args[3])}, {code(args[4])})).amax(dim=2)",
+            f"{target_code(line)} {q}.unflatten(2, ({code(args[3])}, {code(args[4])})){reduce}",
             like=line,
         )
 

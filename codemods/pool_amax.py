@@ -30,6 +30,7 @@ from ._inplace import ALIAS_ATTRS, ALIAS_METHODS, WHAT, InplaceFlow
 @register
 class PoolAmax(Rewrite):
     code = "HR002"
+    default = False  # opt-in: measured slower in eager, and not exact for tied maxima
     name = "pool-amax"
     message = "max-pool: .max(dim=k).values -> .amax(dim=k) (no unused int64 index tensor)"
     clone_message = (
@@ -37,6 +38,17 @@ class PoolAmax(Rewrite):
         " returned, so a caller may modify it in place)"
     )
     explanation = """
+    Opt-in (`--select HR002`): not run by default, because it does not pay.
+    Measured on an H200, bf16, Hiera-Base MAE at 224 px, B=128 (2026-12-01):
+    the Hiera-Base step's pooling windows hold bit-identical maxima in 1.8e-3 of
+    cases (do_pool and q-pool alike; benchmarks/ties.py), where `.amax` splits the
+    gradient and the original gives it to one element; the pool's forward+backward
+    is about 2.4x slower in eager (do_pool 202 -> 485 us of GPU time) and 0-15%
+    faster compiled (104 -> 89 us); the eager step was 56.05 ms with `.amax` in
+    do_pool and the q-pool vs 55.09 ms with `.max(...).values` (two runs of one
+    machine); peak memory 8.11 vs 8.21 GiB compiled.  Select it for that memory.
+    HR001 keeps the q-pool's own reduction for the same reasons.
+
     Hiera max-pools by viewing the stride as its own dimension and reducing it:
     `x.view(B, stride, -1, C).max(dim=1).values` (do_pool) and the q-pool in the
     attention.  `Tensor.max(dim)` returns values *and* an int64 index tensor; the

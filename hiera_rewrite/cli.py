@@ -89,13 +89,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.jobs < 0:
         parser.error("--jobs must be 0 (automatic) or a number of processes")
     if args.list:
-        for code in selected_codes():
+        for code in REGISTRY:
             rewrite = REGISTRY[code]
-            print(f"{code}  {rewrite.name:<28} {rewrite.message}")
+            opt_in = "" if rewrite.default else f"  (opt-in: --select {code})"
+            print(f"{code}  {rewrite.name:<28} {rewrite.message}{opt_in}")
         return EXIT_CLEAN
     if args.explain:
         code = args.explain.strip().upper()
-        if code not in selected_codes():
+        if code not in REGISTRY:
             parser.error(f"unknown rewrite code: {args.explain}")
         rewrite = REGISTRY[code]
         print(f"{code} {rewrite.name}: {rewrite.message}\n")

@@ -65,10 +65,17 @@ class FileResult:
         return [r for r in self.reports if r.applied]
 
 
-def selected_codes(select: Optional[Iterable[str]] = None, ignore: Optional[Iterable[str]] = None) -> List[str]:
-    """Codes to run, in registry order.  Unknown codes raise ValueError."""
+def every_code() -> List[str]:
+    """Every registered rewrite, opt-in ones included (the golden files test them all)."""
     _load_rewrites()
-    chosen = list(REGISTRY)
+    return list(REGISTRY)
+
+
+def selected_codes(select: Optional[Iterable[str]] = None, ignore: Optional[Iterable[str]] = None) -> List[str]:
+    """Codes to run, in registry order: the default ones, or those ``select`` names
+    (opt-in rewrites included).  Unknown codes raise ValueError."""
+    _load_rewrites()
+    chosen = list(REGISTRY) if select else [c for c, r in REGISTRY.items() if r.default]
     for given in (select, ignore):
         unknown = sorted(set(given or ()) - set(REGISTRY))
         if unknown:

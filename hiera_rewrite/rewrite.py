@@ -47,6 +47,8 @@ class Rewrite:
     """Base of every rewrite.  Subclasses set the class attributes and ``plan``."""
 
     code: ClassVar[str]
+    # False: runs only when selected by code (--select); measured not to help by default
+    default: ClassVar[bool] = True
     name: ClassVar[str]
     message: ClassVar[str]
     explanation: ClassVar[str]

@@ -503,3 +503,15 @@ def test_directory_walk_skips_environments_and_duplicates(tmp_path):
     # A folder named on the command line is entered even if the walk would skip it.
     r = run("--check", ".venv/lib/site-packages/hiera", cwd=tmp_path)
     assert r.rc == 1 and r.summary()["changed"] == "1", r
+
+
+def test_hr002_is_opt_in(tmp_path):
+    """HR002 runs only when selected: measured slower in eager and not exact for ties."""
+    source = (Path(__file__).resolve().parent.parent / "golden" / "pool" / "do_pool_spellings.in.py").read_bytes()
+    (tmp_path / "a.py").write_bytes(source)
+    listing = run("--list", cwd=tmp_path)
+    assert any(line.startswith("HR002") and "opt-in: --select HR002" in line for line in listing.out.decode().splitlines())
+    default = run("--check", "a.py", cwd=tmp_path)
+    assert default.rc == 0 and not default.changes(), default
+    chosen = run("--select", "HR002", "--check", "a.py", cwd=tmp_path)
+    assert chosen.rc == 1 and {m["code"] for m in chosen.changes()} == {"HR002"}, chosen

@@ -9,12 +9,17 @@ and compared numerically (outputs and every parameter gradient, float64).
 
 from __future__ import annotations
 
+import functools
+
 import types
 from pathlib import Path
 
 import pytest
 
-from hiera_rewrite.engine import rewrite_bytes
+from hiera_rewrite.engine import every_code, rewrite_bytes
+
+# every rewrite, HR002 (opt-in) included: the fixtures exercise them all
+rewrite_bytes = functools.partial(rewrite_bytes, codes=every_code())
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 CASES = sorted(GOLDEN.rglob("*.in.py"))

@@ -9,6 +9,8 @@ backward raise, while the original runs."""
 
 from __future__ import annotations
 
+import functools
+
 import subprocess
 import sys
 import types
@@ -18,7 +20,10 @@ import libcst as cst
 import pytest
 
 from hiera_rewrite.codemods.pool_amax import _amax, _Reductions
-from hiera_rewrite.engine import rewrite_bytes
+from hiera_rewrite.engine import every_code, rewrite_bytes
+
+# every rewrite, HR002 (opt-in) included: the fixtures exercise them all
+rewrite_bytes = functools.partial(rewrite_bytes, codes=every_code())
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "pool"
 LOOKALIKE = GOLDEN / "lookalike_inplace.in.py"
@@ -57,7 +62,9 @@ def test_lookalike_reasons():
 def test_cli_prints_skipped_reason(tmp_path):
     target = tmp_path / "pools.py"
     target.write_bytes(LOOKALIKE.read_bytes())
-    run = subprocess.run([sys.executable, "-m", "hiera_rewrite", "--check", str(target)], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "hiera_rewrite", "--select", "HR002", "--check", str(target)], capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stderr
     assert (
         f"{target}:24:13: HR002 skipped: `q *= ...` at line 28 modifies the pooled tensor in place before backward"

@@ -14,13 +14,18 @@ matched by code and message (line numbers move).
 
 from __future__ import annotations
 
+import functools
+
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, List, Tuple
 
 import pytest
 
-from hiera_rewrite.engine import Report, rewrite_bytes
+from hiera_rewrite.engine import every_code, Report, rewrite_bytes
+
+# every rewrite, HR002 (opt-in) included: the fixtures exercise them all
+rewrite_bytes = functools.partial(rewrite_bytes, codes=every_code())
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 OUTPUTS = sorted(GOLDEN.rglob("*.out.py"))

@@ -7,6 +7,8 @@ tests/test_cli.py).
 
 from __future__ import annotations
 
+import functools
+
 import os
 import shutil
 import stat
@@ -17,7 +19,10 @@ import libcst as cst
 import pytest
 
 from hiera_rewrite import cli, engine
-from hiera_rewrite.engine import InternalError, rewrite_bytes, write_atomic
+from hiera_rewrite.engine import every_code, InternalError, rewrite_bytes, write_atomic
+
+# every rewrite, HR002 (opt-in) included: the fixtures exercise them all
+rewrite_bytes = functools.partial(rewrite_bytes, codes=every_code())
 from hiera_rewrite.rewrite import REGISTRY, PlanContext, Rewrite
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -379,7 +384,7 @@ def test_diff_of_odd_line_ends_applies_with_patch(tmp_path, capsysbinary, monkey
     expected = (ROOT / "golden/engine" / f"{name}.out.py").read_bytes()
     (tmp_path / "a.py").write_bytes(source)
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["--diff", "a.py"]) == 1
+    assert cli.main(["--diff", "--select", ",".join(every_code()), "a.py"]) == 1
     diff = capsysbinary.readouterr().out
     assert (tmp_path / "a.py").read_bytes() == source
     # every line of the diff ends in \n: a lone \r stays inside a line, as patch reads it

@@ -152,7 +152,7 @@ def test_verify_in_place_writes_after_passing(tmp_path: Path, capsys):
     assert code == cli.EXIT_CHANGED, out + err
     assert "verify: PASSED" in out
     assert target.read_bytes() != original
-    assert b"amax" in target.read_bytes()
+    assert b".flatten(2, 3)" in target.read_bytes()  # HR001's 4-D layout
     assert "1 file rewritten" in err and "verified" in err
     assert not list((tmp_path / "repo").rglob("__pycache__"))
 

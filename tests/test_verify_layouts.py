@@ -208,8 +208,9 @@ class UnusedPool(nn.Module):
         self.stride = stride
         self.keep_order = keep_order
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.view(x.shape[0], self.stride, -1, x.shape[-1]).max(dim=1).values
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = x[mask[..., None].tile(1, self.stride, x.shape[2])].view(x.shape[0], -1, x.shape[-1])
+        return x
 '''
     )
     code, out, err = verify(pristine, capsys)

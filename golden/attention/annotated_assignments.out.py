@@ -27,7 +27,7 @@ class Attention(nn.Module):
         v: Tensor
         q, k, v = qkv.unbind(dim=0)
         if self.q_stride > 1:
-            q: Tensor = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)
+            q: Tensor = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values
         out: Tensor = F.scaled_dot_product_attention(q, k, v)
         y: Tensor = out.transpose(1, 2).reshape(B, -1, C)
         return self.proj(y)

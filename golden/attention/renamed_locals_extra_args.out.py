@@ -24,7 +24,7 @@ class MultiScaleAttention(nn.Module):
         )
         query, key, value = packed.unbind(0)
         if self.pool_stride > 1:
-            query = query.unflatten(2, (self.pool_stride, -1)).amax(dim=2)
+            query = query.unflatten(2, (self.pool_stride, -1)).max(dim=2).values
         attended = sdpa(query=query, key=key, value=value)
         hidden_states = attended.transpose(1, 2).reshape(batch, -1, width)
         if gate is not None:

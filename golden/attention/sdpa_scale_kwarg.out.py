@@ -23,7 +23,7 @@ class Attention(nn.Module):
         )
         q, k, v = qkv.unbind(0)
         if self.q_stride > 1:
-            q = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)
+            q = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values
         x = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, scale=0.5 / self.head_dim)
         x = x.transpose(1, 2).reshape(B, -1, C)
         return self.proj(x)

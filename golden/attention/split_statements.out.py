@@ -22,7 +22,7 @@ class Attention(nn.Module):
         k = qkv[1]
         v = qkv[2]
         if self.q_stride > 1:
-            q = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)
+            q = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values
         out = F.scaled_dot_product_attention(q, k, v)
         merged = out.transpose(1, 2).reshape(B, -1, C)
         return self.proj(merged)

@@ -26,7 +26,7 @@ class Attention(nn.Module):
         )  # qkv ready
         q, k, v = qkv[0], qkv[1], qkv[2]  # unpack
         if self.q_stride > 1:
-            q = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)  # q-pool
+            q = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values  # q-pool
         x = F.scaled_dot_product_attention(q, k, v)  # attention
         x = x.transpose(1, 2).reshape(B, -1, C)  # back to tokens
         return self.proj(x)

@@ -32,7 +32,7 @@ class MaskUnitAttention(nn.Module):
 
         if self.q_stride > 1:
             # pool the query over its stride (the slowest part of T)
-            q = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)
+            q = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values
 
         # fused when the inputs allow it
         x = F.scaled_dot_product_attention(q, k, v)

@@ -23,7 +23,7 @@ class UnitAttention(nn.Module):
 		)
 		q, k, v = qkv[0], qkv[1], qkv[2]
 		if self.q_stride > 1:
-			q = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)
+			q = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values
 		x = F.scaled_dot_product_attention(q, k, v)
 		x = x.transpose(1, 2).reshape(B, -1, C)  # résultat: (B, N, C)
 		return self.proj(x)
