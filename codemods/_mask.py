@@ -83,6 +83,20 @@ def shadowed(module: cst.Module, *names: str) -> List[str]:
     return [n for n in names if n in bound or "*" in bound]
 
 
+def with_fallback(ctx, line: cst.SimpleStatementLine, count: str, why: str, new: List[str]) -> cst.BaseStatement:
+    """``line`` replaced by ``if <count> is None: <line, as it was> else: <new>``.
+
+    Only a count a caller states proves every row keeps as many units; without one
+    the user's statement runs unchanged (its trailing comment stays on it), with the
+    comment ``# <why>`` above it.  :func:`emitted_fallback` recognises the result.
+    """
+    original = "; ".join(code(small) for small in line.body)
+    branch = "".join(f"    {source}\n" for source in new)
+    built = ctx.statement(f"if {count} is None:\n    # {why}\n    {original}\nelse:\n{branch}", like=line)
+    kept = built.body.body[0].with_changes(trailing_whitespace=line.trailing_whitespace)
+    return built.with_changes(body=built.body.with_changes(body=[kept, *built.body.body[1:]]))
+
+
 def emitted_fallback(ctx, line: cst.CSTNode, count: str) -> bool:
     """True when ``line`` is the original statement a mask rewrite kept as the fallback
     branch of its own output (``if <count> is None: <line> else: ...``): a second run

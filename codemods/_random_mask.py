@@ -46,7 +46,8 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ._flow import FunctionFlow, code, int_value, is_name, method_call, positional, single_assign
+from ._flow import FunctionFlow, code, int_value, is_name, method_call, names_in, positional, single_assign
+from ._mask import is_docstring
 
 ATTRIBUTE = "num_kept"
 PURE_CALLS = {"int", "round", "float", "min", "max", "len", "abs"}
@@ -87,7 +88,7 @@ def kept_count(func: cst.FunctionDef) -> KeptCount:
     facts: Dict[str, cst.BaseExpression] = {}
     returned: Optional[cst.BaseExpression] = None
     for index, line in enumerate(func.body.body):  # type: ignore[union-attr]
-        if index == 0 and _is_docstring(line):
+        if index == 0 and is_docstring(line):
             continue
         if len(line.body) != 1:  # type: ignore[attr-defined]
             raise NotProven(f"line {code(line)!r} holds several statements")
@@ -146,15 +147,6 @@ def kept_count(func: cst.FunctionDef) -> KeptCount:
         statements=statements,
         windows=code(windows),
         keep=code(keep),
-    )
-
-
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
     )
 
 
@@ -321,26 +313,11 @@ def _needed(pure: Dict[str, cst.BaseExpression], exprs: List[cst.BaseExpression]
     todo = list(exprs)
     while todo:
         expr = todo.pop()
-        for node in _names_in(expr):
+        for node in names_in(expr):
             if node in pure and node not in needed:
                 needed.add(node)
                 todo.append(pure[node])
     return needed
-
-
-def _names_in(expr: cst.CSTNode) -> Set[str]:
-    found: Set[str] = set()
-
-    class _Names(cst.CSTVisitor):
-        def visit_Name(self, node: cst.Name) -> None:
-            found.add(node.value)
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            node.value.visit(self)
-            return False
-
-    expr.visit(_Names())
-    return found
 
 
 def helper_source(name: str, count: KeptCount) -> str:

@@ -43,6 +43,7 @@ from ._flow import (
     single_assign,
 )
 from ._mask import (
+    with_fallback,
     emitted_fallback,
     ascending_true,
     free_names,
@@ -199,18 +200,14 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
         like=reshape_stmt.line,  # type: ignore[union-attr]
         replaces=False,
     )
-    original = "; ".join(code(small) for small in line.body)
-    fill = ctx.statement(
-        f"if {COUNT} is None:\n"
-        f"    # a mask from the caller: rows may keep different counts, so fill as before\n"
-        f"    {original}\n"
-        f"else:\n"
-        f"    {grid} = {grid}.scatter(1, {INDEX}.reshape({INDEX}.shape + (1,) * ({units}.dim() - 2))"
-        f".expand_as({units}), {units})\n",
-        like=line,
+    fill = with_fallback(
+        ctx,
+        line,
+        COUNT,
+        "a mask from the caller: rows may keep different counts, so fill as before",
+        [f"{grid} = {grid}.scatter(1, {INDEX}.reshape({INDEX}.shape + (1,) * ({units}.dim() - 2))"
+         f".expand_as({units}), {units})"],
     )
-    kept = fill.body.body[0].with_changes(trailing_whitespace=line.trailing_whitespace)  # type: ignore[union-attr]
-    fill = fill.with_changes(body=fill.body.with_changes(body=[kept, *fill.body.body[1:]]))  # type: ignore[union-attr]
     anchor = reshape_stmt.line  # type: ignore[union-attr]
     annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
     return {

@@ -36,6 +36,7 @@ from ._flow import FunctionFlow, Stmt, code, is_name, method_call, positional, s
 from ._random_mask import count_call, random_mask_guard
 from .decoder_fill import planned_fill
 from ._mask import (
+    with_fallback,
     emitted_fallback,
     shadowed,
     class_reference,
@@ -122,19 +123,17 @@ class MaskedSelect(Rewrite):
                 for line in lines_of[func]:
                     target, value = single_assign(line)  # type: ignore[misc]
                     source = code(value.value)  # type: ignore[attr-defined]
-                    original = "; ".join(code(small) for small in line.body)
-                    select = ctx.statement(
-                        f"if {COUNT} is None:\n"
-                        f"    # a mask from the caller: rows may select different counts, so select as before\n"
-                        f"    {original}\n"
-                        f"else:\n"
-                        f"    {INDEX} = {ascending_true(mask, COUNT)}\n"
-                        f"    {target_code(line)} {source}.gather(1, {INDEX}.reshape({INDEX}.shape + (1,) * "
-                        f"({source}.dim() - 2)).expand(-1, -1, *{source}.shape[2:])).flatten(0, 1)\n",
-                        like=line,
+                    edits[line] = with_fallback(
+                        ctx,
+                        line,
+                        COUNT,
+                        "a mask from the caller: rows may select different counts, so select as before",
+                        [
+                            f"{INDEX} = {ascending_true(mask, COUNT)}",
+                            f"{target_code(line)} {source}.gather(1, {INDEX}.reshape({INDEX}.shape + (1,) * "
+                            f"({source}.dim() - 2)).expand(-1, -1, *{source}.shape[2:])).flatten(0, 1)",
+                        ],
                     )
-                    kept = select.body.body[0].with_changes(trailing_whitespace=line.trailing_whitespace)  # type: ignore[union-attr]
-                    edits[line] = select.with_changes(body=select.body.with_changes(body=[kept, *select.body.body[1:]]))  # type: ignore[union-attr]
                 _calls_in_lines(ctx, _pass_count_on(ctx, cls, func, methods, lambda arg: is_name(arg, mask)), edits)
                 annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
                 edits[func] = with_keyword_param(ctx, func, COUNT, annotation)

@@ -49,6 +49,7 @@ from ._flow import (
 from ._random_mask import NotProven, count_call, helper_source, kept_count, random_mask_guard
 from ._flow import statement_names
 from ._mask import (
+    with_fallback,
     emitted_fallback,
     shadowed,
     foreign_binding,
@@ -283,26 +284,18 @@ def _token_drop(
 
     x = tokens.value  # type: ignore[attr-defined]
     target = target_code(line)
-    original = "; ".join(code(small) for small in line.body)
     gather = (
         f"{target} {x}.view({x}.shape[0], -1, {mask}.shape[-1], {x}.shape[-1]).gather("
         f"2, {INDEX}[:, None, :, None].expand(-1, {x}.shape[1] // {mask}.shape[-1], -1, {x}.shape[-1]))"
         + (".flatten()" if view_args is None else f".view({', '.join(code(a) for a in view_args)})")
     )
-    # Only a count the caller states proves every row keeps as many units: a mask
-    # from anywhere else may be ragged, and is selected exactly as before.
-    drop = ctx.statement(
-        f"if {COUNT} is None:\n"
-        f"    # a mask from the caller: rows may keep different counts, so select as before\n"
-        f"    {original}\n"
-        f"else:\n"
-        f"    {INDEX} = {ascending_true(mask, COUNT)}\n"
-        f"    {gather}\n",
-        like=line,
+    drop = with_fallback(
+        ctx,
+        line,
+        COUNT,
+        "a mask from the caller: rows may keep different counts, so select as before",
+        [f"{INDEX} = {ascending_true(mask, COUNT)}", gather],
     )
-    # The user's trailing comment stays on their statement, in the first branch.
-    kept = drop.body.body[0].with_changes(trailing_whitespace=line.trailing_whitespace)  # type: ignore[union-attr]
-    drop = drop.with_changes(body=drop.body.with_changes(body=[kept, *drop.body.body[1:]]))  # type: ignore[union-attr]
     annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
     return {line: drop, func: with_keyword_param(ctx, func, COUNT, annotation)}
 
