@@ -1,0 +1,79 @@
+"""--verify-cuda's timing loop: interleaving, seeds, statistics (no timing is asserted here)."""
+
+import pytest
+
+from hiera_rewrite.verify_cuda import format_timing, quartiles, round_order, summarize, time_training_steps
+
+torch = pytest.importorskip("torch")
+
+
+def test_quartiles_interpolate_like_numpy():
+    values = [5.0, 1.0, 3.0, 2.0, 4.0, 10.0]
+    numpy = pytest.importorskip("numpy")
+    assert quartiles(values) == pytest.approx(tuple(numpy.percentile(values, [25, 50, 75])))
+    assert quartiles([7.0]) == (7.0, 7.0, 7.0)
+
+
+def test_rounds_alternate_their_order():
+    assert round_order(["orig", "new"], 4) == [["orig", "new"], ["new", "orig"], ["orig", "new"], ["new", "orig"]]
+
+
+def test_ratio_is_the_median_of_per_round_ratios():
+    # a drift that doubles every time in round 2 must not move the ratio: each round compares
+    # the sides within itself
+    steps = {"orig": [[10.0, 10.0], [20.0, 20.0], [10.0, 12.0]], "new": [[5.0, 5.0], [10.0, 10.0], [6.0, 5.0]]}
+    result = summarize(steps, "orig")
+    assert result["ratios"]["new"]["per_round"] == pytest.approx([0.5, 0.5, 5.5 / 11.0])
+    assert result["ratios"]["new"]["median"] == pytest.approx(0.5)
+    assert result["sides"]["orig"]["median_ms"] == pytest.approx(11.0)
+    assert result["sides"]["new"]["min_ms"] == 5.0
+    assert "orig" not in result["ratios"]
+
+
+class _Logged(torch.nn.Module):
+    """Records the order of its calls and the first random number of each step."""
+
+    def __init__(self, name, log, scalar_loss):
+        super().__init__()
+        self.name, self.log, self.scalar_loss = name, log, scalar_loss
+        self.w = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        self.log.append((self.name, float(torch.rand(()))))
+        out = x * self.w
+        return (out.sum(), out) if self.scalar_loss else {"out": out}
+
+
+@pytest.mark.parametrize("scalar_loss", [True, False])
+def test_every_step_interleaved_with_the_same_seeds(scalar_loss):
+    log = []
+    models = {"orig": _Logged("orig", log, scalar_loss), "new": _Logged("new", log, scalar_loss)}
+    result = time_training_steps(models, lambda: torch.ones(2, 3), baseline="orig", rounds=3, steps=2, warmup=1)
+    names = [n for n, _ in log]
+    assert names == ["orig", "new"] + ["orig"] * 2 + ["new"] * 2 + ["new"] * 2 + ["orig"] * 2 + ["orig"] * 2 + ["new"] * 2
+    draws = {}
+    for name, draw in log[2:]:
+        draws.setdefault(name, []).append(draw)
+    assert sorted(draws["orig"]) == sorted(draws["new"])  # the same masks on both sides
+    assert len(set(draws["orig"])) == len(draws["orig"])  # and a fresh one every step
+    assert result["sides"]["orig"]["steps"] == 6 and result["rounds"] == 3
+    assert models["orig"].w.grad is None  # gradients cleared after timing
+    lines = format_timing("Tiny", result, "bfloat16", (2, 3))
+    assert lines[0].startswith("training step of Tiny, bfloat16 on cpu, input (2, 3), 3 interleaved rounds x 2 steps")
+    assert any(line.strip().startswith("new/orig: ") for line in lines)
+
+
+def test_backward_runs_through_the_loss():
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3))
+            self.w.register_hook(lambda g: seen.append(g.clone()) or g)
+
+        def forward(self, x):
+            return x * self.w
+
+    time_training_steps({"a": Probe(), "b": Probe()}, lambda: torch.ones(2, 3), baseline="a", rounds=2, steps=1, warmup=0)
+    assert len(seen) == 4 and all(torch.equal(g, torch.full((3,), 2.0)) for g in seen)
