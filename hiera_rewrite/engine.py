@@ -106,7 +106,7 @@ def rewrite_bytes(
     reports, new_module = _rewrite_module(index, codes, line_length)
     if new_module is None:
         return FileResult(data, data, reports)
-    output, reparsed = _reparse(index, new_module)
+    output, reparsed = _reparse(new_module)
     _check_stable(reparsed, codes, line_length)
     return FileResult(data, output, reports)
 
@@ -296,100 +296,14 @@ class _ApplyEdits(cst.CSTTransformer):
         return edit(updated_node) if callable(edit) else edit
 
 
-def _reparse(old: ModuleIndex, new: cst.Module) -> "tuple[bytes, ModuleIndex]":
+def _reparse(new: cst.Module) -> "tuple[bytes, ModuleIndex]":
     """The output's bytes, and the output parsed (by libcst and by Python's compiler)
-    and indexed, as a fresh run of the tool on the written file would see it.
-
-    Only the top-level statements the rewrite changed are parsed again: an unchanged
-    statement's nodes are what parsing its unchanged text gives.  Where that splice
-    might not equal a parse of the whole output (the first statement or the header
-    changed, the changed code ends the parse differently, a file whose changed code
-    alone reads as another indentation or newline style, indented comment lines next
-    to changed code, which a block before them would take) the whole output is parsed.
-    The unchanged statements' positions, parents and tokens are copied from ``old``.
-    """
-    spliced = _splice_reparsed(old.module, new)
+    and indexed, as a fresh run of the tool on the written file sees it."""
+    output = new.bytes
     try:
-        if spliced is None:
-            output = new.bytes
-            return output, _parse(output)
-        index = ModuleIndex(spliced, reuse=old)  # unchanged statements: positions shifted
-        code = index.code
-        _check_compiles(code)
+        return output, _parse(output)
     except InputError as exc:
         raise InternalError(f"rewritten code does not parse (line {exc.line}): {exc.message}") from None
-    return code.encode(new.encoding), index
-
-
-def _splice_reparsed(old: cst.Module, new: cst.Module) -> Optional[cst.Module]:
-    """``new`` with each run of changed top-level statements replaced by the parse of
-    its code; None where only a parse of the whole module is certain to be right."""
-    if (not _same_nodes(new.header, old.header) or not _same_nodes(new.footer, old.footer)
-            or not old.body or not new.body or new.body[0] is not old.body[0]):
-        return None
-    kept = {id(stmt) for stmt in old.body}
-    # libcst gives an indented comment line after a block to that block: where the
-    # code before a statement (or the footer) is not what it was, only unindented
-    # lines above it keep their place.
-    before = {id(stmt): prev for prev, stmt in zip([None, *old.body], [*old.body, None])}
-    seen: Set[int] = set()
-    body: List[cst.BaseStatement] = []
-    run: List[cst.BaseStatement] = []
-    previous: Optional[cst.BaseStatement] = None
-    for stmt in [*new.body, None]:
-        if stmt is not None and id(stmt) not in kept:
-            run.append(stmt)
-            previous = stmt
-            continue
-        above = new.footer if stmt is None else _lines_above(stmt)
-        if (run or before[id(stmt)] is not previous) and not _unindented(above):
-            return None
-        previous = stmt
-        if run:
-            if not _unindented(_lines_above(run[0])):
-                return None
-            parsed = _parse_run(new, run)
-            if parsed is None:
-                return None
-            body.extend(parsed)
-            run = []
-        if stmt is not None:
-            if id(stmt) in seen:  # one node twice: the index needs a tree
-                return None
-            seen.add(id(stmt))
-            body.append(stmt)
-    return new.with_changes(body=body)
-
-
-def _lines_above(stmt: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
-    lines = list(stmt.leading_lines)
-    decorators = getattr(stmt, "decorators", ())
-    if decorators:
-        lines += decorators[0].leading_lines
-    return lines
-
-
-def _unindented(lines: Sequence[cst.EmptyLine]) -> bool:
-    return all(line.indent and not line.whitespace.value for line in lines)
-
-
-def _same_nodes(a: Sequence[cst.CSTNode], b: Sequence[cst.CSTNode]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
-
-
-def _parse_run(new: cst.Module, run: Sequence[cst.BaseStatement]) -> Optional[Sequence[cst.BaseStatement]]:
-    code = "".join(new.code_for_node(stmt) for stmt in run)
-    try:
-        mini = cst.parse_module(code)
-    except cst.ParserSyntaxError:
-        return None  # the whole-output parse reports it, with the output's line
-    if (mini.footer or len(mini.body) != len(run) or mini.default_indent != new.default_indent
-            or mini.default_newline != new.default_newline):
-        return None
-    first = mini.body[0]
-    if mini.header:  # comments above a file's first statement go to the header
-        first = first.with_changes(leading_lines=[*mini.header, *first.leading_lines])
-    return [first, *mini.body[1:]]
 
 
 def _check_stable(index: ModuleIndex, codes: Sequence[str], line_length: int) -> None:

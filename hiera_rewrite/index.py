@@ -48,11 +48,8 @@ class ModuleIndex:
     and newline leaves are not recorded (see ``_UNRECORDED``).
     """
 
-    def __init__(self, module: cst.Module, reuse: "Optional[ModuleIndex]" = None) -> None:
-        """``reuse``: the index of a module that shares top-level statements with this
-        one (the same objects); what it recorded for them is copied, not generated."""
+    def __init__(self, module: cst.Module) -> None:
         self.module = module
-        self._reuse = reuse
         self._state: Optional[_PositionState] = None
         self._by_type: Dict[type, List[int]] = {}
         self._resolved: Dict[str, Optional[List[Tuple[str, Optional[cst.CSTNode]]]]] = {}
@@ -71,9 +68,7 @@ class ModuleIndex:
 
     def _recorded(self) -> "_PositionState":
         if self._state is None:
-            old = self._reuse._recorded() if self._reuse is not None else None
-            self._state = _record(self.module, old)
-            self._reuse = None
+            self._state = _record(self.module)
         return self._state
 
     @property
@@ -372,30 +367,22 @@ def import_names(stmt: "cst.Import | cst.ImportFrom") -> List[Tuple[str, str]]:
     return found
 
 
-def _record(module: cst.Module, old: "Optional[_PositionState]") -> "_PositionState":
-    """``module._codegen(state)`` (libcst's Module._codegen_impl, step by step), keeping
-    each top-level statement's place and tokens; a statement ``old`` recorded is
-    copied from it instead of generated again."""
+def _record(module: cst.Module) -> "_PositionState":
+    """``module._codegen(state)``: libcst's Module._codegen_impl, step by step, except
+    that the final newline a module without one drops stays in the tokens (the last
+    statement's recorded end lies after it); ``code`` leaves it out."""
     state = _PositionState(default_indent=module.default_indent, default_newline=module.default_newline)
     state.before_codegen(module)
     for line in module.header:
         line._codegen(state)
     for stmt in module.body:
-        first, token = len(state.order), len(state.tokens)
-        place = old.top.get(id(stmt)) if old is not None else None
-        if place is not None and old.order[place[0]] is stmt:  # type: ignore[union-attr]
-            state.copy_statement(old, place)  # type: ignore[arg-type]
-        else:
-            stmt._codegen(state)
-        state.top[id(stmt)] = (first, token, len(state.tokens))
+        stmt._codegen(state)
     for line in module.footer:
         line._codegen(state)
     if module.has_trailing_newline:
         if not state.tokens:  # nothing in the header, body or footer
             state.add_token(state.default_newline)
     else:
-        # libcst pops the last token (a newline); the index keeps it so a statement's
-        # tokens can be copied, and ``code`` leaves it out.
         state.dropped_final_newline = bool(state.tokens)
     state.after_codegen(module)
     return state
@@ -424,8 +411,6 @@ class _PositionState(CodegenState):
     stops: List[int] = dataclasses.field(default_factory=list)  # token index after the end; -1: not yet
     names: Dict[str, List[cst.Name]] = dataclasses.field(default_factory=dict)
     imports: List[cst.CSTNode] = dataclasses.field(default_factory=list)
-    # id(top-level statement) -> (place, first token, end token)
-    top: Dict[int, Tuple[int, int, int]] = dataclasses.field(default_factory=dict)
     dropped_final_newline: bool = False
     _stack: List[int] = dataclasses.field(default_factory=list)
     _offsets: Optional[List[int]] = None  # character offset of each token
@@ -446,30 +431,6 @@ class _PositionState(CodegenState):
         offset = self._offsets[token]
         line = bisect.bisect_right(self._line_starts, offset)  # type: ignore[arg-type]
         return Pos(line, offset - self._line_starts[line - 1])  # type: ignore[index]
-
-    def copy_statement(self, old: "_PositionState", place: Tuple[int, int, int]) -> None:
-        """Record a top-level statement as ``old`` recorded it (the same node, so the
-        same tokens): its records, renumbered."""
-        i, token, token_end = place
-        stop = old.end[i]
-        base = len(self.order)
-        offset = base - i
-        shift = len(self.tokens) - token
-        nodes = old.order[i:stop]
-        self.order.extend(nodes)
-        self.index_of.update(zip(map(id, nodes), range(base, base + len(nodes))))
-        self.parent_of.append(self._stack[-1])
-        self.parent_of.extend([p + offset for p in old.parent_of[i + 1:stop]])
-        self.end.extend([e + offset for e in old.end[i:stop]])
-        self.starts.extend([t + shift for t in old.starts[i:stop]])
-        self.stops.extend([t + shift for t in old.stops[i:stop]])
-        for node in nodes:
-            kind = type(node)
-            if kind is cst.Name:
-                self.names.setdefault(node.value, []).append(node)  # type: ignore[attr-defined]
-            elif kind is cst.Import or kind is cst.ImportFrom:
-                self.imports.append(node)
-        self.tokens.extend(old.tokens[token:token_end])
 
     def before_codegen(self, node: cst.CSTNode) -> None:
         if type(node) in _UNRECORDED:

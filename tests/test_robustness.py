@@ -90,7 +90,7 @@ def test_unparsable_output_is_an_internal_error(fake_rewrite):
 
 
 def test_output_python_rejects_is_an_internal_error(fake_rewrite):
-    # The changed statement re-parses alone (the splice), so Python's compiler is the check.
+    # libcst parses the output (`await` in a plain def): Python's compiler is the check.
     code = fake_rewrite("HR994", _uncompilable)
     with pytest.raises(InternalError, match=r"does not parse \(line 5\): cannot parse: .*await"):
         rewrite_bytes(SIMPLE, codes=[code])
