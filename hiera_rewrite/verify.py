@@ -140,6 +140,7 @@ def verify_group(
     kwargs: Optional[Dict[str, Any]] = None,
     input_shape: Optional[Sequence[int]] = None,
     cuda: bool = False,
+    bench: Optional[Dict[str, Any]] = None,
     quiet: bool = False,
     out=None,
 ) -> bool:
@@ -187,6 +188,7 @@ def verify_group(
             "input_shape": list(input_shape) if input_shape else None,
             "configs": [list(CPU_CONFIG)] + ([list(c) for c in CUDA_CONFIGS] if cuda else []),
             "quiet": quiet,
+            "bench": bench if cuda else None,
             "report": str(tmp / "report.json"),
         }
         (tmp / "spec.json").write_text(json.dumps(spec))
@@ -325,6 +327,9 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> bo
         model_ok = all(row["ok"] for row in model["rows"]) and bool(model["rows"])
         ok = ok and model_ok
         print(f"  => {'PASS' if model_ok else 'FAIL'}  ({model.get('seconds', 0):.1f}s)", file=out)
+    for timing in report.get("timing", []):
+        for line in timing["lines"]:
+            print(line, file=out)
     for failure in report.get("failures", []):
         print(f"not built: {failure['label']}: {failure['error']}", file=out)
     for note in report.get("notes", []):
@@ -390,6 +395,13 @@ def run_cli(args, codes: List[str]) -> int:
         except ValueError:
             print(f"hiera-rewrite: --input-shape {args.input_shape!r}: expected e.g. 2,3,64,64", file=sys.stderr)
             return EXIT_ERROR
+    bench = {"batch": args.bench_batch}
+    if args.bench_size:
+        try:
+            bench["size"] = [int(v) for v in args.bench_size.replace("x", ",").split(",") if v.strip()]
+        except ValueError:
+            print(f"hiera-rewrite: --bench-size {args.bench_size!r}: expected e.g. 224,224 or 16,224,224", file=sys.stderr)
+            return EXIT_ERROR
     if "-" in args.paths:
         print("hiera-rewrite: --verify needs files (it imports them with their package), not stdin", file=sys.stderr)
         return EXIT_ERROR
@@ -437,6 +449,7 @@ def run_cli(args, codes: List[str]) -> int:
                 kwargs=kwargs,
                 input_shape=input_shape,
                 cuda=args.verify_cuda,
+                bench=bench,
                 quiet=args.quiet,
                 out=report_out,
             )

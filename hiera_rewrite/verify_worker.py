@@ -803,6 +803,8 @@ class Worker:
             finally:
                 del model
             plan["seconds"] = time.time() - t0
+            # --verify-cuda times the model at its own size: the first mode that is not shrunk
+            plan["bench_mode"] = next((m for m in self.modes(cand) if not m["how"].startswith("small")), mode)
             return plan
         for err in errors[-1:] if errors else []:
             self.report["failures"].append(dict(err, label=cand["label"], **{"class": cand["cls"].__name__ if cand["cls"] else None}))
@@ -857,12 +859,15 @@ class Worker:
             self.leave()
 
         ref_name = configs[0][3] if configs else None
+        benches = [(plan["label"], plan["bench_mode"], plan["shape"]) for plan in plans]
         self.enter("new")
         try:
             for plan in plans:
                 self.run_new(plan, configs, ref_name, torch)
         finally:
             self.leave()
+        if self.spec.get("bench"):
+            self.time_steps(benches, torch)
         for (label, case), sides in self.coverage.items():
             self.report["coverage"].append(
                 {"model": label, "case": case, **{side: {k: sorted(v) for k, v in sides[side].items()} for side in ("orig", "new")}}
@@ -914,6 +919,61 @@ class Worker:
         finally:
             entry["seconds"] = plan["seconds"] + time.time() - t0
             plan.clear()
+
+
+    def time_steps(self, benches, torch) -> None:
+        """--verify-cuda: a training step of each passing model, original vs rewritten, at the
+        model's own size in bfloat16 on CUDA, interleaved rounds (verify_cuda.py)."""
+        timing = self.report.setdefault("timing", [])
+        if not torch.cuda.is_available():
+            timing.append({"label": "-", "lines": ["timing skipped: CUDA not available"]})
+            return
+        import importlib.util  # noqa: PLC0415 -- beside this file, not through hiera_rewrite
+
+        spec = importlib.util.spec_from_file_location("_hiera_rewrite_verify_cuda", Path(__file__).with_name("verify_cuda.py"))
+        timer = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(timer)
+        bench = self.spec["bench"]
+        passed = {m["label"] for m in self.report["models"] if not m.get("error") and m["rows"] and all(r["ok"] for r in m["rows"])}
+        for label, mode, verified_shape in benches[: bench.get("models", 2)]:
+            if label not in passed:
+                continue
+            models = {}
+            try:
+                for side in ("orig", "new"):
+                    self.enter(side)
+                    try:
+                        self.progress(f"building {label} at its own size for timing ({side})")
+                        models[side] = self.build(mode, torch, {})[0]
+                    finally:
+                        self.leave()
+                models["new"].load_state_dict(models["orig"].state_dict())
+                for model in models.values():
+                    model.to(device="cuda", dtype=torch.bfloat16)
+                model = models["orig"]
+                if bench.get("size"):
+                    size = list(bench["size"])
+                elif hasattr(model, "tokens_spatial_shape") and hasattr(model, "patch_stride"):
+                    size = [int(t) * int(p) for t, p in zip(model.tokens_spatial_shape, model.patch_stride)]
+                else:  # its own size is unknown: the verified one
+                    size = list(verified_shape[2:])
+                shape = [int(bench.get("batch", 16)), *verified_shape[1:2], *size]
+                self.progress(f"timing {label} {tuple(shape)} on {torch.cuda.get_device_name()}")
+                result = timer.time_training_steps(
+                    {"original": models["orig"], "rewritten": models["new"]},
+                    lambda: torch.randn(*shape, device="cuda", dtype=torch.bfloat16),
+                    baseline="original",
+                    rounds=int(bench.get("rounds", 8)),
+                    steps=int(bench.get("steps", 5)),
+                    torch=torch,
+                )
+                timing.append({"label": label, "lines": timer.format_timing(label, result, "bfloat16", shape), "result": {k: v for k, v in result.items() if k != "ratios"} | {"ratio": result["ratios"]["rewritten"]["median"]}})
+            except Exception as exc:  # noqa: BLE001 -- timing is extra: say why, keep the verdict
+                hint = "; try a smaller --bench-batch" if "out of memory" in str(exc) else ""
+                timing.append({"label": label, "lines": [f"timing of {label} skipped: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}{hint}"]})
+            finally:
+                models.clear()
+                torch.cuda.empty_cache()
 
 
 class MissingArgs(Exception):

@@ -77,3 +77,32 @@ def test_backward_runs_through_the_loss():
 
     time_training_steps({"a": Probe(), "b": Probe()}, lambda: torch.ones(2, 3), baseline="a", rounds=2, steps=1, warmup=0)
     assert len(seen) == 4 and all(torch.equal(g, torch.full((3,), 2.0)) for g in seen)
+
+
+# -- through the CLI ------------------------------------------------------------------------
+
+
+def test_verify_cuda_times_both_sides_or_says_why_not(tmp_path, capsys):
+    """On the lent GPU: parity in float32/bfloat16, then both timings and the ratio; on a CPU
+    machine the same command still verifies in float64 and says the timing was skipped."""
+    pytest.importorskip("timm")
+    import shutil
+
+    from hiera_rewrite import cli
+    from hiera_rewrite.export import upstream_dir
+
+    dest = tmp_path / "src" / "hiera"
+    shutil.copytree(upstream_dir(), dest, ignore=shutil.ignore_patterns("__pycache__"))
+    code = cli.main(["--verify", "--verify-cuda", "--bench-batch", "8", "--check", str(dest)])
+    out = capsys.readouterr().out
+    print(out)
+    assert code == cli.EXIT_CHANGED, out
+    assert "verify: PASSED" in out
+    if torch.cuda.is_available():
+        assert "bfloat16 cuda" in out and "float32 cuda" in out
+        timed = [line for line in out.splitlines() if line.startswith("training step of ")]
+        assert timed and "input (8, 3, 224, 224)" in timed[0], out
+        assert "original   median" in out and "rewritten  median" in out
+        assert any(line.strip().startswith("rewritten/original: ") for line in out.splitlines())
+    else:
+        assert "timing skipped: CUDA not available" in out
