@@ -46,6 +46,8 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from hiera_rewrite.rewrite import Refuse
+
 from ._flow import FunctionFlow, code, int_value, is_name, method_call, names_in, positional, single_assign
 from ._mask import is_docstring
 
@@ -63,11 +65,8 @@ class KeptCount:
     keep: str
 
 
-class NotProven(Exception):
-    """The body is not one whose kept count can be read; the message says why."""
-
-
 def kept_count(func: cst.FunctionDef) -> KeptCount:
+    """The count upstream's get_random_mask body keeps, or Refuse saying why it is not read."""
     params = func.params
     if (
         isinstance(params.star_arg, (cst.Param, cst.ParamStar))
@@ -77,10 +76,10 @@ def kept_count(func: cst.FunctionDef) -> KeptCount:
         or not params.params
         or params.params[0].name.value != "self"
     ):
-        raise NotProven(f"{func.name.value}'s parameters are not plain (self, ...) positional ones")
+        raise Refuse(f"{func.name.value}'s parameters are not plain (self, ...) positional ones")
     flow = FunctionFlow.of(func)
     if flow.compound_assigned or any(not isinstance(s, cst.SimpleStatementLine) for s in func.body.body):  # type: ignore[union-attr]
-        raise NotProven(f"{func.name.value} has control flow: its kept count cannot be followed")
+        raise Refuse(f"{func.name.value} has control flow: its kept count cannot be followed")
     pure: Dict[str, cst.BaseExpression] = {}
     names = {p.name.value for p in params.params}  # what a pure count may read
     bound = set(names)  # every name bound so far (each once)
@@ -91,55 +90,55 @@ def kept_count(func: cst.FunctionDef) -> KeptCount:
         if index == 0 and is_docstring(line):
             continue
         if len(line.body) != 1:  # type: ignore[attr-defined]
-            raise NotProven(f"line {code(line)!r} holds several statements")
+            raise Refuse(f"line {code(line)!r} holds several statements")
         small = line.body[0]  # type: ignore[attr-defined]
         if isinstance(small, cst.Return):
             if returned is not None or small.value is None:
-                raise NotProven(f"{func.name.value} returns more than once")
+                raise Refuse(f"{func.name.value} returns more than once")
             returned = small.value
             continue
         if returned is not None:
-            raise NotProven(f"{func.name.value} has code after its return")
+            raise Refuse(f"{func.name.value} has code after its return")
         assign = single_assign(line)  # type: ignore[arg-type]
         if assign is None:
-            raise NotProven(f"`{code(small)}` is not an assignment the count can follow")
+            raise Refuse(f"`{code(small)}` is not an assignment the count can follow")
         target, value = assign
         if isinstance(target, cst.Subscript):
             if "mask" not in tensors or not is_name(target.value, tensors["mask"]) or "keep" in facts:
-                raise NotProven(f"`{code(small)}` writes into a tensor other than the zeros mask, or twice")
+                raise Refuse(f"`{code(small)}` writes into a tensor other than the zeros mask, or twice")
             facts["keep"] = _keep_slice(target, value, pure, names)
             continue
         if not is_name(target):
-            raise NotProven(f"`{code(small)}` assigns something other than a name")
+            raise Refuse(f"`{code(small)}` assigns something other than a name")
         name = target.value  # type: ignore[attr-defined]
         role = _tensor_role(value, tensors, pure, names, facts)
         if role is not None:
             if role in tensors and role != "gathered":
-                raise NotProven(f"{func.name.value} makes its {role} twice")
+                raise Refuse(f"{func.name.value} makes its {role} twice")
             if name in bound and not (role == "gathered" and name == tensors.get("mask")):
-                raise NotProven(f"{name} is bound twice in {func.name.value}")
+                raise Refuse(f"{name} is bound twice in {func.name.value}")
             tensors[role] = name
             bound.add(name)
             continue
         if name in bound:
-            raise NotProven(f"{name} is bound twice in {func.name.value}")
+            raise Refuse(f"{name} is bound twice in {func.name.value}")
         if not _pure(value, names, pure):
-            raise NotProven(f"`{code(small)}` is neither a pure count nor a step of upstream's random mask")
+            raise Refuse(f"`{code(small)}` is neither a pure count nor a step of upstream's random mask")
         pure[name] = value
         names.add(name)
         bound.add(name)
     missing = [r for r in ("noise", "shuffle", "restore", "mask", "gathered") if r not in tensors]
     if missing or "keep" not in facts:
-        raise NotProven(
+        raise Refuse(
             f"{func.name.value} does not make its mask as upstream does (rand, argsort twice, zeros, "
             f"mask[:, :K] = 1, gather): no {', '.join(missing) or 'mask[:, :K] = 1'}"
         )
     found = method_call(returned, "bool") if returned is not None else None
     if found is None or found[1].args or not is_name(found[0], tensors["gathered"]):
-        raise NotProven(f"{func.name.value} does not return the gathered mask as `.bool()`")
+        raise Refuse(f"{func.name.value} does not return the gathered mask as `.bool()`")
     windows, keep = facts["windows"], facts["keep"]
     if code(facts["noise_windows"]).replace(" ", "") != code(windows).replace(" ", ""):
-        raise NotProven("the noise and the zeros mask do not have the same number of columns")
+        raise Refuse("the noise and the zeros mask do not have the same number of columns")
     needed = _needed(pure, [windows, keep])
     statements = [f"{name} = {code(pure[name])}" for name in pure if name in needed]
     return KeptCount(
@@ -197,14 +196,14 @@ def _tensor_role(value, tensors, pure, names, facts) -> Optional[str]:
     if rand is not None:
         sizes = _shape_args(rand)
         if sizes is None or len(sizes) != 2 or not all(_pure(s, names, pure) for s in sizes):
-            raise NotProven(f"`{code(value)}` is not a (B, N) noise of pure sizes")
+            raise Refuse(f"`{code(value)}` is not a (B, N) noise of pure sizes")
         facts["noise_windows"] = sizes[1]
         return "noise"
     zeros = _torch_call(value, "zeros")
     if zeros is not None:
         sizes = _shape_args(zeros)
         if sizes is None or len(sizes) != 2 or not all(_pure(s, names, pure) for s in sizes):
-            raise NotProven(f"`{code(value)}` is not a (B, N) zeros mask of pure sizes")
+            raise Refuse(f"`{code(value)}` is not a (B, N) zeros mask of pure sizes")
         facts["windows"] = sizes[1]
         return "mask"
     sorted_ = _argsort_of(value)
@@ -217,7 +216,7 @@ def _tensor_role(value, tensors, pure, names, facts) -> Optional[str]:
             return "shuffle"
         if is_name(source, tensors.get("shuffle") or None) and times == 1 and "restore" not in tensors:
             return "restore"
-        raise NotProven(f"`{code(value)}` does not sort the noise, or its sort, along the units")
+        raise Refuse(f"`{code(value)}` does not sort the noise, or its sort, along the units")
     gathered = _gather_of(value)
     if gathered is not None:
         source, index = gathered
@@ -230,7 +229,7 @@ def _tensor_role(value, tensors, pure, names, facts) -> Optional[str]:
             and "gathered" not in tensors
         ):
             return "gathered"
-        raise NotProven(f"`{code(value)}` does not unshuffle the filled zeros mask by the sort of the sort")
+        raise Refuse(f"`{code(value)}` does not unshuffle the filled zeros mask by the sort of the sort")
     return None
 
 
@@ -261,7 +260,7 @@ def _gather_of(value: cst.BaseExpression):
 def _keep_slice(target: cst.Subscript, value, pure, names) -> cst.BaseExpression:
     """K of `mask[:, :K] = 1` (a non-zero constant)."""
     if len(target.slice) != 2:
-        raise NotProven(f"`{code(target)}` is not mask[:, :K]")
+        raise Refuse(f"`{code(target)}` is not mask[:, :K]")
     first, second = (s.slice for s in target.slice)
     if not (
         isinstance(first, cst.Slice)
@@ -270,13 +269,13 @@ def _keep_slice(target: cst.Subscript, value, pure, names) -> cst.BaseExpression
         and second.lower is None and second.step is None and second.upper is not None
         and _pure(second.upper, names, pure)
     ):
-        raise NotProven(f"`{code(target)}` is not mask[:, :K] with a pure K")
+        raise Refuse(f"`{code(target)}` is not mask[:, :K] with a pure K")
     constant = value
     if not (
         isinstance(constant, (cst.Integer, cst.Float)) and float(constant.evaluated_value) != 0.0
         or is_name(constant, "True")
     ):
-        raise NotProven(f"`{code(target)} = {code(value)}` does not set a non-zero constant")
+        raise Refuse(f"`{code(target)} = {code(value)}` does not set a non-zero constant")
     return second.upper
 
 

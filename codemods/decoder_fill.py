@@ -31,7 +31,7 @@ from typing import Dict, List, Optional
 
 import libcst as cst
 
-from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
+from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
 from ._flow import (
     FunctionFlow,
@@ -55,10 +55,6 @@ from ._mask import (
 
 INDEX = "kept_windows"
 COUNT = "num_kept"
-
-
-class Refuse(Exception):
-    pass
 
 
 @register
@@ -88,12 +84,9 @@ class DecoderFill(Rewrite):
         for line in finder.lines:
             if emitted_fallback(ctx, line, COUNT):
                 continue  # this rewrite's own output
-            try:
-                edits = _fill(ctx, line)
-            except Refuse as reason:
-                ctx.refuse(line, str(reason))
-                continue
-            ctx.add_site(line, edits)
+            edits = ctx.attempt(line, lambda: _fill(ctx, line))
+            if edits is not None:
+                ctx.add_site(line, edits)
 
 
 class _IndexPuts(cst.CSTVisitor):
@@ -231,10 +224,6 @@ def planned_fill(ctx: PlanContext, func: cst.FunctionDef) -> bool:
     finder = _IndexPuts()
     ctx.index.visit(finder, func)
     for line in finder.lines:
-        try:
-            _fill(ctx, line)
-        except Refuse:
-            continue
-        if skip_marked_owner(ctx, line) is None:
+        if proves(lambda: _fill(ctx, line)) and skip_marked_owner(ctx, line) is None:
             return True
     return False

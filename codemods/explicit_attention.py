@@ -47,7 +47,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from hiera_rewrite.index import walk
-from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
+from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._flow import (
     FunctionFlow,
@@ -75,15 +75,10 @@ from .mask_unit_attention import (
     _scalar,
     _scalar_problem,
     _scale_check,
-    _ScaleCheckRefused,
 )
 
 SOFTMAX_NAMES = {"torch.nn.functional.softmax", "torch.softmax", "torch.Tensor.softmax"}
 FIVE_D_PERMUTE = [3, 0, 4, 2, 1, 5]
-
-
-class Refuse(Exception):
-    """Raised inside the matcher with the reason the spot is left alone ("" = silently)."""
 
 
 @register
@@ -145,13 +140,10 @@ class ExplicitAttention(Rewrite):
             if line is None or id(line) in seen:
                 continue
             seen.add(id(line))
-            try:
-                edits, mode = _Match(ctx, line).edits()
-            except Refuse as reason:
-                if str(reason):
-                    ctx.refuse(line, str(reason))
+            found = ctx.attempt(line, lambda: _Match(ctx, line).edits())
+            if found is None:
                 continue
-            flag, check = mode
+            edits, (flag, check) = found
             if flag is not None:
                 message = (
                     f"explicit mask-unit attention -> 4-D SDPA under `else` of `if {flag}:`"
@@ -279,10 +271,7 @@ class _Match:
         sdpa = self.sdpa_function(flow)
         # SDPA's scale= takes a number, and a tensor scale (a subclass's per-head
         # temperature) broadcasts against the 5-D dims: checked at run time.
-        try:
-            check = _scale_check(ctx, func, [parts["scale"]] if parts["scale"] is not None else [])
-        except _ScaleCheckRefused as reason:
-            raise Refuse(str(reason))
+        check = _scale_check(ctx, func, [parts["scale"]] if parts["scale"] is not None else [])
         edits = self.emit(
             body, region, permute_at, unpack_at, pool_at, pool_parts, start, chain_end, parts, receiver, sdpa, flag, check
         )
@@ -294,7 +283,7 @@ class _Match:
             if ancestor is self.func:
                 return
             if isinstance(ancestor, cst.If) and _calls_sdpa(self.ctx, ancestor):
-                raise Refuse("")
+                raise NotThisIdiom()
 
     # -- the attention chain --------------------------------------------------------------
     def chain(self, body: List[cst.BaseStatement], start: int) -> Tuple[int, Dict]:

@@ -37,7 +37,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from hiera_rewrite.index import walk
-from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
+from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._flow import (
     FunctionFlow,
@@ -67,10 +67,6 @@ SOFTMAX_NAMES = {"torch.nn.functional.softmax", "torch.softmax"}
 # SDPA keywords that mean the same on 4-D as on 5-D inputs.
 PASS_THROUGH_KEYWORDS = {"scale", "is_causal"}
 FIVE_D_PERMUTE = [3, 0, 4, 2, 1, 5]
-
-
-class Refuse(Exception):
-    """Raised inside the matcher with the reason the spot is left alone."""
 
 
 @register
@@ -140,15 +136,17 @@ class MaskUnitAttention(Rewrite):
         ctx.index.visit(finder)
         for call in finder.calls:
             func = enclosing_function(ctx, call)
-            try:
+
+            def analyse() -> Tuple["_Match", Dict[cst.CSTNode, Replacement]]:
                 if func is None:
                     raise Refuse("SDPA call is not inside a function body")
                 match = _Match(ctx, func, call)
-                edits = match.edits()
-            except Refuse as reason:
-                if not _already_4d(ctx, func, call):
-                    ctx.refuse(call, str(reason))
+                return match, match.edits()
+
+            found = ctx.attempt(call, analyse, quiet_if=lambda: _already_4d(ctx, func, call))
+            if found is None:
                 continue
+            match, edits = found
             message = None
             if match.manual_check is not None:
                 message = (
@@ -368,10 +366,7 @@ class _Match:
         (a per-head temperature a subclass sets) broadcasts against the dims of q, which
         the 4-D layout orders differently, so there the branch runs on 5-D views of q, k,
         v, as in the original, and its output is put back for the 4-D restore."""
-        try:
-            check = _scale_check(self.ctx, self.func, self.manual_scales)
-        except _ScaleCheckRefused as reason:
-            raise Refuse(str(reason))
+        check = _scale_check(self.ctx, self.func, self.manual_scales)
         if check is None:
             return {}
         self.manual_check = check
@@ -1101,14 +1096,8 @@ def _scale_check(ctx: PlanContext, func: cst.FunctionDef, scales: Sequence[cst.B
     bound = _bound_names(ctx, func)
     shadowed = [n for n in SCALE_CHECK_BUILTINS if n in bound]
     if shadowed:
-        raise _ScaleCheckRefused(
-            f"the scale needs a run-time isinstance check but the file binds {shadowed[0]}"
-        )
+        raise Refuse(f"the scale needs a run-time isinstance check but the file binds {shadowed[0]}")
     return " and ".join(checks)
-
-
-class _ScaleCheckRefused(Exception):
-    pass
 
 
 def _bound_names(ctx: PlanContext, func: cst.FunctionDef) -> Set[str]:

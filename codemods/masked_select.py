@@ -30,7 +30,7 @@ import dataclasses
 import libcst as cst
 
 from hiera_rewrite.index import walk
-from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
+from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._flow import FunctionFlow, Stmt, code, is_name, method_call, positional, single_assign, target_code
 from ._random_mask import count_call, random_mask_guard
@@ -103,18 +103,10 @@ class MaskedSelect(Rewrite):
             lines = [line for line in lines if not emitted_fallback(ctx, line, COUNT)]
             if not lines:
                 continue  # this rewrite's own output
-            masks = {code(line.body[0].value.slice[0].slice.value) for line in lines}  # type: ignore[attr-defined]
-            owner = skip_marked_owner(ctx, func)
-            cls = _class_of(ctx, func)
-            reason = _unsupported(func, masks, cls)
-            if owner is not None:
-                reason = f"left alone: `# hiera-rewrite: skip` on {owner}"
-            if reason:
-                for line in lines:
-                    ctx.refuse(line, reason)
+            method = ctx.attempt(lines, lambda: _gaining(ctx, func, lines))
+            if method is None:
                 continue
-            (mask,) = masks
-            gaining.setdefault(cls, {})[func.name.value] = _Method(func, mask)  # type: ignore[arg-type]
+            gaining.setdefault(_class_of(ctx, func), {})[func.name.value] = method  # type: ignore[arg-type]
             lines_of[func] = lines
         for cls, methods in gaining.items():
             for method in methods.values():
@@ -217,18 +209,24 @@ def _param_kind(func: cst.FunctionDef, name: str) -> Optional[str]:
     return None
 
 
-def _unsupported(func: cst.FunctionDef, masks: Set[str], cls: Optional[cst.ClassDef]) -> Optional[str]:
+def _gaining(ctx: PlanContext, func: cst.FunctionDef, lines: List[cst.SimpleStatementLine]) -> "_Method":
+    """The method ``func`` as one that gains `num_masked` for its selections ``lines``."""
+    masks = {code(line.body[0].value.slice[0].slice.value) for line in lines}  # type: ignore[attr-defined]
+    owner = skip_marked_owner(ctx, func)
+    if owner is not None:
+        raise Refuse(f"left alone: `# hiera-rewrite: skip` on {owner}")
+    cls = _class_of(ctx, func)
     flow = FunctionFlow.of(func)
     if len(masks) != 1:
-        return f"{func.name.value} selects with several masks ({', '.join(sorted(masks))})"
+        raise Refuse(f"{func.name.value} selects with several masks ({', '.join(sorted(masks))})")
     if free_names(flow, COUNT, INDEX):
-        return f"{func.name.value} already uses the name {COUNT} or {INDEX}"
+        raise Refuse(f"{func.name.value} already uses the name {COUNT} or {INDEX}")
     if cls is None or not func.params.params or func.params.params[0].name.value != "self" or func.decorators:
-        return f"{func.name.value} is not a plain method of a class: its callers cannot pass the count"
+        raise Refuse(f"{func.name.value} is not a plain method of a class: its callers cannot pass the count")
     (mask,) = masks
     if flow.assigning(mask) or flow.compound_assigned.get(mask):
-        return f"the mask argument {mask} is reassigned in {func.name.value}"
-    return None
+        raise Refuse(f"the mask argument {mask} is reassigned in {func.name.value}")
+    return _Method(func, mask)
 
 
 def _pass_count_on(

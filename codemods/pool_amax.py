@@ -16,12 +16,12 @@ nothing measurable next to the reduction, benchmarks/pool_forms.py).
 
 from __future__ import annotations
 
-from typing import List, Set
+from typing import List, Set, Tuple
 
 import libcst as cst
 
 from hiera_rewrite.index import walk
-from hiera_rewrite.rewrite import PlanContext, Rewrite, register
+from hiera_rewrite.rewrite import PlanContext, Refuse, Rewrite, register
 
 from ._flow import code, enclosing_function, method_call, reduction_values
 from ._inplace import ALIAS_ATTRS, ALIAS_METHODS, WHAT, InplaceFlow
@@ -87,17 +87,16 @@ class PoolAmax(Rewrite):
             return
         flow = InplaceFlow(ctx.index)
         for node in finder.found:
-            try:
-                clone = _check_inplace(ctx, flow, node)
-                replacement = _amax(node, clone)
-            except _Refuse as reason:
-                ctx.refuse(node, str(reason))
-                continue
-            ctx.add_site(node, {node: replacement}, self.clone_message if clone else None)
+            found = ctx.attempt(node, lambda: _amax_site(ctx, flow, node))
+            if found is not None:
+                replacement, clone = found
+                ctx.add_site(node, {node: replacement}, self.clone_message if clone else None)
 
 
-class _Refuse(Exception):
-    pass
+def _amax_site(ctx: PlanContext, flow: InplaceFlow, node: "cst.Attribute | cst.Subscript") -> Tuple[cst.BaseExpression, bool]:
+    """The `.amax` replacement of a q-pool/do_pool max, and whether it clones."""
+    clone = _check_inplace(ctx, flow, node)
+    return _amax(node, clone), clone
 
 
 def _check_inplace(ctx: PlanContext, flow: InplaceFlow, node: "cst.Attribute | cst.Subscript") -> bool:
@@ -105,11 +104,11 @@ def _check_inplace(ctx: PlanContext, flow: InplaceFlow, node: "cst.Attribute | c
     backward; whether the pooled tensor is returned (then it is cloned)."""
     func = enclosing_function(ctx, node)
     if func is None:
-        raise _Refuse("not inside a function: HR002 follows the pooled tensor through the function that pools it")
+        raise Refuse("not inside a function: HR002 follows the pooled tensor through the function that pools it")
     point = _statement_of(ctx, node)
     result = flow.follow(func, point, seed_nodes=[node])
     if result.hazards:
-        raise _Refuse(_reason(result.hazards[0], "the pooled tensor", "output"))
+        raise Refuse(_reason(result.hazards[0], "the pooled tensor", "output"))
     reduced = reduction_values(node)
     assert reduced is not None
     root = _storage_root(reduced[1])
@@ -117,19 +116,19 @@ def _check_inplace(ctx: PlanContext, flow: InplaceFlow, node: "cst.Attribute | c
         group = flow.storage_names(func, root.value)
         stored = flow.stored(func, group)
         if stored is not None:
-            raise _Refuse(_reason(stored, f"the tensor it pools (`{root.value}`)", "input"))
+            raise Refuse(_reason(stored, f"the tensor it pools (`{root.value}`)", "input"))
         source = flow.follow(func, point, seed_names=sorted(group))
         if source.hazards:
-            raise _Refuse(_reason(source.hazards[0], f"the tensor it pools (`{root.value}`)", "input"))
+            raise Refuse(_reason(source.hazards[0], f"the tensor it pools (`{root.value}`)", "input"))
         if source.returned:
-            raise _Refuse(
+            raise Refuse(
                 f"the tensor it pools (`{root.value}`) is returned, and a caller may modify it in place"
                 " before backward (.amax saves its input for backward, .max(...).values does not)"
             )
         if group & _param_names(func):
             _check_callers(ctx, flow, func, sorted(group & _param_names(func)))
     elif isinstance(root, cst.Attribute):
-        raise _Refuse(
+        raise Refuse(
             f"it pools `{code(root)}`, which other code may modify in place before backward"
             " (.amax saves its input for backward, .max(...).values does not)"
         )
@@ -169,14 +168,14 @@ def _check_callers(ctx: PlanContext, flow: InplaceFlow, func: cst.FunctionDef, p
             hazards = [h for h in after.hazards if f"`{func.name.value}(...)`" not in h]
             if hazards:
                 where = ctx.position(call).line
-                raise _Refuse(_reason(hazards[0], f"the tensor it pools (`{root.value}`, passed to {func.name.value} at line {where})", "input"))
+                raise Refuse(_reason(hazards[0], f"the tensor it pools (`{root.value}`, passed to {func.name.value} at line {where})", "input"))
 
 
 def _statement_of(ctx: PlanContext, node: cst.CSTNode) -> cst.CSTNode:
     for ancestor in ctx.ancestors(node):
         if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
             return ancestor
-    raise _Refuse("not inside a statement")
+    raise Refuse("not inside a statement")
 
 
 def _storage_root(expr: cst.BaseExpression) -> cst.BaseExpression:
@@ -206,15 +205,15 @@ def _amax(node: "cst.Attribute | cst.Subscript", clone: bool = False) -> cst.Bas
     rpar = [*max_call.rpar, *node.rpar]
     if isinstance(node, cst.Subscript):
         if _has_comment(node.lbracket) or _has_comment(node.rbracket) or _has_comment(node.whitespace_after_value):
-            raise _Refuse("a comment inside the [0] would be lost")
+            raise Refuse("a comment inside the [0] would be lost")
     else:
         dropped = node.dot.whitespace_before
         if _has_comment(node.dot.whitespace_after):
-            raise _Refuse("a comment inside .values would be lost")
+            raise Refuse("a comment inside .values would be lost")
         if _has_comment(dropped):
             assert isinstance(dropped, cst.ParenthesizedWhitespace)
             if not node.rpar:
-                raise _Refuse("a comment before .values would be lost (no closing parenthesis to move it to)")
+                raise Refuse("a comment before .values would be lost (no closing parenthesis to move it to)")
             closing = node.rpar[0].whitespace_before
             if isinstance(closing, cst.ParenthesizedWhitespace):
                 carried = []

@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.rewrite import PlanContext, Replacement, Rewrite, register
+from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, refusing_as, register
 
 from ._flow import (
     FunctionFlow,
@@ -46,7 +46,7 @@ from ._flow import (
     single_assign,
     target_code,
 )
-from ._random_mask import NotProven, count_call, helper_source, kept_count, random_mask_guard
+from ._random_mask import count_call, helper_source, kept_count, random_mask_guard
 from ._flow import statement_names
 from ._mask import (
     with_fallback,
@@ -66,10 +66,6 @@ from ._mask import (
 COUNT = "num_kept"
 INDEX = "kept_windows"
 FLAG = "__super_forward_takes_num_kept"
-
-
-class Refuse(Exception):
-    pass
 
 
 @register
@@ -112,22 +108,20 @@ class EncoderTokenDrop(Rewrite):
             line = enclosing_line(ctx, node)
             if line is not None and emitted_fallback(ctx, line, COUNT):
                 continue  # this rewrite's own output
-            try:
-                edits = _token_drop(ctx, node, via)
-            except Refuse as reason:
-                ctx.refuse(node, str(reason))
-                continue
-            ctx.add_site(node, edits)
+            edits = ctx.attempt(node, lambda: _token_drop(ctx, node, via))
+            if edits is not None:
+                ctx.add_site(node, edits)
         for call in finder.super_forwards:
-            try:
-                edits = _mae_count(ctx, call)
-            except Refuse as reason:
-                if str(reason):
-                    ctx.refuse(call, str(reason))
-                continue
-            ctx.add_site(call, edits, "MAE encoder: pass the kept count get_random_mask states (a Python int)")
+            edits = ctx.attempt(call, lambda: _mae_count(ctx, call))
+            if edits is not None:
+                ctx.add_site(call, edits, "MAE encoder: pass the kept count get_random_mask states (a Python int)")
         for func in finder.random_masks:
-            _random_mask_count(ctx, func)
+            edits = ctx.attempt(func, lambda: _random_mask_count(ctx, func))
+            if edits is not None:
+                ctx.add_site(
+                    func, edits,
+                    "get_random_mask: state its kept count, read from its code (callers drop tokens with static shapes)",
+                )
         for call in finder.submodule_masks:
             encoder = code(call.func.value)  # type: ignore[attr-defined]
             ctx.refuse(
@@ -305,17 +299,17 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     func = enclosing_function(ctx, call)
     line = enclosing_line(ctx, call)
     if func is None or line is None or len(call.args) < 2:
-        raise Refuse("")
+        raise NotThisIdiom()
     mask_arg = call.args[1]
     if mask_arg.keyword is not None or mask_arg.star or not is_name(mask_arg.value):
-        raise Refuse("")
+        raise NotThisIdiom()
     mask = mask_arg.value.value  # type: ignore[attr-defined]
     if any(a.star or a.keyword is not None and a.keyword.value == COUNT for a in call.args):
-        raise Refuse("")
+        raise NotThisIdiom()
     flow = FunctionFlow.of(func)
     generate = random_mask_guard(func, mask)
     if generate is None or not is_name(generate[2], "self"):
-        raise Refuse("")
+        raise NotThisIdiom()
     guard, ratio, _ = generate
     made = flow.stmt_of(guard.body.body[0])  # type: ignore[union-attr, arg-type]
     if [s.index for s in flow.assigning(mask)] != [made.index] or flow.compound_assigned.get(mask):
@@ -329,7 +323,7 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     if not imports_module(ctx.module, "torch"):
         raise Refuse("the module does not `import torch`")
     if _defines(cls, FLAG):
-        raise Refuse("")  # rewritten already
+        raise NotThisIdiom()  # rewritten already
     clash = free_names(flow, COUNT)
     if clash:
         raise Refuse(f"{func.name.value} already uses the name {COUNT}")
@@ -435,32 +429,27 @@ def _defines(cls: cst.ClassDef, name: str) -> bool:
 
 
 
-def _random_mask_count(ctx: PlanContext, func: cst.FunctionDef) -> None:
+def _random_mask_count(ctx: PlanContext, func: cst.FunctionDef) -> Dict[cst.CSTNode, Replacement]:
     """Attach to a class's get_random_mask the count it keeps, read from its body
     (codemods/_random_mask.py): the callers' static shapes rest on it."""
     block = ctx.parent(func)
     cls = ctx.parent(block) if block is not None else None
     if not isinstance(cls, cst.ClassDef):
-        return
+        raise NotThisIdiom()
     body = list(cls.body.body)  # type: ignore[union-attr]
     attribute = f"{func.name.value}.num_kept"
     if any(isinstance(s, cst.SimpleStatementLine) and any(code(t) == attribute for t in _assigned_names(s)) for s in body):
-        return  # rewritten already
+        raise NotThisIdiom()  # rewritten already
     helper = f"_{func.name.value}_num_kept"
     taken = [n for n in shadowed(ctx.module, "len", "range")]
     taken += [helper] if any(helper in statement_names(s)[0] for s in body) else []
     if taken:
-        ctx.refuse(func, f"the kept count's code needs the name(s) {', '.join(taken)}, which the file binds itself")
-        return
-    try:
+        raise Refuse(f"the kept count's code needs the name(s) {', '.join(taken)}, which the file binds itself")
+    with refusing_as(
+        f"the kept count of {cls.name.value}.get_random_mask is not read: {{}}; "
+        "token drops of its masks stay boolean indexing"
+    ):
         count = kept_count(func)
-    except NotProven as reason:
-        ctx.refuse(
-            func,
-            f"the kept count of {cls.name.value}.get_random_mask is not read: {reason}; "
-            "token drops of its masks stay boolean indexing",
-        )
-        return
     comment = (
         "# hiera-rewrite: how many units get_random_mask keeps in every row, read from\n"
         "# its code, for callers that drop tokens with static shapes.  An override of\n"
@@ -471,8 +460,4 @@ def _random_mask_count(ctx: PlanContext, func: cst.FunctionDef) -> None:
     indented = [ctx.statement(source, like=func, replaces=False) for source in sources]
     indented[0] = indented[0].with_changes(leading_lines=[cst.EmptyLine(indent=False), *indented[0].leading_lines])
     indented[1] = indented[1].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
-    ctx.add_site(
-        func,
-        {func: lambda updated: cst.FlattenSentinel([updated, *indented])},
-        "get_random_mask: state its kept count, read from its code (callers drop tokens with static shapes)",
-    )
+    return {func: lambda updated: cst.FlattenSentinel([updated, *indented])}

@@ -4,14 +4,16 @@ A rewrite (one module in ``codemods/``) looks at a parsed module and *plans* edi
 it never writes files, prints, or knows about flags.  Each planned change is a
 :class:`Site`: every node it replaces, keyed by the original node, applied all
 together or not at all.  When something looks like the idiom but the data flow
-does not prove it, the rewrite calls :meth:`PlanContext.refuse` with the reason
-and leaves the code alone.
+does not prove it, the site's analysis raises :class:`Refuse` with the reason (or
+:class:`NotThisIdiom`, reported nowhere, where it is not the idiom at all), and
+:meth:`PlanContext.attempt` reports it and leaves the code alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Set, Type, Union
+from typing import Any, Callable, ClassVar, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Type, TypeVar, Union
 
 import libcst as cst
 
@@ -32,6 +34,48 @@ class Site:
     node: cst.CSTNode
     edits: Dict[cst.CSTNode, Replacement]
     message: str
+
+
+class Refuse(Exception):
+    """Raised from a site's analysis: the spot looks like the idiom but is left alone,
+    and ``reason`` (a sentence naming the cause, and the line where it helps) is reported."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class NotThisIdiom(Refuse):
+    """Raised from a site's analysis: not this idiom at all (or this rewrite's own
+    output), left alone without a report."""
+
+    def __init__(self) -> None:
+        super().__init__("")
+
+
+def proves(analyse: Callable[[], object]) -> bool:
+    """Whether ``analyse()`` completes without a Refuse: a probe of another site
+    (e.g. "does HR004 rewrite this decoder?"); nothing is reported."""
+    try:
+        analyse()
+    except Refuse:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def refusing_as(template: str) -> Iterator[None]:
+    """A Refuse raised inside is raised again with its reason put into ``template``
+    (at ``{}``): a step of a larger proof says which proof it stops."""
+    try:
+        yield
+    except NotThisIdiom:
+        raise
+    except Refuse as inner:
+        raise Refuse(template.format(inner.reason)) from None
+
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass
@@ -113,6 +157,24 @@ class PlanContext:
 
     def refuse(self, node: cst.CSTNode, reason: str) -> None:
         self.refusals.append(Refusal(self.code, node, reason))
+
+    def attempt(
+        self,
+        at: "cst.CSTNode | Sequence[cst.CSTNode]",
+        analyse: Callable[[], T],
+        quiet_if: Optional[Callable[[], bool]] = None,
+    ) -> Optional[T]:
+        """Run one site's analysis: what it returns (never None), or None where it
+        raised Refuse, whose reason is then reported at ``at`` (each node of it).  Not
+        reported: a NotThisIdiom, or any refusal where ``quiet_if()`` holds (asked only
+        then: code this rewrite emitted is recognised only once the match fails)."""
+        try:
+            return analyse()
+        except Refuse as refusal:
+            if not isinstance(refusal, NotThisIdiom) and not (quiet_if is not None and quiet_if()):
+                for node in at if isinstance(at, (list, tuple)) else [at]:
+                    self.refuse(node, refusal.reason)
+            return None
 
     # -- emitting code ----------------------------------------------------------
     def statement(
