@@ -5,6 +5,15 @@ from __future__ import annotations
 import pytest
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-reports",
+        action="store_true",
+        help="tests/test_golden.py: write golden/**/NAME.reports.txt from what the tool reports now"
+        " (review git diff golden/ afterwards; CI never passes it)",
+    )
+
+
 @pytest.fixture(scope="session")
 def upstream(tmp_path_factory):
     """An :class:`tests.upstream.UpstreamBuilder`; ``upstream.package({"hiera.py"})``

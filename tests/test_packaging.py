@@ -126,7 +126,8 @@ def test_sdist_holds_what_a_packager_needs(dists):
     for needed in ("README.md", "LICENSE", "CHANGELOG.md", "pyproject.toml", "MANIFEST.in",
                    ".pre-commit-hooks.yaml", "PKG-INFO", "hiera_rewrite/__init__.py",
                    "codemods/__init__.py", "tests/conftest.py", "tests/upstream.py",
-                   "golden/attention/windowed_basic.in.py", "golden/attention/windowed_basic.out.py"):
+                   "golden/attention/windowed_basic.in.py", "golden/attention/windowed_basic.out.py",
+                   "golden/attention/windowed_basic.reports.txt"):
         assert needed in names, f"sdist lacks {needed}"
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert not [n for n in names if n.startswith((".venv/", ".git/", "build/", "dist/"))]

@@ -1,8 +1,9 @@
 """HR002 and in-place ops: `.amax` saves its input and output for backward, where
 `.max(...).values` saves only indices, so a pool an in-place op can reach before
-backward is left alone, with the op and its line (golden/pool/lookalike_inplace);
-a pool the function returns is cloned (golden/pool/inplace_safe, whose example
-modifies the returned tensors in place and runs backward after the rewrite).
+backward is left alone, with the op and its line (golden/pool/lookalike_inplace and
+its reports file); a pool the function returns is cloned (golden/pool/inplace_safe,
+whose example modifies the returned tensors in place and runs backward after the
+rewrite).
 
 Each refusal is a real hazard: forcing the rewrite onto the look-alike makes its
 backward raise, while the original runs."""
@@ -28,35 +29,9 @@ rewrite_bytes = functools.partial(rewrite_bytes, codes=every_code())
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "pool"
 LOOKALIKE = GOLDEN / "lookalike_inplace.in.py"
 
-# One fragment per pool of lookalike_inplace, in source order.
-EXPECTED = [
-    "`q *= ...` at line 28 modifies the pooled tensor in place",
-    "`x.mul_(...)` at line 38 modifies the pooled tensor in place",
-    "`flat.add_(...)` at line 48 modifies the pooled tensor in place",
-    "`y[..., 0] = ...` at line 58 modifies the pooled tensor in place",
-    "the pooled tensor is passed to `self.act(...)` at line 71, which may modify it in place",
-    "`torch.relu_(...)` at line 73 modifies the pooled tensor in place",
-    "`c.clamp_(...)` at line 75 modifies the pooled tensor in place",
-    "`F.relu(..., inplace=...)` at line 77 modifies the pooled tensor in place",
-    "passed to `scale_in_place(...)` at line 91, where `t.mul_(...)` at line 82 modifies it in place",
-    "`right += ...` at line 105 modifies the tensor it pools (`left`) in place",
-    "`y.mul_(...)` at line 117 modifies the pooled tensor in place",
-    "the pooled tensor is passed to `self.post(...)` at line 132, which may modify it in place",
-    "the pooled tensor is stored in `self.last` at line 134",
-    "`h.add_(...)` at line 148 modifies the tensor it pools (`h`, passed to pool_rows at line 147) in place",
-]
-
-
-def test_lookalike_reasons():
-    data = LOOKALIKE.read_bytes()
-    result = rewrite_bytes(data)
-    assert result.output == data
-    hr002 = [r for r in result.reports if r.code == "HR002"]
-    assert all(not r.applied and r.message.startswith("skipped: ") for r in hr002)
-    assert len(hr002) == len(EXPECTED), [r.message for r in hr002]
-    for report, fragment in zip(hr002, EXPECTED):
-        assert fragment in report.message, (report.line, report.message)
-        assert "before backward (.amax saves its" in report.message
+# The pools of lookalike_inplace: every one is refused (the exact reasons are in
+# lookalike_inplace.reports.txt, checked by tests/test_golden.py).
+POOLS = sum(" HR002 skipped: " in line for line in LOOKALIKE.with_name("lookalike_inplace.reports.txt").read_text().splitlines())
 
 
 def test_cli_prints_skipped_reason(tmp_path):
@@ -88,7 +63,7 @@ def _forced(data: bytes) -> bytes:
             return _amax(updated) if id(original) in found else updated
 
     forced = module.visit(Force()).code.encode()
-    assert forced.count(b".amax(") == len(EXPECTED)
+    assert POOLS and forced.count(b".amax(") == POOLS  # every pool found is refused
     return forced
 
 
@@ -128,18 +103,6 @@ def test_each_refusal_is_a_real_hazard(case):
     forced = _load(_forced(data), "pool_forced")
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         _backward(forced, case, torch)
-
-
-def test_returned_pool_is_cloned_and_callers_may_modify_it():
-    data = (GOLDEN / "inplace_safe.in.py").read_bytes()
-    result = rewrite_bytes(data)
-    applied = [r for r in result.reports if r.code == "HR002" and r.applied]
-    cloned = [r.line for r in applied if ".clone()" in r.message]
-    assert cloned == [12, 89], [(r.line, r.message) for r in applied]
-    assert len(applied) == 6
-    out = result.output.decode()
-    assert "return x.view(x.shape[0], stride, -1, x.shape[-1]).amax(dim=1).clone()" in out
-    assert "q = q.view(B, self.heads, self.q_stride, -1, C // self.heads).amax(dim=2)\n" in out
 
 
 def test_upstream_do_pool_still_rewritten():
