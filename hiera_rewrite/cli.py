@@ -13,7 +13,8 @@ from typing import List, Optional, Sequence
 
 from . import __version__
 from .engine import FileResult, InputError, InternalError, line_length_for, rewrite_bytes, selected_codes
-from .files import expand_paths, process_file, unified_diff, write_checked
+from .files import FileError, expand_paths, process_file, unified_diff, write_checked
+from .output import FORMATS, make_output
 from .rewrite import REGISTRY
 
 EXIT_CLEAN = 0
@@ -34,6 +35,16 @@ exit codes:
 Each change prints `path:line:col: CODE message`; spots that look like an idiom
 but are left alone print `path:line:col: CODE skipped: reason`.  A class or
 function marked `# hiera-rewrite: skip` is left alone.
+
+--output-format json prints one document:
+  {"version": ..., "files": [{"path", "changed", "error": null or {"line",
+   "column", "message"}, "reports": [{"code", "line", "column", "message",
+   "applied", "reason"}]}], "summary": {"changed", "unchanged", "errors",
+   "exit_code", "text"}}
+--output-format github prints workflow commands, e.g.
+  ::notice file=models/hiera.py,line=100,col=17,title=HR001::mask-unit attention: ...
+  ::warning file=models/hiera.py,line=30,col=13,title=HR001::skipped: SDPA gets ...
+  ::error file=bad.py,line=3,col=5,title=hiera-rewrite::cannot parse: ...
 """
 
 
@@ -68,7 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--bench-batch", metavar="N", type=int, default=16, help="with --verify-cuda: the batch size to time at (default 16)")
     parser.add_argument("--line-length", type=int, metavar="N", help="line length for inserted code (default: black's from pyproject.toml, else 88)")
     parser.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="processes working on files in parallel; 0 (default): one per available core when there are at least 8 files, else 1")
-    parser.add_argument("-q", "--quiet", action="store_true", help="print only errors and the summary")
+    parser.add_argument(
+        "--output-format",
+        choices=FORMATS,
+        default="text",
+        help="text (default): path:line:col: CODE message lines and a summary on stderr; "
+        "json: one JSON document (every file, its reports and errors, the summary) and nothing else; "
+        "github: GitHub Actions ::notice (applied), ::warning (skipped) and ::error lines, "
+        "then the summary on stderr.  json and github go to stdout, or to stderr when stdout "
+        "carries data (--diff, or '-' without --check); not with --verify or --export",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only errors and the summary (json: no effect)")
     parser.add_argument("--traceback", action="store_true", help="show tracebacks of internal errors")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
@@ -104,6 +125,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{code} {rewrite.name}: {rewrite.message}\n")
         print(textwrap.dedent(rewrite.explanation).strip())
         return EXIT_CLEAN
+    if args.output_format != "text" and (args.verify or args.export):
+        parser.error(f"--output-format {args.output_format} is not supported with {'--verify' if args.verify else '--export'} (only text)")
     if args.export:
         from .export import export_upstream
 
@@ -130,9 +153,12 @@ class _Runner:
         self.changed = 0
         self.unchanged = 0
         self.errors = 0
+        # stdout carries data with --diff, and with '-' unless --check
+        data_on_stdout = bool(args.diff or ("-" in args.paths and not args.check))
+        self.out = make_output(args.output_format, args.quiet, data_on_stdout)
 
-    def error(self, message: str) -> None:
-        print(message, file=sys.stderr)
+    def error(self, error: FileError, traceback: Optional[str] = None) -> None:
+        self.out.error(error, traceback)
         self.errors += 1
         self.exit = EXIT_ERROR
 
@@ -140,8 +166,8 @@ class _Runner:
         if "-" in paths:
             self.run_stdin()
         files, missing = expand_paths([p for p in paths if p != "-"])
-        for message in missing:
-            self.error(message)
+        for error in missing:
+            self.error(error)
         jobs = [(f, self.codes, self.args.line_length, self.args.traceback) for f in files]
         # Everything imported so far lives as long as the process: keep the cyclic
         # collector from walking it again after every few parses (about a tenth of
@@ -156,25 +182,17 @@ class _Runner:
             outcomes = [outcome for _, outcome in sorted(zip(order, done), key=lambda pair: pair[0])]
         else:
             outcomes = [process_file(job) for job in jobs]
-        for name, result, message, tb in outcomes:
-            if message is not None:
-                if tb:
-                    print(tb, file=sys.stderr, end="")
-                self.error(message)
+        for name, result, error, tb in outcomes:
+            if error is not None:
+                self.error(error, tb)
                 continue
             assert result is not None
             self.finish_file(name, result)
         self.summary()
         return self.exit
 
-    def report(self, name: str, result: FileResult) -> None:
-        if self.args.quiet:
-            return
-        for r in result.reports:
-            print(f"{name}:{r.line}:{r.col}: {r.code} {r.message}", file=sys.stderr)
-
     def finish_file(self, name: str, result: FileResult) -> None:
-        self.report(name, result)
+        self.out.file(name, result)
         if not result.changed:
             self.unchanged += 1
             return
@@ -196,15 +214,16 @@ class _Runner:
         name = "<stdin>"
         try:
             result = rewrite_bytes(data, codes=self.codes, line_length=self.args.line_length or line_length_for(Path.cwd() / "stdin.py"))
-        except InputError as exc:
-            sys.stdout.buffer.write(data)
-            self.error(f"{name}:{exc.line}:{exc.col}: {exc.message}")
+        except (InputError, InternalError) as exc:
+            if not (self.args.check or self.args.diff):
+                sys.stdout.buffer.write(data)  # a filter passes what it cannot rewrite through
+                sys.stdout.flush()
+            if isinstance(exc, InputError):
+                self.error(FileError(name, exc.line, exc.col, exc.message))
+            else:
+                self.error(FileError(name, 1, 1, f"internal error, nothing written: {exc}"))
             return
-        except InternalError as exc:
-            sys.stdout.buffer.write(data)
-            self.error(f"{name}:1:1: internal error, nothing written: {exc}")
-            return
-        self.report(name, result)
+        self.out.file(name, result)
         if self.args.diff:
             if result.changed:
                 sys.stdout.buffer.write(unified_diff(name, result))
@@ -223,7 +242,8 @@ class _Runner:
         parts = [f"{self.changed} file{'s' if self.changed != 1 else ''} {verb}", f"{self.unchanged} unchanged"]
         if self.errors:
             parts.append(f"{self.errors} error{'s' if self.errors != 1 else ''}")
-        print("hiera-rewrite: " + ", ".join(parts) + ".", file=sys.stderr)
+        counts = {"changed": self.changed, "unchanged": self.unchanged, "errors": self.errors}
+        self.out.summary("hiera-rewrite: " + ", ".join(parts) + ".", counts, self.exit)
 
 
 def _workers(requested: int, files: int) -> int:

@@ -3,6 +3,7 @@ diff, checked write.  No printing, no flags."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import stat
@@ -16,8 +17,23 @@ from .engine import FileResult, InputError, InternalError, line_length_for, rewr
 # A folder named on the command line is always entered.
 SKIPPED_DIRS = {"venv", "site-packages", "__pypackages__", "__pycache__", "node_modules", "build", "dist", "buck-out", "_build"}
 
+
+
+@dataclasses.dataclass(frozen=True)
+class FileError:
+    """Why a file was not (or not fully) processed; ``str()`` is the line printed."""
+
+    path: str
+    line: int
+    col: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}: {self.reason}"
+
+
 Job = Tuple[str, List[str], Optional[int], bool]
-Outcome = Tuple[str, Optional[FileResult], Optional[str], Optional[str]]
+Outcome = Tuple[str, Optional[FileResult], Optional[FileError], Optional[str]]
 
 
 def python_files(root: Path) -> List[str]:
@@ -29,11 +45,11 @@ def python_files(root: Path) -> List[str]:
     return found
 
 
-def expand_paths(paths: Sequence[str]) -> Tuple[List[str], List[str]]:
-    """(files, error messages): folders walked, each file once (by real path);
+def expand_paths(paths: Sequence[str]) -> Tuple[List[str], List[FileError]]:
+    """(files, errors): folders walked, each file once (by real path);
     '-' is left to the caller (it is not a file)."""
     files: List[str] = []
-    errors: List[str] = []
+    errors: List[FileError] = []
     for name in paths:
         path = Path(name)
         if path.is_dir():
@@ -41,7 +57,7 @@ def expand_paths(paths: Sequence[str]) -> Tuple[List[str], List[str]]:
         elif path.exists():
             files.append(name)
         else:
-            errors.append(f"{name}:1:1: no such file or directory")
+            errors.append(FileError(name, 1, 1, "no such file or directory"))
     unique: dict = {}  # a file named twice (or via a folder too) is done once
     for f in files:
         unique.setdefault(os.path.realpath(f), f)
@@ -49,35 +65,35 @@ def expand_paths(paths: Sequence[str]) -> Tuple[List[str], List[str]]:
 
 
 def process_file(job: Job) -> Outcome:
-    """Read and rewrite one file.  Returns (path, result, error message, traceback)."""
+    """Read and rewrite one file.  Returns (path, result, error, traceback)."""
     name, codes, line_length, want_traceback = job
     path = Path(name)
     try:
         data = path.read_bytes()
     except OSError as exc:
-        return name, None, f"{name}:1:1: cannot read: {exc.strerror or exc}", None
+        return name, None, FileError(name, 1, 1, f"cannot read: {exc.strerror or exc}"), None
     try:
         result = rewrite_bytes(data, codes=codes, line_length=line_length or line_length_for(path))
     except InputError as exc:
-        return name, None, f"{name}:{exc.line}:{exc.col}: {exc.message}", None
+        return name, None, FileError(name, exc.line, exc.col, exc.message), None
     except InternalError as exc:
-        return name, None, f"{name}:1:1: internal error, nothing written: {exc}", None
+        return name, None, FileError(name, 1, 1, f"internal error, nothing written: {exc}"), None
     except Exception as exc:  # a bug in a rewrite must not take the other files down
         tb = traceback.format_exc() if want_traceback else None
-        return name, None, f"{name}:1:1: internal error, nothing written: {type(exc).__name__}: {exc}", tb
+        return name, None, FileError(name, 1, 1, f"internal error, nothing written: {type(exc).__name__}: {exc}"), tb
     return name, result, None, None
 
 
-def write_checked(name: str, data: bytes) -> Optional[str]:
-    """Write ``data`` over the file atomically; an error message instead if it is
-    read-only or the write fails."""
+def write_checked(name: str, data: bytes) -> Optional[FileError]:
+    """Write ``data`` over the file atomically; an error instead if it is read-only
+    or the write fails."""
     path = Path(name)
     if not path.stat().st_mode & stat.S_IWUSR:
-        return f"{name}:1:1: file is read-only, not rewritten"
+        return FileError(name, 1, 1, "file is read-only, not rewritten")
     try:
         write_atomic(path, data)
     except OSError as exc:
-        return f"{name}:1:1: cannot write: {exc.strerror or exc}"
+        return FileError(name, 1, 1, f"cannot write: {exc.strerror or exc}")
     return None
 
 
