@@ -123,6 +123,15 @@ def test_golden_reports(case: Path, request):
         )
 
 
+def test_every_rewrite_has_applied_and_skipped_goldens():
+    """A rewrite comes with golden cases: at least one applied and one refused report."""
+    lines = [line for case in CASES if _reports_file(case).exists() for line in _reports_file(case).read_text("utf-8").splitlines()]
+    every = set(every_code())
+    skipped = {_code_of(line) for line in lines if line.split(" ", 2)[2].startswith("skipped: ")}
+    applied = {_code_of(line) for line in lines if not line.split(" ", 2)[2].startswith("skipped: ")}
+    assert (every - applied, every - skipped) == (set(), set())
+
+
 def test_every_reports_file_has_its_input():
     orphans = [p for p in GOLDEN.rglob("*.reports.txt") if not p.with_name(p.name.replace(".reports.txt", ".in.py")).exists()]
     assert orphans == []
