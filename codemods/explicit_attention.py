@@ -17,9 +17,10 @@ What it matches (by data flow, not by names), as statements of one function body
 The attention probabilities ``attn`` (B, H, nw, Tq, T) are the one thing SDPA cannot
 give.  Two cases are provably equivalent:
 
-- ``attn`` is never read after the attention: the whole path becomes the 4-D path
-  of HR001 (windows folded into the batch, q-pool by amax, SDPA with the same
-  scale, output put back in the same token order).
+- ``attn`` is never read after the attention: the whole path becomes a 4-D one,
+  the windows folded into the batch (q, k, v are (B*num_windows, heads, T, head_dim);
+  HR001 folds them into the heads instead), the q-pool by amax, SDPA with the same
+  scale, the output put back in the same token order.
 - ``attn`` is read after the attention only under a flag ``F`` (a parameter of the
   function that is never reassigned), in ``X if F else Y`` or in an ``if F:`` body,
   as transformers' ``(out, attn) if output_attentions else (out, None)``: the path
@@ -40,19 +41,32 @@ or this rewrite's own output) is left alone silently.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.index import walk
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
+from ._attention import (
+    FIVE_D_PERMUTE,
+    QkvSources,
+    all_loads,
+    component,
+    pool_view_args,
+    qkv_sizes,
+    restore_chain,
+    scalar,
+    scalar_problem,
+    scale_check,
+    sdpa_calls,
+    softmax_operand,
+    top_level_bindings,
+    transposed_last,
+)
 from ._flow import (
     FunctionFlow,
     code,
-    dim_arg,
     enclosing_function,
     enclosing_line,
     int_args,
@@ -60,7 +74,6 @@ from ._flow import (
     is_name,
     method_call,
     names_in,
-    positional,
     reduction_values,
     rewrap_code,
     same_code,
@@ -68,17 +81,6 @@ from ._flow import (
     statement_names,
     target_code,
 )
-from .mask_unit_attention import (
-    SDPA_NAMES,
-    _component,
-    _restore_chain,
-    _scalar,
-    _scalar_problem,
-    _scale_check,
-)
-
-SOFTMAX_NAMES = {"torch.nn.functional.softmax", "torch.softmax", "torch.Tensor.softmax"}
-FIVE_D_PERMUTE = [3, 0, 4, 2, 1, 5]
 
 
 @register
@@ -97,9 +99,10 @@ class ExplicitAttention(Rewrite):
     alive for backward.  F.scaled_dot_product_attention on 4-D q/k/v runs a fused
     kernel (flash / memory-efficient / cuDNN) that never stores the matrix.
 
-    The rewrite folds the windows into the batch exactly as HR001 does: qkv is
-    permuted (3, 0, 2, 4, 1, 5) and flattened to (3, B*num_windows, heads, T,
-    head_dim), the q-pool becomes `q.unflatten(2, (q_stride, Tq)).amax(dim=2)`,
+    The rewrite folds the windows into the batch: qkv is permuted (3, 0, 2, 4, 1, 5)
+    and flattened to (3, B*num_windows, heads, T, head_dim), so q, k and v are
+    (B*num_windows, heads, T, head_dim) (HR001 flattens the same permutation the
+    other way, to (B, num_windows*heads, T, head_dim)), the q-pool becomes `q.unflatten(2, (q_stride, Tq)).amax(dim=2)`,
     SDPA gets the same `scale=`, and the output (B*num_windows, heads, Tq, head_dim)
     is put back as (B, Tq*num_windows, C) with token n = tq*num_windows + w, the
     order the 5-D code produced.
@@ -168,18 +171,8 @@ class _ScoreLines(cst.CSTVisitor):
         self.matmuls: List[cst.BinaryOperation] = []
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        if isinstance(node.operator, cst.MatrixMultiply) and _transposed_last(node.right) is not None:
+        if isinstance(node.operator, cst.MatrixMultiply) and transposed_last(node.right) is not None:
             self.matmuls.append(node)
-
-
-def _transposed_last(node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
-    found = method_call(node, "transpose")
-    if found is None:
-        return None
-    dims = int_args(found[1])
-    if dims is None or sorted(dims) != [-2, -1]:
-        return None
-    return found[0]
 
 
 @dataclasses.dataclass
@@ -271,7 +264,7 @@ class _Match:
         sdpa = self.sdpa_function(flow)
         # SDPA's scale= takes a number, and a tensor scale (a subclass's per-head
         # temperature) broadcasts against the 5-D dims: checked at run time.
-        check = _scale_check(ctx, func, [parts["scale"]] if parts["scale"] is not None else [])
+        check = scale_check(ctx, func, [parts["scale"]] if parts["scale"] is not None else [])
         edits = self.emit(
             body, region, permute_at, unpack_at, pool_at, pool_parts, start, chain_end, parts, receiver, sdpa, flag, check
         )
@@ -282,7 +275,7 @@ class _Match:
         for ancestor in self.ctx.ancestors(self.line):
             if ancestor is self.func:
                 return
-            if isinstance(ancestor, cst.If) and _calls_sdpa(self.ctx, ancestor):
+            if isinstance(ancestor, cst.If) and sdpa_calls(self.ctx, ancestor):
                 raise NotThisIdiom()
 
     # -- the attention chain --------------------------------------------------------------
@@ -328,7 +321,7 @@ class _Match:
 
     def restore(self, value: cst.BaseExpression, env: Dict[str, _Binding]) -> Optional[Dict]:
         value, env = self.deref(value, env)
-        matched = _restore_chain(value)
+        matched = restore_chain(value)
         if matched is None:
             return None
         av, av_env = self.deref(matched[0], env)
@@ -346,20 +339,15 @@ class _Match:
         }
 
     def softmax(self, node: cst.BaseExpression) -> cst.BaseExpression:
-        if isinstance(node, cst.Call) and self.ctx.qualified_names(node.func) & SOFTMAX_NAMES - {"torch.Tensor.softmax"}:
-            args = node.args
-            if len(args) == 2 and not args[0].star and args[0].keyword is None and not args[1].star:
-                second = args[1]
-                if (second.keyword is None or second.keyword.value == "dim") and int_value(second.value) == -1:
-                    return args[0].value
+        softmax = softmax_operand(self.ctx, node)
+        if softmax is None:
+            raise Refuse(f"the attention probabilities are not a softmax of the scores: {code(node)}")
+        spelling, operand = softmax
+        if operand is None and spelling == "function":
             raise Refuse(f"{code(node)} is not softmax over dim=-1 (without dtype)")
-        found = method_call(node, "softmax")
-        if found is not None:
-            ok, dim = dim_arg(found[1])
-            if not ok or dim != -1:
-                raise Refuse(f"{code(node)} is not .softmax(dim=-1)")
-            return found[0]
-        raise Refuse(f"the attention probabilities are not a softmax of the scores: {code(node)}")
+        if operand is None:
+            raise Refuse(f"{code(node)} is not .softmax(dim=-1)")
+        return operand
 
     def scores(self, node: cst.BaseExpression, env: Dict) -> Tuple[str, str, Optional[cst.BaseExpression], bool]:
         """`(q * s) @ k.T`, `(s * q) @ k.T`, `(q @ k.T) * s`, `s * (q @ k.T)`, `(q @ k.T) / d`, `q @ k.T`."""
@@ -378,7 +366,7 @@ class _Match:
             node, env = self.deref(node, env)
         if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply)):
             raise Refuse(f"the scores are not q @ k.transpose(-1, -2): {code(node)}")
-        k_expr = _transposed_last(node.right)
+        k_expr = transposed_last(node.right)
         if k_expr is None or not is_name(k_expr) or k_expr.value in env:  # type: ignore[attr-defined]
             raise Refuse("the scores are not q @ k.transpose(-1, -2) with a plain k")
         left, left_env = self.deref(node.left, env)
@@ -403,13 +391,13 @@ class _Match:
 
     # -- scalars --------------------------------------------------------------------------
     def scalar(self, expr: cst.BaseExpression) -> bool:
-        return _scalar(self.ctx, self.func, expr)
+        return scalar(self.ctx, self.func, expr)
 
     def why_not(self, product: cst.BinaryOperation) -> str:
         """` (why)` for the factor of ``product`` that looks like a scale, or ""."""
         for factor in (product.right, product.left):
             if isinstance(factor, (cst.Attribute, cst.Integer, cst.Float, cst.BinaryOperation, cst.UnaryOperation)):
-                why = _scalar_problem(self.ctx, self.func, factor)
+                why = scalar_problem(self.ctx, self.func, factor)
                 if why is not None:
                     return f" ({why})"
         return ""
@@ -421,7 +409,7 @@ class _Match:
         if i < 0 or q not in statement_names(body[i])[0]:
             return [], {}
         stmt = body[i]
-        if isinstance(stmt, cst.SimpleStatementLine) and _component(stmt, q) is not None:
+        if isinstance(stmt, cst.SimpleStatementLine) and component(stmt, q) is not None:
             return [], {}  # the unpack itself: no pool
         if isinstance(stmt, cst.If):
             if stmt.orelse is not None or not isinstance(stmt.body, cst.IndentedBlock):
@@ -458,27 +446,22 @@ class _Match:
             if not is_name(pooled, q):
                 raise Refuse(f"{q}'s pool does not reduce the view of the line before")
             pooled = assigns[0][1]  # type: ignore[index]
-        view = method_call(pooled, "view", "reshape")
-        args = positional(view[1]) if view else None
-        if view is None or not is_name(view[0], q) or args is None or len(args) != 6:
+        args = pool_view_args(pooled, q)
+        if args is None:
             raise Refuse(f"{q}'s pool is not q.view(B, heads, num_windows, q_stride, -1, head_dim).max(dim=3)")
         return {"lines": lines, "stride": args[3], "tq": args[4], "checked": [args[0], args[1], args[2], args[5]], "exprs": list(args)}
 
     def unpack(self, body: List[cst.BaseStatement], before: int, q: str, k: str, v: str) -> Tuple[List[int], str]:
         where: List[int] = []
-        sources: Dict[int, str] = {}
+        sources = QkvSources()
         for name in (q, k, v):
             at = next((i for i in range(before - 1, -1, -1) if name in statement_names(body[i])[0]), None)
-            comp = _component(body[at], name) if at is not None and isinstance(body[at], cst.SimpleStatementLine) else None  # type: ignore[arg-type]
+            comp = component(body[at], name) if at is not None and isinstance(body[at], cst.SimpleStatementLine) else None  # type: ignore[arg-type]
             if comp is None:
                 raise Refuse(f"{name} is not unpacked from a qkv tensor (qkv[0], qkv.unbind(0), ...) right before the attention")
-            if comp[1] in sources:
-                raise Refuse("q, k and v do not take three different qkv components")
-            sources[comp[1]] = comp[0]
+            sources.add(comp)
             where.append(at)  # type: ignore[arg-type]
-        if len(set(sources.values())) != 1 or set(sources) != {0, 1, 2}:
-            raise Refuse("q, k and v do not come from the same qkv tensor")
-        return sorted(set(where)), sources[0]
+        return sorted(set(where)), sources.qkv()
 
     def qkv_definition(self, body: List[cst.BaseStatement], first_unpack: int, qkv: str):
         at = first_unpack - 1
@@ -497,17 +480,15 @@ class _Match:
             prev = single_assign(body[at - 1])  # type: ignore[arg-type]
             if prev is not None and is_name(prev[0], receiver.value):  # type: ignore[attr-defined]
                 reshape = method_call(prev[1], "reshape", "view")
-        args = positional(reshape[1]) if reshape else None
-        if args is None or len(args) != 6 or int_value(args[3]) != 3:
+        args = qkv_sizes(reshape[1] if reshape else None)
+        if args is None:
             raise Refuse(f"{qkv} is not reshaped to (B, T, num_windows, 3, heads, head_dim) right before the permute")
         return at, args, receiver
 
     # -- reads after ----------------------------------------------------------------------
     def loads_after(self, end) -> List[cst.Name]:
-        from .mask_unit_attention import _all_loads
-
         found = []
-        for node in _all_loads(self.ctx, self.func.body):
+        for node in all_loads(self.ctx, self.func.body):
             start = self.ctx.span(node).start
             if (start.line, start.column) > (end.line, end.column):
                 found.append(node)
@@ -574,11 +555,7 @@ class _Match:
         local = set(flow.params)
         for s in flow.stmts:
             local |= s.assigned
-        top_bindings = self.ctx.memo.get("top-level bindings")
-        if top_bindings is None:  # how many top-level statements bind each name
-            top_bindings = self.ctx.memo["top-level bindings"] = collections.Counter(
-                name for s in module.body for name in statement_names(s)[0]
-            )
+        top_bindings = top_level_bindings(self.ctx)
         for root, pattern in choices:
             if root not in local and top_bindings[root] == 1:
                 return pattern.format(root) + ".scaled_dot_product_attention"
@@ -728,18 +705,6 @@ class _Match:
 def _const(node):
     """A replacement that ignores inner edits (HR002 may rewrite a q-pool line we replace)."""
     return lambda updated: node
-
-
-def _calls_sdpa(ctx: PlanContext, node: cst.CSTNode) -> bool:
-    found: List[bool] = []
-
-    class _Calls(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            if ctx.qualified_names(call.func) & SDPA_NAMES:
-                found.append(True)
-
-    walk(_Calls(), node)
-    return bool(found)
 
 
 def _shift_continuations(stmt: cst.BaseStatement, indent: str) -> cst.BaseStatement:

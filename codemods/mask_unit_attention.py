@@ -39,10 +39,27 @@ import libcst as cst
 from hiera_rewrite.index import walk
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
 
+from ._attention import (
+    FIVE_D_PERMUTE,
+    FOUR_D_PERMUTE,
+    QkvSources,
+    all_loads,
+    arithmetic,
+    component,
+    flatten_targets,
+    pool_view_args,
+    qkv_sizes,
+    restore_chain,
+    scalar,
+    scalar_problem,
+    scale_check,
+    sdpa_calls,
+    softmax_operand,
+    transposed_last,
+)
 from ._flow import (
     FunctionFlow,
     code,
-    dim_arg,
     enclosing_function,
     enclosing_line,
     int_args,
@@ -50,7 +67,6 @@ from ._flow import (
     is_name,
     method_call,
     names_in,
-    positional,
     reduction_values,
     rewrap_code,
     same_code,
@@ -59,14 +75,8 @@ from ._flow import (
     target_code,
 )
 
-SDPA_NAMES = {
-    "torch.nn.functional.scaled_dot_product_attention",
-    "torch._C._nn.scaled_dot_product_attention",
-}
-SOFTMAX_NAMES = {"torch.nn.functional.softmax", "torch.softmax"}
 # SDPA keywords that mean the same on 4-D as on 5-D inputs.
 PASS_THROUGH_KEYWORDS = {"scale", "is_causal"}
-FIVE_D_PERMUTE = [3, 0, 4, 2, 1, 5]
 
 
 @register
@@ -132,9 +142,7 @@ class MaskUnitAttention(Rewrite):
     """
 
     def plan(self, ctx: PlanContext) -> None:
-        finder = _SdpaCalls(ctx)
-        ctx.index.visit(finder)
-        for call in finder.calls:
+        for call in sdpa_calls(ctx):
             func = enclosing_function(ctx, call)
 
             def analyse() -> Tuple["_Match", Dict[cst.CSTNode, Replacement]]:
@@ -154,17 +162,6 @@ class MaskUnitAttention(Rewrite):
                     f" `{match.manual_check}` fails (a tensor scale, checked at run time)"
                 )
             ctx.add_site(call, edits, message)
-
-
-class _SdpaCalls(cst.CSTVisitor):
-    def __init__(self, ctx: PlanContext) -> None:
-        super().__init__()
-        self.ctx = ctx
-        self.calls: List[cst.Call] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if self.ctx.qualified_names(node.func) & SDPA_NAMES:
-            self.calls.append(node)
 
 
 @dataclasses.dataclass
@@ -366,7 +363,7 @@ class _Match:
         (a per-head temperature a subclass sets) broadcasts against the dims of q, which
         the 4-D layout orders differently, so there the branch runs on 5-D views of q, k,
         v, as in the original, and its output is put back for the 4-D restore."""
-        check = _scale_check(self.ctx, self.func, self.manual_scales)
+        check = scale_check(self.ctx, self.func, self.manual_scales)
         if check is None:
             return {}
         self.manual_check = check
@@ -375,7 +372,7 @@ class _Match:
         heads, windows = reshape_args[4], reshape_args[2]
         split = None
         for expr, pattern in ((heads, "(-1, {})"), (windows, "({}, -1)")):
-            if int_value(expr) != -1 and _arithmetic(expr) and not names_in(expr) & (rebound | changed):
+            if int_value(expr) != -1 and arithmetic(expr) and not names_in(expr) & (rebound | changed):
                 split = pattern.format(code(expr))
                 break
         if split is None:
@@ -442,7 +439,7 @@ class _Match:
             if isinstance(owner, cst.If) and owner.body is block and self.is_hasattr_guard(owner) and guard is None:
                 guard = owner
                 if owner.orelse is not None:  # dead on torch >= 2.0; removed with the guard
-                    allowed |= {id(n) for n in _all_loads(ctx, owner.orelse)}
+                    allowed |= {id(n) for n in all_loads(ctx, owner.orelse)}
                 cur = owner
                 continue
             if isinstance(owner, cst.If) and owner.body is block:
@@ -522,36 +519,29 @@ class _Match:
                     return self.rank_agnostic(expr.right, tensors)
                 why = None
                 if self.rank_agnostic(expr.left, tensors) is None:
-                    why = _scalar_problem(self.ctx, self.func, expr.right)
+                    why = scalar_problem(self.ctx, self.func, expr.right)
                 elif isinstance(expr.operator, cst.Multiply) and self.rank_agnostic(expr.right, tensors) is None:
-                    why = _scalar_problem(self.ctx, self.func, expr.left)
+                    why = scalar_problem(self.ctx, self.func, expr.left)
                 detail = f" ({why})" if why is not None else ""
                 return f"{code(expr)} is not a tensor scaled by a provably numeric scale{detail}"
             return f"operator in {code(expr)}"
-        found = method_call(expr, "transpose")
-        if found is not None:
-            dims = int_args(found[1])
-            if dims is None or sorted(dims) != [-2, -1]:
+        if method_call(expr, "transpose") is not None:
+            transposed = transposed_last(expr)
+            if transposed is None:
                 return f"{code(expr)} is not .transpose(-1, -2)"
-            return self.rank_agnostic(found[0], tensors)
-        if isinstance(expr, cst.Call):
-            names = self.ctx.qualified_names(expr.func)
-            if names & SOFTMAX_NAMES:  # F.softmax(t, dim=-1)
-                if len(expr.args) == 2 and expr.args[0].keyword is None and not expr.args[0].star:
-                    second = expr.args[1]
-                    if not second.star and (second.keyword is None or second.keyword.value == "dim") and int_value(second.value) == -1:
-                        return self.rank_agnostic(expr.args[0].value, tensors)
+            return self.rank_agnostic(transposed, tensors)
+        softmax = softmax_operand(self.ctx, expr)
+        if softmax is not None:
+            spelling, operand = softmax
+            if operand is not None:
+                return self.rank_agnostic(operand, tensors)
+            if spelling == "function":
                 return f"{code(expr)} is not softmax over dim=-1"
-        found = method_call(expr, "softmax")
-        if found is not None:
-            ok, dim = dim_arg(found[1])
-            if not ok or dim != -1:
-                return f"{code(expr)} is not .softmax(dim=-1)"
-            return self.rank_agnostic(found[0], tensors)
+            return f"{code(expr)} is not .softmax(dim=-1)"
         return f"{code(expr)} is not an op this rewrite knows to treat leading dims as batch"
 
     def scalar(self, expr: cst.BaseExpression) -> bool:
-        return _scalar(self.ctx, self.func, expr)
+        return scalar(self.ctx, self.func, expr)
 
     # -- the output restore ---------------------------------------------------------
     def restore(
@@ -561,7 +551,7 @@ class _Match:
         value = _restore_value(sdpa_line)
         if value is None:
             raise Refuse("SDPA's result is not assigned by a single assignment")
-        matched = _restore_chain(value)
+        matched = restore_chain(value)
         if matched is not None and matched[0] is self.call:
             if region.manual is not None:
                 raise Refuse("SDPA's output is restored on the SDPA line but the fallback branch is not")
@@ -609,7 +599,7 @@ class _Match:
         self, line: cst.SimpleStatementLine, out: str
     ) -> Optional[Tuple[cst.BaseExpression, List[cst.BaseExpression]]]:
         value = _restore_value(line)
-        matched = _restore_chain(value) if value is not None else None
+        matched = restore_chain(value) if value is not None else None
         if matched is None or not is_name(matched[0], out):
             return None
         return matched
@@ -665,7 +655,7 @@ class _Match:
             found = [i for i in range(before) if name in items[i].assigned]
             return found[-1] if found else None
 
-        sources: Dict[int, str] = {}
+        sources = QkvSources()
         where: List[int] = []
         pool_item: Optional[int] = None
         pool_line: Optional[cst.SimpleStatementLine] = None
@@ -678,21 +668,17 @@ class _Match:
                 comp = self.component(items, at, name)
             if comp is None:
                 raise Refuse(f"{name} is not unpacked from a qkv tensor (qkv[0], qkv.unbind(0), ...)")
-            source, index = comp
-            if index in sources:
-                raise Refuse("q, k and v do not take three different qkv components")
-            sources[index] = source
+            sources.add(comp)
             where.append(at)  # type: ignore[arg-type]
-        if len(set(sources.values())) != 1 or set(sources) != {0, 1, 2}:
-            raise Refuse("q, k and v do not come from the same qkv tensor")
+        qkv = sources.qkv()
         if pool_item is not None and pool_item < max(where):
             raise Refuse(f"{q} is pooled before k and v are unpacked")
-        return (sources[0], sorted(set(where))), pool_item, pool_line
+        return (qkv, sorted(set(where))), pool_item, pool_line
 
     def component(self, items: List[_Item], at: Optional[int], name: str) -> Optional[Tuple[str, int]]:
         if at is None or not isinstance(items[at].node, cst.SimpleStatementLine):
             return None
-        return _component(items[at].node, name)  # type: ignore[arg-type]
+        return component(items[at].node, name)  # type: ignore[arg-type]
 
     def pool_line(self, item: _Item, q: str) -> cst.SimpleStatementLine:
         node = item.node
@@ -738,8 +724,8 @@ class _Match:
                         raise Refuse(f"{name} is read between its reshape and the permute")
         if reshape is None:
             raise Refuse(f"{qkv} is not a reshape of the qkv projection into 6 dims")
-        args = positional(reshape[1])
-        if args is None or len(args) != 6 or int_value(args[3]) != 3:
+        args = qkv_sizes(reshape[1])
+        if args is None:
             raise Refuse(f"{qkv} is not reshaped to (B, T, num_windows, 3, heads, head_dim)")
         return at, args, receiver
 
@@ -761,9 +747,8 @@ class _Match:
         if reduced is None:
             raise Refuse(f"{q} is reassigned by something other than a q-pool max")
         spelling, pooled, dim = reduced
-        view = method_call(pooled, "view", "reshape")
-        args = positional(view[1]) if view else None
-        if view is None or not is_name(view[0], q) or args is None or len(args) != 6 or dim not in (3, -3):
+        args = pool_view_args(pooled, q)
+        if args is None or dim not in (3, -3):
             raise Refuse(f"{q}'s pool is not q.view(B, heads, num_windows, q_stride, -1, head_dim).max(dim=3)")
         rebound = set().union(*(item.assigned for item in items[permute_at + 1 : pool_at]))
         for got, want in ((args[0], batch), (args[1], heads), (args[2], windows), (args[5], head_dim)):
@@ -803,7 +788,7 @@ class _Match:
 
         self.ctx.index.visit(_Nested(), self.func.body)
         for node in nested:
-            for name in _all_loads(self.ctx, node):
+            for name in all_loads(self.ctx, node):
                 if name.value in names:
                     raise Refuse(f"a nested function reads {name.value} (line {self.line(name)}): its layout changes")
 
@@ -816,7 +801,7 @@ class _Match:
                 if any(isinstance(s, (cst.Return, cst.Raise)) for s in top.body):
                     stop = self.ctx.span(top).end  # code after it never runs
                     break
-        for node in _all_loads(self.ctx, self.func.body):
+        for node in all_loads(self.ctx, self.func.body):
             if node.value in names:
                 start = self.ctx.span(node).start
                 if start > end and (stop is None or start <= stop):
@@ -824,9 +809,6 @@ class _Match:
 
 
 # -- helpers --------------------------------------------------------------------------
-
-
-FOUR_D_PERMUTE = [3, 0, 2, 4, 1, 5]
 
 
 def _already_4d(ctx: PlanContext, func: Optional[cst.FunctionDef], call: cst.Call) -> bool:
@@ -855,12 +837,12 @@ def _already_4d(ctx: PlanContext, func: Optional[cst.FunctionDef], call: cst.Cal
     for name in names.values():
         found = False
         for stmt in _reaching(ctx, flow, line, name):
-            component = _component(stmt.line, name)
-            if component is None:
+            unpacked = component(stmt.line, name)
+            if unpacked is None:
                 continue
-            for earlier in _reaching(ctx, flow, stmt.line, component[0]):
+            for earlier in _reaching(ctx, flow, stmt.line, unpacked[0]):
                 assign = single_assign(earlier.line)
-                if assign is not None and is_name(assign[0], component[0]) and _emitted_4d(assign[1]):
+                if assign is not None and is_name(assign[0], unpacked[0]) and _emitted_4d(assign[1]):
                     found = True
         if not found:
             return False
@@ -897,245 +879,13 @@ def _emitted_4d(value: cst.BaseExpression) -> bool:
     if is_name(permute[0]):
         return True
     reshape = method_call(permute[0], "reshape", "view")
-    args = positional(reshape[1]) if reshape else None
-    return args is not None and len(args) == 6 and int_value(args[3]) == 3
+    return qkv_sizes(reshape[1] if reshape else None) is not None
 
 
 def _is_zero(node: cst.BaseExpression) -> bool:
     if int_value(node) == 0:
         return True
     return isinstance(node, cst.Float) and float(node.value) == 0.0
-
-
-def _class_and_local_bases(module: cst.Module, cls: cst.ClassDef) -> List[cst.ClassDef]:
-    """``cls`` and the base classes defined (once) at the top of the same module."""
-    classes: Dict[str, List[cst.ClassDef]] = {}
-    for stmt in module.body:
-        if isinstance(stmt, cst.ClassDef):
-            classes.setdefault(stmt.name.value, []).append(stmt)
-    found = [cls]
-    for current in found:
-        for base in current.bases:
-            same = classes.get(base.value.value, []) if is_name(base.value) else []  # type: ignore[attr-defined]
-            if len(same) == 1 and same[0] not in found:
-                found.append(same[0])
-    return found
-
-
-def _all_loads(ctx: PlanContext, root: cst.CSTNode) -> List[cst.Name]:
-    """Every Name node under ``root`` (attribute names and keywords excluded)."""
-    found: List[cst.Name] = []
-
-    class _Names(cst.CSTVisitor):
-        def visit_Name(self, node: cst.Name) -> None:
-            found.append(node)
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            walk(self, node.value)
-            return False
-
-        def visit_Arg(self, node: cst.Arg) -> bool:
-            walk(self, node.value)
-            return False
-
-    walk(_Names(), root)
-    return found
-
-
-def _scalar(ctx: PlanContext, func: cst.FunctionDef, expr: cst.BaseExpression) -> bool:
-    """A Python number: a literal, arithmetic on numbers, or a numeric `self.attr`."""
-    return _scalar_problem(ctx, func, expr) is None
-
-
-def _scalar_problem(ctx: PlanContext, func: cst.FunctionDef, expr: cst.BaseExpression) -> Optional[str]:
-    """None if ``expr`` is a Python number for instances of the method's own class
-    (literals, arithmetic, numeric `self.attr`), else why not.
-
-    Subclasses (in this file or not) and other objects may still replace `self.attr`
-    by a tensor: the rewrites check `isinstance(..., (int, float))` at run time
-    wherever the scale reads an attribute (see :func:`_scale_check`)."""
-    if isinstance(expr, (cst.Integer, cst.Float)):
-        return None
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-        return _scalar_problem(ctx, func, expr.expression)
-    if isinstance(expr, cst.BinaryOperation) and isinstance(
-        expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
-    ):
-        return _scalar_problem(ctx, func, expr.left) or _scalar_problem(ctx, func, expr.right)
-    if isinstance(expr, cst.Attribute) and is_name(expr.value, "self"):
-        return _attribute_problem(ctx, func, expr.attr.value)
-    return f"{code(expr)} is not a literal or a self attribute"
-
-
-def _numeric_attribute(ctx: PlanContext, func: cst.FunctionDef, attr: str) -> bool:
-    return _attribute_problem(ctx, func, attr) is None
-
-
-def _attribute_problem(ctx: PlanContext, func: cst.FunctionDef, attr: str) -> Optional[str]:
-    """None if `self.attr` is a number for an instance of the class holding ``func``:
-    the class and its bases in this file bind `attr` only by `self.attr = <arithmetic,
-    no calls>` directly in an `__init__` or by `attr = <number>` in the class body (at
-    least once), never by a `def`/property, another statement in the class body, a
-    store outside `__init__`, or a setattr.  Else why not (the reason names the line)."""
-    cls = next((a for a in ctx.ancestors(func) if isinstance(a, cst.ClassDef)), None)
-    if cls is None:
-        return f"self.{attr} is read outside a class"
-    key = ("numeric attribute", id(cls), attr)
-    if key in ctx.memo:
-        return ctx.memo[key]
-    found: List[str] = []  # problems
-    numeric: List[cst.CSTNode] = []
-
-    def where(node: cst.CSTNode) -> str:
-        return f"line {ctx.span(node).start.line}"
-
-    class _Stores(cst.CSTVisitor):
-        def __init__(self, owner: cst.ClassDef) -> None:
-            super().__init__()
-            self.owner = owner
-
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            self._target(node.target, node)
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            self._target(node.target, node)
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            self._target(node.target, node)
-
-        def _target(self, target: cst.BaseExpression, node: cst.CSTNode) -> None:
-            for element in _flatten_targets(target):
-                if isinstance(element, cst.Attribute) and element.attr.value == attr:
-                    if self._numeric_init_store(node, element):
-                        numeric.append(node)
-                    else:
-                        stmt = ctx.parent(node) if isinstance(node, cst.AssignTarget) else node
-                        found.append(
-                            f"self.{attr} is set by `{code(stmt)}` at {where(node)}, not by arithmetic in __init__"
-                        )
-                elif is_name(element, attr):
-                    self._class_level(node)
-
-        def _class_level(self, node: cst.CSTNode) -> None:
-            # `attr = ...` directly in the class body is a class attribute
-            line = next((a for a in ctx.ancestors(node) if isinstance(a, cst.SimpleStatementLine)), None)
-            block = ctx.parent(line) if line is not None else None
-            if block is None or ctx.parent(block) is not self.owner:
-                return
-            assign = ctx.parent(node) if isinstance(node, cst.AssignTarget) else None
-            if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and _literal_number(assign.value):
-                numeric.append(node)
-            else:
-                found.append(f"{self.owner.name.value}.{attr} is a class attribute set by `{code(line)}` at {where(node)}")
-
-        def _numeric_init_store(self, node: cst.CSTNode, element: cst.Attribute) -> bool:
-            if not isinstance(node, cst.AssignTarget) or not is_name(element.value, "self"):
-                return False
-            owner = next((a for a in ctx.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.ClassDef, cst.Lambda))), None)
-            if not isinstance(owner, cst.FunctionDef) or owner.name.value != "__init__":
-                return False
-            if next((a for a in ctx.ancestors(owner) if isinstance(a, (cst.FunctionDef, cst.ClassDef))), None) is not self.owner:
-                return False
-            assign = ctx.parent(node)
-            return isinstance(assign, cst.Assign) and len(assign.targets) == 1 and _arithmetic(assign.value)
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-            if node.name.value == attr and next(
-                (a for a in ctx.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.ClassDef))), None
-            ) is self.owner:
-                found.append(f"{self.owner.name.value}.{attr} is a method or property at {where(node)}")
-
-        def visit_Call(self, node: cst.Call) -> None:
-            # setattr(self, "attr", ...) also stores
-            if is_name(node.func, "setattr"):
-                name = node.args[1].value if len(node.args) > 1 else None
-                if isinstance(name, cst.SimpleString) and name.evaluated_value != attr:
-                    return
-                found.append(f"a setattr at {where(node)} may set self.{attr}")
-
-    for owner_class in _class_and_local_bases(ctx.module, cls):
-        ctx.index.visit(_Stores(owner_class), owner_class)
-    problem = found[0] if found else None
-    if problem is None and not numeric:
-        problem = f"self.{attr} is not set in {cls.name.value}.__init__ (or its bases in this file)"
-    ctx.memo[key] = problem
-    return problem
-
-
-def _literal_number(expr: cst.BaseExpression) -> bool:
-    """Literals combined by arithmetic (no names)."""
-    if isinstance(expr, (cst.Integer, cst.Float)):
-        return True
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-        return _literal_number(expr.expression)
-    if isinstance(expr, cst.BinaryOperation) and isinstance(
-        expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
-    ):
-        return _literal_number(expr.left) and _literal_number(expr.right)
-    return False
-
-
-SCALE_CHECK_BUILTINS = ("isinstance", "int", "float")
-
-
-def _scale_check(ctx: PlanContext, func: cst.FunctionDef, scales: Sequence[cst.BaseExpression]) -> Optional[str]:
-    """The run-time test that every scale is a Python number, or None when each one is
-    made of literals only.  A subclass (in this file or another) or any other code may
-    set `self.scale` to a tensor: a per-head temperature broadcasts against the 5-D
-    layout's dims, which the 4-D layout orders differently, and SDPA's `scale=` takes a
-    number only.  Where the test fails the original 5-D computation runs."""
-    checks: List[str] = []
-    for scale in scales:
-        if _literal_number(scale):
-            continue
-        test = f"isinstance({code(scale)}, (int, float))"
-        if test not in checks:
-            checks.append(test)
-    if not checks:
-        return None
-    bound = _bound_names(ctx, func)
-    shadowed = [n for n in SCALE_CHECK_BUILTINS if n in bound]
-    if shadowed:
-        raise Refuse(f"the scale needs a run-time isinstance check but the file binds {shadowed[0]}")
-    return " and ".join(checks)
-
-
-def _bound_names(ctx: PlanContext, func: cst.FunctionDef) -> Set[str]:
-    """Names bound in ``func``, the functions around it and the module's top level."""
-    key = "module top-level bindings"
-    top = ctx.memo.get(key)
-    if top is None:
-        top = ctx.memo[key] = set().union(*(statement_names(s)[0] for s in ctx.module.body)) if ctx.module.body else set()
-    bound = set(top)
-    for owner in [func, *(a for a in ctx.ancestors(func) if isinstance(a, cst.FunctionDef))]:
-        flow = FunctionFlow.of(owner)
-        bound |= flow.params
-        for stmt in flow.stmts:
-            bound |= stmt.assigned
-    return bound
-
-
-def _flatten_targets(target: cst.BaseExpression) -> List[cst.BaseExpression]:
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [t for e in target.elements for t in _flatten_targets(e.value)]
-    if isinstance(target, cst.StarredElement):
-        return _flatten_targets(target.value)
-    return [target]
-
-
-def _arithmetic(expr: cst.BaseExpression) -> bool:
-    """Literals, names and attributes combined by arithmetic only (no calls)."""
-    if isinstance(expr, (cst.Integer, cst.Float, cst.Name)):
-        return not is_name(expr) or expr.value not in ("None", "True", "False")  # type: ignore[attr-defined]
-    if isinstance(expr, cst.Attribute):
-        return _arithmetic(expr.value) if isinstance(expr.value, (cst.Name, cst.Attribute)) else False
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-        return _arithmetic(expr.expression)
-    if isinstance(expr, cst.BinaryOperation) and isinstance(
-        expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)
-    ):
-        return _arithmetic(expr.left) and _arithmetic(expr.right)
-    return False
 
 
 def _flag_root(test: cst.BaseExpression) -> Optional[str]:
@@ -1162,7 +912,7 @@ def _may_change(stmt: cst.BaseStatement, root: str) -> Optional[str]:
 
     class _Visitor(cst.CSTVisitor):
         def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            if any(rooted(t) for t in _flatten_targets(node.target)):
+            if any(rooted(t) for t in flatten_targets(node.target)):
                 reasons.append(f"an assignment to {code(node.target)}")
 
         def visit_AugAssign(self, node: cst.AugAssign) -> None:
@@ -1198,60 +948,3 @@ def _restore_prefix(line: cst.SimpleStatementLine) -> str:
     return "return" if isinstance(line.body[0], cst.Return) else target_code(line)
 
 
-def _restore_chain(value: cst.BaseExpression) -> Optional[Tuple[cst.BaseExpression, List[cst.BaseExpression]]]:
-    """Match `<out>.transpose(1, 3).reshape(B, N, C)`: returns (out, [B, N, C])."""
-    outer = method_call(value, "reshape")
-    if outer is None:
-        return None
-    args = positional(outer[1])
-    inner = method_call(outer[0], "transpose")
-    if args is None or len(args) != 3 or inner is None:
-        return None
-    dims = int_args(inner[1])
-    if dims is None or sorted(dims) != [1, 3]:
-        return None
-    return inner[0], args
-
-
-def _component(line: cst.SimpleStatementLine, name: str) -> Optional[Tuple[str, int]]:
-    """If ``line`` binds ``name`` to component i of a tensor X, return (X, i)."""
-    assign = single_assign(line)
-    if assign is None:
-        return None
-    target, value = assign
-    if is_name(target, name):
-        return _subscript(value)
-    if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != 3:
-        return None
-    names = [e.value for e in target.elements]
-    if not all(is_name(n) for n in names):
-        return None
-    values = [n.value for n in names]  # type: ignore[attr-defined]
-    if name not in values or len(set(values)) != 3:
-        return None
-    position = values.index(name)
-    if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == 3:
-        parts = [_subscript(e.value) for e in value.elements]
-        if any(p is None for p in parts) or [p[1] for p in parts] != [0, 1, 2]:  # type: ignore[index]
-            return None
-        if len({p[0] for p in parts}) != 1:  # type: ignore[index]
-            return None
-        return parts[position]  # type: ignore[return-value]
-    if is_name(value):
-        return value.value, position  # type: ignore[attr-defined]
-    found = method_call(value, "unbind")
-    if found and is_name(found[0]):
-        ok, dim = dim_arg(found[1]) if found[1].args else (True, 0)
-        if ok and dim == 0:
-            return found[0].value, position  # type: ignore[attr-defined]
-    return None
-
-
-def _subscript(value: cst.BaseExpression) -> Optional[Tuple[str, int]]:
-    if isinstance(value, cst.Subscript) and is_name(value.value) and len(value.slice) == 1:
-        index = value.slice[0].slice
-        if isinstance(index, cst.Index):
-            i = int_value(index.value)
-            if i in (0, 1, 2):
-                return value.value.value, i  # type: ignore[attr-defined]
-    return None

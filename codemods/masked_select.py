@@ -23,7 +23,7 @@ A method under `# hiera-rewrite: skip` neither gains the count nor is passed it.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import dataclasses
 
