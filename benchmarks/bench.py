@@ -18,6 +18,16 @@ default; no autocast).  By default each step draws its own random mask, as a
 training loop does (``--mask draw``); every contender's loss is checked against
 the FAIR eager loss on the mask that step returned.  See benchmarks/NOTES.md.
 
+Timing (issue 15): for each (cell, mode) every contender is built, compiled and
+warmed, and all stay alive side by side; then ``--steps`` rounds each run one step
+of every contender in turn (A, B, C, A, B, C, ...), the RNG reseeded per round, so
+a drift of the machine hits all alike.  Reported per contender: median, IQR and min
+over rounds; per pair, the median of the per-round ratios.  Where the contenders
+cannot all stay alive (CUDA out of memory, or less free memory than the step of the
+one warmed before), the group falls back to one contender at a time and says so;
+``--sequential`` forces that.  GPU clock and temperature are read (pynvml or
+nvidia-smi) at the start and end of the program and of every group.
+
 Examples (repo root as working dir)::
 
     python3 benchmarks/bench.py --cells headline --out out/          # eager, compile, ro
@@ -117,8 +127,8 @@ TINY_CELLS: Dict[str, Cell] = {
 CONTENDERS = ["fair", "rewritten", "optim"]
 MODES = ["eager", "compile", "ro"]
 MODE_LABEL = {"eager": "eager", "compile": "compile", "ro": "reduce-overhead"}
-# DESIGN.md section 5 targets for the headline cell (H200, bf16): ms per step, GiB
-TARGETS = {"eager": 65.0, "compile": 50.0, "ro": 40.0}
+# issue 15 / DESIGN.md section 5: rewritten/hiera-optim per mode, in the same run
+RATIO_TARGETS = {"eager": 0.95, "compile": 0.85, "ro": 0.85}
 TARGET_PEAK_GIB = 8.0
 
 
@@ -291,7 +301,101 @@ def setup_hiera_optim(tmp: Path):
 
 
 # --------------------------------------------------------------------------------------
-# Running one (cell, contender, mode)
+# Statistics of interleaved rounds (pure python: tests/test_bench_stats.py)
+# --------------------------------------------------------------------------------------
+
+
+def quantile(values: List[float], p: float) -> float:
+    """Linear-interpolation quantile (numpy's default), ``0 <= p <= 1``."""
+    if not values:
+        raise ValueError("quantile of no values")
+    s = sorted(values)
+    pos = (len(s) - 1) * p
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize(values: List[float]) -> Dict[str, float]:
+    """median, quartiles, IQR, min, max of a list of times (or ratios)."""
+    q1, q3 = quantile(values, 0.25), quantile(values, 0.75)
+    return dict(median=statistics.median(values), q1=q1, q3=q3, iqr=q3 - q1,
+                min=min(values), max=max(values), n=len(values))
+
+
+def round_schedule(contenders: List[str], rounds: int) -> List[Tuple[int, str]]:
+    """The timed order: round 0 runs A, B, C, round 1 again A, B, C, ..."""
+    return [(r, k) for r in range(rounds) for k in contenders]
+
+
+# (numerator, denominator) pairs reported per round; < 1 means the numerator is faster
+RATIO_PAIRS = [("rewritten", "optim"), ("rewritten", "fair"), ("optim", "fair")]
+
+
+def round_ratios(times: Dict[str, List[float]]) -> Dict[str, Dict[str, float]]:
+    """Per-round ratios ``a[r] / b[r]`` of every pair present, summarized.
+
+    Round r of every contender ran back to back, so a drift of the machine moves
+    both times of a round alike and cancels in their ratio; the median over rounds
+    is the reported ratio (not the ratio of the two medians).
+    """
+    out = {}
+    for a, b in RATIO_PAIRS:
+        ta, tb = times.get(a), times.get(b)
+        if not ta or not tb:
+            continue
+        if len(ta) != len(tb):
+            raise ValueError(f"{a} has {len(ta)} rounds, {b} {len(tb)}: not paired")
+        out[f"{a}/{b}"] = summarize([x / y for x, y in zip(ta, tb)])
+    return out
+
+
+def gpu_state(index: int = 0) -> Dict[str, Any]:
+    """SM/memory clock, temperature, power and throttle reasons of one GPU, read by
+    pynvml (nvidia-ml-py) or nvidia-smi; ``{"error": ...}`` where neither works."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(index)
+            state = dict(
+                sm_mhz=pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                mem_mhz=pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+                temp_c=pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+                power_w=round(pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0, 1),
+                throttle=hex(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)),
+                src="pynvml",
+            )
+        finally:
+            pynvml.nvmlShutdown()
+        return state
+    except Exception as exc:  # no pynvml, no driver, ...
+        first = f"pynvml: {type(exc).__name__}: {exc}"[:160]
+    try:
+        import subprocess
+
+        q = "clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_throttle_reasons.active"
+        res = subprocess.run(["nvidia-smi", f"--id={index}", f"--query-gpu={q}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10)
+        vals = [v.strip() for v in res.stdout.strip().split(",")]
+        if res.returncode == 0 and len(vals) == 5:
+            num = lambda v: float(v) if v.replace(".", "", 1).isdigit() else v  # noqa: E731
+            return dict(sm_mhz=num(vals[0]), mem_mhz=num(vals[1]), temp_c=num(vals[2]), power_w=num(vals[3]),
+                        throttle=vals[4], src="nvidia-smi")
+        return dict(error=f"{first}; nvidia-smi rc {res.returncode}: {res.stderr.strip()[:120]}")
+    except Exception as exc:
+        return dict(error=f"{first}; nvidia-smi: {type(exc).__name__}: {exc}"[:300])
+
+
+def _gpu_short(state: Optional[Dict[str, Any]]) -> str:
+    if not state or "error" in state:
+        return "—"
+    return f"{state.get('sm_mhz')} MHz {state.get('temp_c')} C"
+
+
+# --------------------------------------------------------------------------------------
+# Running one (cell, mode): every contender warmed, then interleaved rounds
 # --------------------------------------------------------------------------------------
 
 
@@ -304,7 +408,9 @@ class Run:
     ms: Optional[float] = None  # median ms/step
     ms_min: Optional[float] = None
     ms_max: Optional[float] = None
-    ms_all: Optional[List[float]] = None
+    ms_q1: Optional[float] = None
+    ms_q3: Optional[float] = None
+    ms_all: Optional[List[float]] = None  # per round (interleaved) or per step (alone), in order
     samples_s: Optional[float] = None
     peak_gib: Optional[float] = None
     loss: Optional[float] = None
@@ -315,8 +421,47 @@ class Run:
     graphs: Optional[int] = None
     cudagraph_skips: Optional[int] = None
     mask: str = ""  # where the step's mask comes from
+    timing: str = ""  # "interleaved with a,b,c" | "alone (...)"
     notes: List[str] = dataclasses.field(default_factory=list)
     error: Optional[str] = None
+
+
+@dataclasses.dataclass
+class Group:
+    """One (cell, mode): the contenders timed together and their per-round ratios."""
+
+    cell: str
+    mode: str
+    contenders: List[str]
+    timing: str = "interleaved"  # interleaved | sequential
+    rounds: int = 0
+    note: str = ""
+    gpu_start: Optional[Dict[str, Any]] = None
+    gpu_end: Optional[Dict[str, Any]] = None
+    ratios: Dict[str, Dict[str, float]] = dataclasses.field(default_factory=dict)
+
+
+class NeedSequential(Exception):
+    """The contenders of a group cannot all stay alive: time them one after another."""
+
+
+@dataclasses.dataclass
+class Live:
+    """A built, compiled and warmed contender, ready for timed steps."""
+
+    run: Run
+    step: Callable[..., Optional[tuple]]
+    objs: Dict[str, Any]  # model, compiled model, optimizer: dropped on release
+    base: int  # bytes allocated before the model was built
+    resident: int  # bytes it holds between steps (weights, CUDA-graph pools, buffers)
+    warm_peak: int  # peak bytes above base during build + warm-up
+    first: Optional[tuple] = None
+    last: Optional[tuple] = None
+    step_peak: int = 0  # peak bytes above base in a timed step
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return "out of memory" in str(exc).lower() or type(exc).__name__ == "OutOfMemoryError"
 
 
 class Bench:
@@ -330,6 +475,7 @@ class Bench:
         self.cuda = self.device.type == "cuda"
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
         self.runs: List[Run] = []
+        self.groups: List[Group] = []
         self.warm_seen: Dict[str, float] = {}
         self.cuda_broken = False
 
@@ -338,12 +484,15 @@ class Bench:
         if self.cuda:
             self.torch.cuda.synchronize()
 
-    def cleanup(self):
+    def cleanup(self, reset_dynamo: bool = True):
+        """Free what is unreferenced; ``reset_dynamo`` also drops every compiled graph
+        (only between groups: inside one, the other contenders' graphs stay alive)."""
         torch = self.torch
-        try:
-            torch._dynamo.reset()
-        except Exception:
-            pass
+        if reset_dynamo:
+            try:
+                torch._dynamo.reset()
+            except Exception:
+                pass
         gc.collect()
         if self.cuda:
             torch.cuda.synchronize()
@@ -366,56 +515,64 @@ class Bench:
             return dict(backend=self.args.compile_backend, dynamic=False)
         return dict(mode="reduce-overhead" if mode == "ro" else None, dynamic=False)
 
-    # ---- one run -----------------------------------------------------------------
-    def run(self, cell: Cell, contender: str, mode: str, x, state_dict, ref_model) -> Run:
+    # ---- one contender: build, compile, warm up ------------------------------------
+    def skip_reason(self, contender: str, mode: str) -> Optional[str]:
+        args = self.args
+        if contender == "fair" and mode == "ro" and not args.fair_ro:
+            return "FAIR has no graph-safe path (boolean indexing); --fair-ro to try"
+        if contender == "optim" and self.optim is None:
+            return "hiera-optim not available"
+        if self.cuda_broken:
+            return "CUDA context broken by an earlier error"
+        if mode == "ro" and not self.cuda and args.compile_backend == "inductor":
+            return "reduce-overhead (CUDA graphs) needs CUDA"
+        est = self.warm_seen.get(mode, (2.0 if args.tiny else 10.0) if mode == "eager" else (10.0 if args.tiny else 120.0))
+        if time.perf_counter() - T0 + est > args.budget_s:
+            return f"--budget-s {args.budget_s:.0f} would be exceeded (estimate {est:.0f}s)"
+        return None
+
+    def prepare(self, cell: Cell, contender: str, mode: str, x, state_dict, ref_model, alive: int = 0):
+        """Build, compile and warm one contender.  Returns a :class:`Live`, or the
+        :class:`Run` of a skip or an error.  With ``alive`` other contenders holding
+        memory, an out-of-memory raises :class:`NeedSequential` instead."""
         args, torch = self.args, self.torch
         run = Run(cell.name, contender, mode)
         ratio = args.mask_ratio
-        if contender == "fair" and mode == "ro" and not args.fair_ro:
-            run.status, run.error = "skipped", "FAIR has no graph-safe path (boolean indexing); --fair-ro to try"
-            return run
-        if contender == "optim" and self.optim is None:
-            run.status, run.error = "skipped", "hiera-optim not available"
-            return run
-        if self.cuda_broken:
-            run.status, run.error = "skipped", "CUDA context broken by an earlier error"
-            return run
-        if mode == "ro" and not self.cuda and args.compile_backend == "inductor":
-            run.status, run.error = "skipped", "reduce-overhead (CUDA graphs) needs CUDA"
-            return run
-        est = self.warm_seen.get(mode, (2.0 if args.tiny else 10.0) if mode == "eager" else (10.0 if args.tiny else 120.0))
-        if time.perf_counter() - T0 + est > args.budget_s:
-            run.status, run.error = "skipped", f"--budget-s {args.budget_s:.0f} would be exceeded (estimate {est:.0f}s)"
+        why = self.skip_reason(contender, mode)
+        if why:
+            run.status, run.error = "skipped", why
             return run
 
         log(f"{cell.name} {contender} {MODE_LABEL[mode]}: build")
-        self.cleanup()
+        self.cleanup(reset_dynamo=False)
         base = self.allocated()
-        model = cmodel = opt = None
+        objs: Dict[str, Any] = {}
         try:
             pkg = self.rewritten if contender == "rewritten" else self.fair
-            model = self.build(pkg, cell, state_dict)
+            model = objs["model"] = self.build(pkg, cell, state_dict)
             graph_safe = contender == "optim" and mode == "ro"
             if contender == "optim":
                 model._grad_checkpointing = False
                 self.optim.optimize(model, graph_safe=graph_safe, verbose=True)
+            opt = None
             if args.optimizer == "adamw":
-                opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=self.cuda)
+                opt = objs["opt"] = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=self.cuda)
                 run.notes.append("AdamW(fused) step in the timed step")
             xc = x.clone()
             if self.cuda:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
 
+            from torch._dynamo.utils import counters
+
             if mode == "eager":
                 cmodel = model
             else:
-                from torch._dynamo.utils import counters
-
                 counters.clear()
                 cmodel = torch.compile(model, **self.compile_kwargs(mode))
                 if args.compile_backend != "inductor":
                     run.notes.append(f"torch.compile backend={args.compile_backend} (smoke; not inductor)")
+            objs["cmodel"] = cmodel
 
             mark_step = None
             if mode == "ro":
@@ -423,20 +580,18 @@ class Bench:
 
             # ---- the step, by mask policy ----------------------------------------
             fixed = args.mask == "fixed"
-            mask_buf = keep_buf = None
+            st = dict(mask_buf=None, keep_buf=None, inputs=None, draw_outside=False, cmodel=cmodel)
             if fixed:
                 torch.manual_seed(args.seed + 7)
-                mask_buf = ref_model.get_random_mask(xc, ratio)
-            draw_outside = False
-            inputs = None
+                st["mask_buf"] = ref_model.get_random_mask(xc, ratio)
             if contender == "optim" and (mode == "ro" or fixed):
                 from hiera_optim.ops.mask_gather import keep_idx_from_bool_mask
 
                 if fixed:
-                    keep_buf = keep_idx_from_bool_mask(mask_buf)
+                    st["keep_buf"] = keep_idx_from_bool_mask(st["mask_buf"])
                     run.mask = "fixed mask + keep_idx passed in"
                 else:
-                    inputs = self.optim.MAEStepInputs(
+                    inputs = st["inputs"] = objs["inputs"] = self.optim.MAEStepInputs(
                         model, batch_size=cell.batch, in_chans=cell.config["in_chans"],
                         input_size=tuple(cell.config["input_size"]), mask_ratio=ratio,
                         device=self.device, dtype=self.dtype,
@@ -450,16 +605,18 @@ class Bench:
                 run.mask = "drawn inside the model each step"
 
             def forward():
+                cm = st["cmodel"]
+                inputs, mask_buf, keep_buf = st["inputs"], st["mask_buf"], st["keep_buf"]
                 if inputs is not None:
                     inputs.refresh_mask()
-                    return cmodel(xc, mask_ratio=ratio, mask=inputs.mask, keep_idx=inputs.keep_idx)
+                    return cm(xc, mask_ratio=ratio, mask=inputs.mask, keep_idx=inputs.keep_idx)
                 if keep_buf is not None:
-                    return cmodel(xc, mask_ratio=ratio, mask=mask_buf, keep_idx=keep_buf)
+                    return cm(xc, mask_ratio=ratio, mask=mask_buf, keep_idx=keep_buf)
                 if mask_buf is not None:
-                    if draw_outside:
+                    if st["draw_outside"]:
                         mask_buf.copy_(model.get_random_mask(xc, ratio))
-                    return cmodel(xc, mask_ratio=ratio, mask=mask_buf)
-                return cmodel(xc, mask_ratio=ratio)
+                    return cm(xc, mask_ratio=ratio, mask=mask_buf)
+                return cm(xc, mask_ratio=ratio)
 
             def step(keep: bool = False):
                 if mark_step is not None:
@@ -486,18 +643,16 @@ class Bench:
                         first = r
                 self.sync()
             except Exception as exc:
-                if not (contender == "rewritten" and mode == "ro" and not fixed and not draw_outside):
+                if _is_oom(exc) or not (contender == "rewritten" and mode == "ro" and not fixed and not st["draw_outside"]):
                     raise
                 msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
                 log(f"  mask inside the captured model failed ({msg}); retrying with the mask drawn outside")
                 run.notes.append(f"mask-inside capture failed ({msg}); mask drawn outside (eager get_random_mask) and passed in")
-                self.cleanup()
-                from torch._dynamo.utils import counters
-
+                self.cleanup(reset_dynamo=False)
                 counters.clear()
-                cmodel = torch.compile(model, **self.compile_kwargs(mode))
-                draw_outside = True
-                mask_buf = model.get_random_mask(xc, ratio)
+                st["cmodel"] = objs["cmodel"] = torch.compile(model, **self.compile_kwargs(mode))
+                st["draw_outside"] = True
+                st["mask_buf"] = model.get_random_mask(xc, ratio)
                 run.mask = "drawn outside the model each step (eager), static buffer passed in"
                 if self.cuda:
                     torch.cuda.reset_peak_memory_stats()
@@ -512,77 +667,190 @@ class Bench:
             log(f"  warm-up {warm} steps: {run.warmup_s:.1f}s")
 
             if mode != "eager":
-                from torch._dynamo.utils import counters
-
                 run.graph_breaks = int(sum(counters["graph_break"].values()))
                 run.graphs = int(counters["stats"].get("unique_graphs", 0))
                 run.cudagraph_skips = int(counters["inductor"].get("cudagraph_skips", 0))
                 if run.graph_breaks:
                     top = sorted(counters["graph_break"].items(), key=lambda kv: -kv[1])[:3]
                     run.notes.append("graph breaks: " + "; ".join(f"{n}x {r.strip().splitlines()[0][:120]}" for r, n in top))
-
-            # ---- timed steps -------------------------------------------------------
-            n = args.steps
-            times: List[float] = []
-            last = None
-            if self.cuda:
-                ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-                for i in range(n):
-                    ev[i][0].record()
-                    r = step(keep=(i == n - 1))
-                    ev[i][1].record()
-                    if r is not None:
-                        last = r
-                torch.cuda.synchronize()
-                times = [a.elapsed_time(b) for a, b in ev]
-                run.peak_gib = (torch.cuda.max_memory_allocated() - base) / 2**30
-            else:
-                for i in range(n):
-                    t = time.perf_counter()
-                    r = step(keep=(i == n - 1))
-                    times.append((time.perf_counter() - t) * 1e3)
-                    if r is not None:
-                        last = r
-            run.ms_all = [round(t, 4) for t in times]
-            run.ms = statistics.median(times)
-            run.ms_min, run.ms_max = min(times), max(times)
-            run.samples_s = cell.batch / (run.ms / 1e3)
-
-            # ---- loss check: FAIR eager on the mask this step used --------------------
-            check = first if opt is not None else last
-            if opt is not None:
-                run.notes.append("loss checked on the first step (weights move with an optimizer)")
-            loss, used_mask = check
-            run.loss = float(loss)
-            num_mu = math.prod(ref_model.mask_spatial_shape)
-            if (
-                used_mask is not None
-                and used_mask.dtype == torch.bool
-                and tuple(used_mask.shape) == (cell.batch, num_mu)
-            ):
-                with torch.no_grad():
-                    run.ref_loss = float(ref_model(x, mask_ratio=ratio, mask=used_mask)[0].float())
-                run.loss_rel = abs(run.loss - run.ref_loss) / max(abs(run.ref_loss), 1e-12)
-            else:
-                run.notes.append("last output is not a (B, #MUs) bool mask: loss not checked")
-            log(
-                f"  {run.ms:.2f} ms/step (min {run.ms_min:.2f}, max {run.ms_max:.2f}), "
-                f"{run.samples_s:.0f} samples/s, peak {run.peak_gib if run.peak_gib is not None else float('nan'):.2f} GiB, "
-                f"loss {run.loss:.5f} vs FAIR-eager {run.ref_loss if run.ref_loss is not None else float('nan'):.5f}"
-            )
+            warm_peak = (torch.cuda.max_memory_allocated() - base) if self.cuda else 0
+            gc.collect()
+            resident = self.allocated() - base
+            return Live(run=run, step=step, objs=objs, base=base, resident=resident, warm_peak=warm_peak, first=first)
         except Exception as exc:
-            run.status = "error"
-            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            run.error = f"{type(exc).__name__}: {first_line}"[:400]
-            log(f"  ERROR {run.error}")
-            traceback.print_exc(limit=6)
-            text = str(exc)
-            if self.cuda and ("illegal memory access" in text or "CUDA error" in text or "device-side assert" in text):
-                self.cuda_broken = True
-        finally:
-            del model, cmodel, opt
-            self.cleanup()
+            objs.clear()
+            if alive and self.cuda and _is_oom(exc):
+                raise NeedSequential(
+                    f"CUDA out of memory warming {contender} with {alive} other contender(s) alive") from exc
+            self._record_error(run, exc)
+            return run
+
+    def _record_error(self, run: Run, exc: BaseException) -> None:
+        run.status = "error"
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        run.error = f"{type(exc).__name__}: {first_line}"[:400]
+        log(f"  ERROR {run.contender}: {run.error}")
+        traceback.print_exc(limit=6)
+        text = str(exc)
+        if self.cuda and ("illegal memory access" in text or "CUDA error" in text or "device-side assert" in text):
+            self.cuda_broken = True
+
+    # ---- timed rounds ------------------------------------------------------------------
+    def time_rounds(self, lives: List[Live], rounds: int, mode: str) -> None:
+        """Round r runs one step of every contender, in the given order (A, B, C, A, B,
+        C, ...), so a drift of the machine lands on all of them alike.  Eager and
+        compile rounds reseed the RNG, so contenders with the same RNG use draw the
+        same mask in a round."""
+        torch = self.torch
+        order = round_schedule(list(range(len(lives))), rounds)
+        events = {}
+        host = {}
+        if self.cuda:
+            events = {(r, i): (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                      for r, i in order}
+        if mode == "ro":
+            torch.manual_seed(self.args.seed + 3)
+        for r, i in order:
+            live = lives[i]
+            keep = r == rounds - 1
+            if mode != "ro":
+                torch.manual_seed(self.args.seed + 1000 + r)
+            if self.cuda:
+                before = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                a, b = events[(r, i)]
+                a.record()
+                res = live.step(keep=keep)
+                b.record()
+                live.step_peak = max(live.step_peak,
+                                     torch.cuda.max_memory_allocated() - before + live.resident)
+            else:
+                t = time.perf_counter()
+                res = live.step(keep=keep)
+                host[(r, i)] = (time.perf_counter() - t) * 1e3
+            if res is not None:
+                live.last = res
+        if self.cuda:
+            torch.cuda.synchronize()
+        for i, live in enumerate(lives):
+            times = [events[(r, i)][0].elapsed_time(events[(r, i)][1]) if self.cuda else host[(r, i)]
+                     for r in range(rounds)]
+            run = live.run
+            run.ms_all = [round(t, 4) for t in times]
+            s = summarize(times)
+            run.ms, run.ms_min, run.ms_max, run.ms_q1, run.ms_q3 = s["median"], s["min"], s["max"], s["q1"], s["q3"]
+            if self.cuda:
+                run.peak_gib = max(live.warm_peak, live.step_peak) / 2**30
+
+    def finish(self, live: Live, cell: Cell, x, ref_model) -> Run:
+        """Loss check of the last timed step against FAIR eager on the mask it used."""
+        torch, run = self.torch, live.run
+        run.samples_s = cell.batch / (run.ms / 1e3)
+        check = live.first if self.args.optimizer == "adamw" else live.last
+        if self.args.optimizer == "adamw":
+            run.notes.append("loss checked on the first step (weights move with an optimizer)")
+        loss, used_mask = check
+        run.loss = float(loss)
+        num_mu = math.prod(ref_model.mask_spatial_shape)
+        if used_mask is not None and used_mask.dtype == torch.bool and tuple(used_mask.shape) == (cell.batch, num_mu):
+            with torch.no_grad():
+                run.ref_loss = float(ref_model(x, mask_ratio=self.args.mask_ratio, mask=used_mask)[0].float())
+            run.loss_rel = abs(run.loss - run.ref_loss) / max(abs(run.ref_loss), 1e-12)
+        else:
+            run.notes.append("last output is not a (B, #MUs) bool mask: loss not checked")
+        log(
+            f"  {run.contender} {MODE_LABEL[run.mode]}: {run.ms:.2f} ms/step (IQR {run.ms_q1:.2f}-{run.ms_q3:.2f}, "
+            f"min {run.ms_min:.2f}), peak {run.peak_gib if run.peak_gib is not None else float('nan'):.2f} GiB, "
+            f"loss {run.loss:.5f} vs FAIR-eager {run.ref_loss if run.ref_loss is not None else float('nan'):.5f}"
+        )
         return run
+
+    def release(self, lives: List[Live]) -> None:
+        for live in lives:
+            live.objs.clear()
+            live.step = None  # the closure holds the model
+        lives.clear()
+
+    # ---- one group -------------------------------------------------------------------
+    def run_group(self, cell: Cell, mode: str, contenders: List[str], x, state_dict, ref_model) -> List[Run]:
+        torch = self.torch
+        args = self.args
+        self.cleanup()
+        group = Group(cell.name, mode, list(contenders), rounds=args.steps)
+        group.gpu_start = gpu_state() if self.cuda else None
+        runs: Dict[str, Run] = {}
+        lives: List[Live] = []
+        sequential = args.sequential
+        if sequential:
+            group.note = "--sequential: contenders timed one after another"
+        else:
+            try:
+                for k in contenders:
+                    if self.cuda and lives:
+                        free, _total = torch.cuda.mem_get_info()
+                        need = max(l.warm_peak - l.resident for l in lives) * 1.1
+                        if free < need:
+                            raise NeedSequential(
+                                f"{free / 2**30:.1f} GiB free before {k} < {need / 2**30:.1f} GiB, the step memory "
+                                f"of the contender warmed before it")
+                    res = self.prepare(cell, k, mode, x, state_dict, ref_model, alive=len(lives))
+                    if isinstance(res, Run):
+                        runs[k] = res
+                    else:
+                        lives.append(res)
+                if lives:
+                    log(f"  {len(lives)} contender(s) warm; {args.steps} interleaved rounds: "
+                        + ", ".join(l.run.contender for l in lives))
+                    self.time_rounds(lives, args.steps, mode)
+                    names = ", ".join(l.run.contender for l in lives)
+                    for live in lives:
+                        live.run.timing = f"interleaved with {names}"
+                        runs[live.run.contender] = self.finish(live, cell, x, ref_model)
+            except NeedSequential as exc:
+                sequential = True
+                group.note = f"not interleaved: {exc}; contenders timed one after another"
+                log(f"  {group.note}")
+                runs.clear()
+            except Exception as exc:
+                if not (self.cuda and _is_oom(exc)):
+                    raise
+                sequential = True
+                group.note = (f"not interleaved: CUDA out of memory in the rounds with {len(lives)} contenders "
+                              "alive; contenders timed one after another")
+                log(f"  {group.note}")
+                runs.clear()
+            finally:
+                self.release(lives)
+                self.cleanup(reset_dynamo=sequential)
+        if sequential:
+            group.timing = "sequential"
+            for k in contenders:
+                self.cleanup()
+                res = self.prepare(cell, k, mode, x, state_dict, ref_model)
+                if isinstance(res, Run):
+                    runs[k] = res
+                    continue
+                try:
+                    self.time_rounds([res], args.steps, mode)
+                    res.run.timing = "alone" + (f" ({group.note})" if group.note else "")
+                    runs[k] = self.finish(res, cell, x, ref_model)
+                except Exception as exc:
+                    self._record_error(res.run, exc)
+                    runs[k] = res.run
+                finally:
+                    self.release([res])
+        self.cleanup()
+        group.gpu_end = gpu_state() if self.cuda else None
+        times = {k: r.ms_all for k, r in runs.items() if r.status == "ok" and r.ms_all}
+        group.ratios = round_ratios(times) if not sequential else {}
+        if sequential and times:
+            group.note += " (ratios below are of medians, not per round)"
+        self.groups.append(group)
+        out = [runs[k] for k in contenders if k in runs]
+        for k, s in group.ratios.items():
+            log(f"  {cell.name} {MODE_LABEL[mode]} {k}: median per-round ratio {s['median']:.3f} "
+                f"(IQR {s['q1']:.3f}-{s['q3']:.3f})")
+        return out
 
     def run_cell(self, cell: Cell, contenders: List[str], modes: List[str]) -> List[Run]:
         torch = self.torch
@@ -595,11 +863,10 @@ class Bench:
         x = torch.randn(cell.input_shape, generator=g, device=self.device, dtype=torch.float32).to(self.dtype)
         out = []
         for mode in modes:
-            for contender in contenders:
-                r = self.run(cell, contender, mode, x, state_dict, ref_model)
-                self.runs.append(r)
-                out.append(r)
-                self.write_json()
+            rs = self.run_group(cell, mode, contenders, x, state_dict, ref_model)
+            self.runs.extend(rs)
+            out.extend(rs)
+            self.write_json()
         del ref_model, state_dict, x
         self.cleanup()
         return out
@@ -616,7 +883,8 @@ class Bench:
             return
         out = Path(self.args.out)
         out.mkdir(parents=True, exist_ok=True)
-        data = dict(env=self.env, runs=[dataclasses.asdict(r) for r in self.runs])
+        data = dict(env=self.env, runs=[dataclasses.asdict(r) for r in self.runs],
+                    groups=[dataclasses.asdict(g) for g in self.groups])
         tmp = out / "bench.json.tmp"
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(out / "bench.json")
@@ -633,7 +901,30 @@ def _f(v, fmt):
     return "—" if v is None else format(v, fmt)
 
 
-def markdown(runs: List[Run], env: Dict[str, Any], cells: Dict[str, Cell]) -> str:
+def group_ratios(runs: List[Run], groups: List[Dict[str, Any]]) -> Dict[Tuple[str, str], Tuple[str, Dict[str, Any]]]:
+    """(cell, mode) -> (timing, {pair: summary}): per-round ratios where the group was
+    interleaved; else (older JSON, sequential fallback) the ratio of the two medians."""
+    out: Dict[Tuple[str, str], Tuple[str, Dict[str, Any]]] = {}
+    for g in groups:
+        if g.get("timing") == "interleaved" and g.get("ratios"):
+            out[(g["cell"], g["mode"])] = ("interleaved", g["ratios"])
+    by = {(r.cell, r.contender, r.mode): r for r in runs if r.status == "ok" and r.ms}
+    for (c, k, m) in list(by):
+        if (c, m) in out:
+            continue
+        ratios = {}
+        for a, b in RATIO_PAIRS:
+            ra, rb = by.get((c, a, m)), by.get((c, b, m))
+            if ra and rb:
+                ratios[f"{a}/{b}"] = dict(median=ra.ms / rb.ms)
+        timing = next((g.get("timing", "sequential") for g in groups if g["cell"] == c and g["mode"] == m), "sequential")
+        out[(c, m)] = (f"{timing} (ratio of medians)", ratios)
+    return out
+
+
+def markdown(runs: List[Run], env: Dict[str, Any], cells: Dict[str, Cell],
+             groups: Optional[List[Dict[str, Any]]] = None) -> str:
+    groups = groups or []
     lines: List[str] = []
     by = {(r.cell, r.contender, r.mode): r for r in runs}
     cell_names = list(dict.fromkeys(r.cell for r in runs))
@@ -643,69 +934,90 @@ def markdown(runs: List[Run], env: Dict[str, Any], cells: Dict[str, Cell]) -> st
         f"torch {env.get('torch')}"
     )
     lines.append("")
-    lines.append(f"median of {env.get('steps')} timed steps after warm-up; peak = max allocated during warm-up+timing "
-                 "(compile included) minus memory held before the model was built; loss rel = |loss - FAIR eager loss "
-                 "on the same mask| / FAIR.")
+    lines.append(f"{env.get('steps')} timed rounds after every contender's warm-up; a round runs one step of each "
+                 "contender of the (cell, mode), in the listed order, same weights and batch; ms = median over "
+                 "rounds, IQR = 25th-75th percentile; ratios = median over rounds of the per-round ratio. peak = max "
+                 "allocated in warm-up (compile included) or a timed step, above what was held before the model was "
+                 "built (other contenders' resident memory excluded); loss rel = |loss - FAIR eager loss on the same "
+                 "mask| / FAIR. GPU state at program start "
+                 f"{_gpu_short(env.get('gpu_start'))}, end {_gpu_short(env.get('gpu_end'))}.")
     for c in cell_names:
         cell = cells[c]
         lines.append("")
         lines.append(f"### {c}: {cell.desc}, input {tuple(cell.input_shape)}")
         lines.append("")
-        lines.append("| contender | mode | ms/step | samples/s | peak GiB | loss | loss rel | vs FAIR same mode | vs FAIR eager | warm-up s | graph breaks | mask / notes |")
-        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        lines.append("| contender | mode | ms/step | IQR | min | samples/s | peak GiB | loss | loss rel | vs FAIR eager | warm-up s | graph breaks | timing / mask / notes |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         fe = by.get((c, "fair", "eager"))
         for r in runs:
             if r.cell != c:
                 continue
             if r.status != "ok":
                 err = (r.error or "").replace("|", "/").replace("\n", " ")
-                lines.append(f"| {r.contender} | {MODE_LABEL[r.mode]} | {r.status} | | | | | | | | | {err} |")
+                lines.append(f"| {r.contender} | {MODE_LABEL[r.mode]} | {r.status} | | | | | | | | | | {err} |")
                 continue
-            fm = by.get((c, "fair", r.mode))
-            same = f"{fm.ms / r.ms:.2f}x" if fm and fm.ms and r.contender != "fair" else ""
-            vse = f"{fe.ms / r.ms:.2f}x" if fe and fe.ms else ""
+            vse = f"{fe.ms / r.ms:.2f}x" if fe and fe.ms and fe.status == "ok" else ""
             gb = "" if r.graph_breaks is None else f"{r.graph_breaks} ({r.graphs} graphs{', cg skips %d' % r.cudagraph_skips if r.cudagraph_skips else ''})"
-            notes = "; ".join([r.mask] + r.notes).replace("|", "/").replace("\n", " ")
+            iqr = f"{r.ms_q1:.2f}-{r.ms_q3:.2f}" if r.ms_q1 is not None else "—"
+            notes = "; ".join([x for x in [r.timing, r.mask] if x] + r.notes).replace("|", "/").replace("\n", " ")
             lines.append(
-                f"| {r.contender} | {MODE_LABEL[r.mode]} | {r.ms:.2f} | {r.samples_s:.0f} | {_f(r.peak_gib, '.2f')} | "
-                f"{_f(r.loss, '.5f')} | {_f(r.loss_rel, '.1e')} | {same} | {vse} | {_f(r.warmup_s, '.0f')} | {gb} | {notes} |"
+                f"| {r.contender} | {MODE_LABEL[r.mode]} | {r.ms:.2f} | {iqr} | {_f(r.ms_min, '.2f')} | {r.samples_s:.0f} | "
+                f"{_f(r.peak_gib, '.2f')} | {_f(r.loss, '.5f')} | {_f(r.loss_rel, '.1e')} | {vse} | {_f(r.warmup_s, '.0f')} | "
+                f"{gb} | {notes} |"
             )
-    # ratio matrix
-    modes = list(dict.fromkeys(r.mode for r in runs))
+    # ratios per (cell, mode)
+    ratios = group_ratios(runs, groups)
+    gstate = {(g["cell"], g["mode"]): g for g in groups}
+    modes = [m for m in MODES if any(r.mode == m for r in runs)]
     lines.append("")
-    lines.append("### ratio per cell (time / FAIR time in the same mode; < 1 is faster)")
+    lines.append("### ratios per cell and mode (< 1: the first is faster; per-round median [IQR])")
     lines.append("")
-    head = "| cell | " + " | ".join(f"FAIR {MODE_LABEL[m]} ms | rewritten/FAIR | optim/FAIR" for m in modes) + " |"
-    lines.append(head)
-    lines.append("|---|" + "---|---|---|" * len(modes))
+    lines.append("| cell | mode | timing | rewritten/hiera-optim | rewritten/FAIR | hiera-optim/FAIR | GPU start | GPU end |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+
+    def cell_txt(s: Optional[Dict[str, Any]]) -> str:
+        if not s:
+            return "—"
+        if "q1" in s:
+            return f"{s['median']:.3f} [{s['q1']:.3f}-{s['q3']:.3f}]"
+        return f"{s['median']:.3f}"
+
     for c in cell_names:
-        row = [c]
         for m in modes:
-            f = by.get((c, "fair", m))
-            fms = f.ms if f and f.status == "ok" else None
-            row.append(_f(fms, ".2f"))
-            for k in ("rewritten", "optim"):
-                r = by.get((c, k, m))
-                if r and r.status == "ok" and fms:
-                    row.append(f"{r.ms / fms:.3f}")
-                elif r and r.status == "ok":
-                    row.append(f"({r.ms:.2f} ms)")
-                else:
-                    row.append("—")
-        lines.append("| " + " | ".join(row) + " |")
-    # targets
-    if env.get("full_size") and env.get("device") == "cuda" and any(r.cell == "base" for r in runs):
+            if (c, m) not in ratios:
+                continue
+            timing, rs = ratios[(c, m)]
+            g = gstate.get((c, m), {})
+            lines.append(f"| {c} | {MODE_LABEL[m]} | {timing} | {cell_txt(rs.get('rewritten/optim'))} | "
+                         f"{cell_txt(rs.get('rewritten/fair'))} | {cell_txt(rs.get('optim/fair'))} | "
+                         f"{_gpu_short(g.get('gpu_start'))} | {_gpu_short(g.get('gpu_end'))} |")
+    notes = [f"- {g['cell']} {MODE_LABEL[g['mode']]}: {g['note']}" for g in groups if g.get("note")]
+    if notes:
         lines.append("")
-        lines.append("### headline targets (DESIGN.md section 5), rewritten contender")
+        lines.extend(notes)
+    # targets (issue 15 / DESIGN.md section 5): ratios in the same run
+    if env.get("device") == "cuda" and ratios:
         lines.append("")
-        for m, t in TARGETS.items():
-            r = by.get(("base", "rewritten", m))
-            if r and r.status == "ok":
-                lines.append(f"- {MODE_LABEL[m]}: {r.ms:.2f} ms vs <= {t:.0f} ms: {'MET' if r.ms <= t else 'MISSED'}")
-        pk = [r.peak_gib for r in runs if r.cell == "base" and r.contender == "rewritten" and r.peak_gib is not None]
-        if pk:
-            lines.append(f"- peak memory (max over modes) {max(pk):.2f} GiB vs <= {TARGET_PEAK_GIB:.0f} GiB: "
-                         f"{'MET' if max(pk) <= TARGET_PEAK_GIB else 'MISSED'}")
+        lines.append("### targets (same run): rewritten/hiera-optim <= %s; rewritten never slower than FAIR"
+                     % ", ".join(f"{t} {MODE_LABEL[m]}" for m, t in RATIO_TARGETS.items()))
+        lines.append("")
+        for (c, m), (timing, rs) in ratios.items():
+            parts = []
+            ro = rs.get("rewritten/optim")
+            if ro:
+                t = RATIO_TARGETS[m]
+                parts.append(f"vs hiera-optim {ro['median']:.3f} <= {t}: {'MET' if ro['median'] <= t else 'MISSED'}")
+            rf = rs.get("rewritten/fair")
+            if rf:
+                parts.append(f"vs FAIR {rf['median']:.3f} <= 1: {'MET' if rf['median'] <= 1 else 'MISSED'}")
+            if parts:
+                lines.append(f"- {c} {MODE_LABEL[m]} ({timing}): " + "; ".join(parts))
+        if env.get("full_size"):
+            pk = [r.peak_gib for r in runs if r.cell == "base" and r.contender == "rewritten" and r.mode == "eager"
+                  and r.peak_gib is not None]
+            if pk:
+                lines.append(f"- base eager peak {pk[0]:.2f} GiB vs <= {TARGET_PEAK_GIB:.1f} GiB: "
+                             f"{'MET' if pk[0] <= TARGET_PEAK_GIB else 'MISSED'}")
     bad = [r for r in runs if r.loss_rel is not None and r.loss_rel > env.get("loss_tol", 2e-2)]
     lines.append("")
     lines.append(
@@ -776,7 +1088,8 @@ def parse_args(argv=None):
     p.add_argument("--tiny", action="store_true", help="smoke shapes (tiny model, B=2); CPU-friendly")
     p.add_argument("--batch", type=int, default=None, help="override every cell's batch")
     p.add_argument("--video-batch", type=int, default=None, help="override the video cell's batch (default 16)")
-    p.add_argument("--steps", type=int, default=None, help="timed steps (default 25; --tiny 3)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="timed rounds, one step of each contender per round (default 25; --tiny 3)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default eager 2, compile 3, ro 6)")
     p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"],
                    help="weight/input dtype (default bf16; --tiny on cpu: fp32, CPU bf16 is very slow)")
@@ -786,6 +1099,9 @@ def parse_args(argv=None):
                         "MAEStepInputs.refresh_mask); fixed: one mask passed in by every contender")
     p.add_argument("--optimizer", default="none", choices=["none", "adamw"])
     p.add_argument("--fair-ro", action="store_true", help="also try FAIR under reduce-overhead")
+    p.add_argument("--sequential", action="store_true",
+                   help="time each contender alone, one after another (the pre-issue-15 order), instead of "
+                        "interleaved rounds with every contender's compiled graphs alive side by side")
     p.add_argument("--compile-backend", default=None, help="torch.compile backend (default inductor; --tiny on cpu: aot_eager)")
     p.add_argument("--budget-s", type=float, default=540.0, help="start no run past this wall time (default 540)")
     p.add_argument("--loss-tol", type=float, default=2e-2)
@@ -810,24 +1126,29 @@ def parse_args(argv=None):
 def merge(files: List[Path], modes: List[str], out: Optional[str]) -> int:
     """Tables, JSON and plot from several runs (e.g. cells split over two GPUs)."""
     by_cell: Dict[str, List[Run]] = {}
+    groups_by_cell: Dict[str, List[Dict[str, Any]]] = {}
     source: Dict[str, str] = {}
     last_env: Dict[str, Any] = {}
+    fields = {f.name for f in dataclasses.fields(Run)}
     for f in files:
         data = json.loads(f.read_text())
         last_env = data["env"]
-        runs = [Run(**r) for r in data["runs"] if r["mode"] in modes]
+        runs = [Run(**{k: v for k, v in r.items() if k in fields}) for r in data["runs"] if r["mode"] in modes]
         for cell in dict.fromkeys(r.cell for r in runs):
             by_cell[cell] = [r for r in runs if r.cell == cell]
+            groups_by_cell[cell] = [g for g in data.get("groups", []) if g["cell"] == cell and g["mode"] in modes]
             source[cell] = f"{data['env'].get('command')} ({data['env'].get('date')})"
     order = MATRIX + [c for c in by_cell if c not in MATRIX]
     runs = [r for cell in order for r in by_cell.get(cell, [])]
+    groups = [g for cell in order for g in groups_by_cell.get(cell, [])]
     commands = [f"{cell}: {source[cell]}" for cell in order if cell in source]
     env = dict(last_env, command="; ".join(commands), merged_from=[str(f) for f in files])
-    md = markdown(runs, env, {**CELLS, **TINY_CELLS}) + "\n\nrows per cell from: " + "; ".join(commands)
+    md = markdown(runs, env, {**CELLS, **TINY_CELLS}, groups) + "\n\nrows per cell from: " + "; ".join(commands)
     if out:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "bench.json").write_text(json.dumps(dict(env=env, runs=[dataclasses.asdict(r) for r in runs]), indent=1))
+        (folder / "bench.json").write_text(json.dumps(
+            dict(env=env, runs=[dataclasses.asdict(r) for r in runs], groups=groups), indent=1))
         (folder / "bench.md").write_text(md + "\n")
         log(plot(runs, folder / "speedup.png") or "")
     print(md)
@@ -920,11 +1241,16 @@ def main(argv=None) -> int:
         full_size=not args.tiny and not args.batch,
         loss_tol=args.loss_tol,
         date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        timing="sequential" if args.sequential else "interleaved",
+        gpu_start=gpu_state() if bench.cuda else None,
     )
+    log(f"GPU state at start: {bench.env['gpu_start']}")
     log(f"device {dev_name}, torch {torch.__version__}, cells {names}, modes {modes}, contenders {contenders}")
 
     def finish(*_sig):
-        md = markdown(bench.runs, bench.env, {c.name: c for c in cells})
+        if bench.cuda and "gpu_end" not in bench.env:
+            bench.env["gpu_end"] = gpu_state()
+        md = markdown(bench.runs, bench.env, {c.name: c for c in cells}, [dataclasses.asdict(g) for g in bench.groups])
         if args.out:
             out = Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
