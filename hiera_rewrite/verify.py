@@ -284,11 +284,13 @@ def _hint(site: Dict[str, Any], report: Dict[str, Any]) -> str:
     module = site.get("module") or "MODULE"
     if not owner_class:
         return f"no model built here calls {site['owner']}; name one that does with --factory MODULE:FUNC[:JSON]"
-    why = [f for f in report.get("failures", []) if f.get("class") == owner_class]
+    failures = report.get("failures", [])
+    # the class's own builds, else those of the models that would hold it
+    why = [f for f in failures if f.get("class") == owner_class] or failures
     reason = "; ".join(f"{f['label']}: {f['error']}" for f in why[:2])
     missing = [f.get("missing") for f in why if f.get("missing")]
     if missing:
-        text = f"give the missing argument: --factory {module}:{owner_class}:'{json.dumps({m: '...' for m in missing[0]})}' (--factory replaces discovery: name the other models too)"
+        text = f"give the missing argument: --kwargs '{json.dumps({m: '...' for m in missing[0]})}' (given to every build that takes it)"
     else:
         text = f"reach it with --factory {module}:{owner_class}:'{{...}}' (or a factory of a model holding it), --kwargs JSON or --input-shape B,C,..."
     return (f"{reason}; " if reason else "") + text

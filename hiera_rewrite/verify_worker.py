@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import itertools
 import json
 import math
 import os
@@ -58,6 +59,20 @@ class _Opaque:
 
 
 _OPAQUE = _Opaque()
+_MASK_RATIO = 0.5
+_MAX_ARG_TRIES = 12
+_SCAN_SKIP = {"__pycache__", "node_modules", "site-packages", "venv", "build", "dist", "wandb", "outputs", "checkpoints", "data"}
+
+
+class _Made:
+    """A ``forward`` argument each side makes from its own model inside the traced case
+    (``"random_mask"``: ``get_random_mask(x, 0.5)``; ``"num_kept"``: its stated count)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"<{self.kind}>"
 
 
 def _size_rank(name: str) -> int:
@@ -74,6 +89,10 @@ def guess(name: str) -> Any:
         "num_heads": 1, "heads": 1, "stages": (1, 1, 1, 1), "depths": (1, 1, 1, 1), "depth": 2,
         "input_size": (224, 224), "img_size": 224, "image_size": 224, "patch_size": 4, "mlp_ratio": 4.0,
         "q_pool": 2, "mask_ratio": 0.6, "dim": 8, "dim_out": 8, "embed_dim": 8,
+        # upstream Hiera's 2-D grid (consistent with input_size above) and its other knobs
+        "q_stride": (2, 2), "mask_unit_size": (8, 8), "mask_unit_attn": (True, True, False, False),
+        "patch_kernel": (7, 7), "patch_stride": (4, 4), "patch_padding": (3, 3), "dim_mul": 2.0,
+        "head_mul": 2.0, "norm_layer": "LayerNorm", "sep_pos_embed": False, "head_init_scale": 0.001,
     }
     if n in exact:
         return exact[n]
@@ -100,6 +119,157 @@ def guess(name: str) -> Any:
     if n.startswith(("use_", "is_", "with_", "enable_")):
         return False
     return None
+
+
+def is_size(name: str) -> bool:
+    """A width/depth/count knob: a small value from its name beats the repo's own."""
+    n = name.lower()
+    if n.startswith(("in_", "input_")) or "ratio" in n or "drop" in n or "rate" in n:
+        return False
+    return n in _SIZE_KNOBS or "stage" in n or n.endswith(("dim", "dims", "heads", "depth", "depths", "layers", "blocks", "classes"))
+
+
+class ConfigSpec:
+    """A constructor argument used as a configuration object (``cfg.embed_dim``,
+    ``config["x"]``, ``args.get("x")``): the values it handed out, replayed on the
+    rewritten side."""
+
+    def __init__(self, values: Optional[Dict[str, Any]] = None) -> None:
+        self.values: Dict[str, Any] = dict(values or {})
+
+    def __repr__(self) -> str:
+        return "<config " + ", ".join(f"{k}={v!r}" for k, v in self.values.items()) + ">"
+
+
+class Config:
+    """What the user's code gets for a :class:`ConfigSpec`: attribute and item access,
+    ``get``, ``in``; an unknown key is filled like a missing argument."""
+
+    def __init__(self, values: Dict[str, Any], fill: Callable[[str], Any]) -> None:
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_fill", fill)
+
+    def _wrap(self, value):
+        return Config(value, self._fill) if isinstance(value, dict) else value
+
+    def __getitem__(self, key):
+        if key not in self._values:
+            if not isinstance(key, str):
+                raise KeyError(key)
+            self._values[key] = self._fill(key)
+        return self._wrap(self._values[key])
+
+    def __getattr__(self, key):
+        if key.startswith("__"):
+            raise AttributeError(key)
+        return self[key]
+
+    def __setattr__(self, key, value):
+        self._values[key] = value
+
+    __setitem__ = __setattr__
+
+    def get(self, key, default=None):
+        return self._wrap(self._values[key]) if key in self._values else default
+
+    def __contains__(self, key) -> bool:
+        return key in self._values
+
+    def keys(self):
+        return self._values.keys()
+
+    def items(self):
+        return [(k, self._wrap(v)) for k, v in self._values.items()]
+
+    def __iter__(self):
+        return iter(self._values)
+
+
+_CONFIG_FILES = (".json", ".yaml", ".yml")
+_MAX_SCAN_FILES = 400
+_MAX_SCAN_BYTES = 1024 * 1024
+
+
+def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
+    """{name: (value, where)}: the values the repo itself uses -- argparse
+    ``add_argument("--x", default=...)`` in its scripts, keys of its JSON configs (YAML
+    too where a YAML parser is importable here).  First found wins; smaller model names
+    ("tiny") and shallower files first."""
+    try:
+        import yaml  # noqa: PLC0415 -- the user's environment may lack it
+    except Exception:  # noqa: BLE001
+        yaml = None
+    found: List[Path] = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in skip and not d.startswith("."))
+        found.extend(Path(folder, n) for n in names if n.endswith((".py",) + _CONFIG_FILES))
+        if len(found) > _MAX_SCAN_FILES:
+            break
+    found.sort(key=lambda f: (f.suffix == ".py", _size_rank(f.stem), len(f.parts), str(f)))
+    values: Dict[str, Tuple[Any, str]] = {}
+
+    def take(data, where: str) -> None:
+        if isinstance(data, dict):
+            for key, value in data.items():
+                if isinstance(key, str):
+                    values.setdefault(key, (value, where))
+                    take(value, where)
+
+    for path in found[:_MAX_SCAN_FILES]:
+        try:
+            if path.stat().st_size > _MAX_SCAN_BYTES:
+                continue
+            text = path.read_text(errors="replace")
+            where = os.path.relpath(path, root)
+            if path.suffix == ".json":
+                take(json.loads(text), where)
+            elif path.suffix in (".yaml", ".yml"):
+                if yaml is not None:
+                    take(yaml.safe_load(text), where)
+            else:
+                for node in ast.walk(ast.parse(text)):
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+                        opts = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                        kw = {k.arg: k.value for k in node.keywords if k.arg}
+                        longs = [o for o in opts if o.startswith("--")] or [o for o in opts if not o.startswith("-")]
+                        dest = kw["dest"].value if isinstance(kw.get("dest"), ast.Constant) else (longs[0].lstrip("-").replace("-", "_") if longs else None)
+                        if dest and "default" in kw:
+                            try:
+                                values.setdefault(dest, (ast.literal_eval(kw["default"]), f"{where} --{dest}"))
+                            except (ValueError, SyntaxError, TypeError):
+                                pass
+        except Exception:  # noqa: BLE001 -- an unreadable or odd file only gives no values
+            continue
+    return values
+
+
+def config_params(ctor) -> List[str]:
+    """Parameters of ``ctor`` (a class: its ``__init__``; a function) that its body
+    uses as a configuration object: ``p.x``, ``p["x"]``, ``p.get("x")``."""
+    target = ctor.__init__ if isinstance(ctor, type) else ctor
+    try:
+        node = ast.parse(textwrap.dedent(inspect.getsource(target))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return []
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return []
+    args = node.args
+    positional = [*args.posonlyargs, *args.args][1 if isinstance(ctor, type) else 0:]
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    pairs = list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults))
+    # only arguments a caller must give (or that default to None): a sized default is data
+    names = {a.arg for a, d in pairs if d is None or (isinstance(d, ast.Constant) and d.value is None)}
+    used: List[str] = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and not sub.attr.startswith("_") and sub.attr not in ("index", "count", "shape", "dtype"):
+            base = sub.value
+        elif isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Constant) and isinstance(sub.slice.value, str):
+            base = sub.value
+        else:
+            continue
+        if isinstance(base, ast.Name) and base.id in names and base.id not in used:
+            used.append(base.id)
+    return used
 
 
 # -- tracing -------------------------------------------------------------------------------
@@ -242,6 +412,8 @@ class Worker:
             traced.update(side_files)
         self.trace = Tracer(traced)
         self.coverage: Dict[Tuple[str, str], Dict[str, Dict[str, Set[int]]]] = {}
+        self._repo: Optional[Dict[str, Tuple[Any, str]]] = None
+        self.origin: Dict[str, Optional[str]] = {}  # filled name -> where its value came from
 
     def progress(self, message: str) -> None:
         if not self.spec["quiet"]:
@@ -342,6 +514,11 @@ class Worker:
                 if recipe is not None:
                     cls, kw, opaque = recipe
                     factories.append({"module": mod_name, "attr": name, "cls": cls, "recipe": kw, "opaque": opaque, "order": order})
+            for order, node in enumerate(tree.body, start=len(funcs)):  # hiera_tiny = partial(Hiera, ...)
+                recipe = self._partial_recipe(module, node, is_module_class)
+                if recipe is not None:
+                    name, cls, kw, opaque = recipe
+                    factories.append({"module": mod_name, "attr": name, "cls": cls, "recipe": kw, "opaque": opaque, "order": order})
 
         for mod in self.spec["modules"]:
             scan(mod["name"], mod["primary"])
@@ -369,7 +546,10 @@ class Worker:
             for f in own:
                 key = "opaque" if f["opaque"] else repr(sorted((k, repr(v)) for k, v in f["recipe"].items() if k not in _SIZE_KNOBS))
                 variants.setdefault(key, []).append(f)
-            ordered = sorted(variants.values(), key=lambda fs: (fs[0]["opaque"], len(fs[0]["recipe"]) - len(set(fs[0]["recipe"]) & _SIZE_KNOBS), fs[0]["order"]))
+            ordered = sorted(
+                variants.values(),
+                key=lambda fs: (fs[0]["opaque"], sum(v is _OPAQUE for v in fs[0]["recipe"].values()), len(fs[0]["recipe"]) - len(set(fs[0]["recipe"]) & _SIZE_KNOBS), fs[0]["order"]),
+            )
             cands = []
             for fs in ordered:
                 best = min(fs, key=lambda f: (_size_rank(f["attr"]), f["order"]))
@@ -391,6 +571,30 @@ class Worker:
         if any(isinstance(r.get("input_size"), (tuple, list)) and len(r["input_size"]) == 3 for r in recipes):
             return None
         return {k: (t, *params[k]) for k, t in _VIDEO.items()}
+
+    def _partial_recipe(self, module, node: ast.stmt, is_module_class):
+        """(name, class, keyword arguments, opaque) of a module-level
+        ``name = functools.partial(Class, ...)``, or None."""
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            return None
+        call, name = node.value, node.targets[0].id
+        if name.startswith("_") or not isinstance(call, ast.Call) or not call.args:
+            return None
+        import functools  # noqa: PLC0415
+
+        if _callee(call.func, module)[0] is not functools.partial:
+            return None
+        cls = _callee(call.args[0], module)[0]
+        if not (is_module_class(cls) and self.in_tree(sys.modules.get(cls.__module__))):
+            return None
+        kw: Dict[str, Any] = {}
+        for k in call.keywords:
+            if k.arg is not None:
+                try:
+                    kw[k.arg] = _literal(k.value, dict(vars(module)))
+                except Exception:  # noqa: BLE001
+                    kw[k.arg] = _OPAQUE
+        return name, cls, kw, len(call.args) > 1
 
     def _recipe(self, module, funcs, name, is_module_class, depth: int = 0):
         """(class, keyword arguments, opaque) a factory returns, or None: values its code
@@ -438,13 +642,63 @@ class Worker:
             obj = getattr(obj, part)
         return obj
 
+    def repo(self) -> Dict[str, Tuple[Any, str]]:
+        if self._repo is None:
+            self._repo = repo_values(self.spec["project_dir"], _SCAN_SKIP)
+        return self._repo
+
+    def fill(self, name: str, filled: Dict[str, Any]) -> Any:
+        """A value for an argument or configuration key nobody gave: the user's
+        ``--kwargs``; for a size (dims, heads, stages) a small one from its name; else
+        the repo's own (argparse default, config file); else one from its name."""
+        if name in self.spec["kwargs"]:
+            filled[name] = value = self.spec["kwargs"][name]
+            self.origin[name] = "--kwargs"
+            return value
+        small = guess(name)
+        repo = self.repo().get(name)
+        if repo is not None and is_size(name) and isinstance(repo[0], (tuple, list)) and repo[0] and all(isinstance(v, int) for v in repo[0]):
+            small = type(repo[0])(1 for _ in repo[0])  # as many stages as the repo's, one block each
+        if repo is not None and (small is None or not is_size(name)):
+            value, self.origin[name] = repo
+        elif small is not None:
+            value, self.origin[name] = small, None
+        else:
+            raise MissingKey(name)
+        filled[name] = value
+        return value
+
+    @staticmethod
+    def _accepts(ctor) -> Tuple[Set[str], bool]:
+        try:
+            params = inspect.signature(ctor).parameters.values()
+        except (TypeError, ValueError):
+            return set(), True
+        return {p.name for p in params}, any(p.kind == p.VAR_KEYWORD for p in params)
+
     def construct(self, ctor: Callable, kwargs: Dict[str, Any], torch, filled: Dict[str, Any]):
-        """ctor(**kwargs), filling missing required arguments and ``kwargs[...]`` keys
-        from their names (recorded in ``filled``)."""
+        """ctor(**kwargs), filling missing required arguments, ``kwargs[...]`` keys and
+        the keys a configuration object is asked for (:meth:`fill`, recorded in
+        ``filled``).  ``kwargs`` is updated to what rebuilds the same model."""
+        for name in config_params(ctor):
+            if not isinstance(kwargs.get(name), ConfigSpec):
+                given = kwargs.get(name)
+                kwargs[name] = ConfigSpec(given if isinstance(given, dict) else {})
+        specs = [v for v in kwargs.values() if isinstance(v, ConfigSpec)]
+        accepted, var_kw = self._accepts(ctor)
+        if not var_kw:
+            for key in [k for k in kwargs if k not in accepted]:
+                if specs:  # keys the constructor does not take belong to its configuration object
+                    specs[0].values[key] = kwargs.pop(key)
+                elif key in self.spec["kwargs"]:  # --kwargs go to the builds that take them
+                    kwargs.pop(key)
         for _ in range(12):
             torch.manual_seed(0)
+            call = {k: (Config(v.values, lambda key: self.fill(key, filled)) if isinstance(v, ConfigSpec) else v) for k, v in kwargs.items()}
             try:
-                return ctor(**kwargs)
+                return ctor(**call)
+            except MissingArgs:
+                raise
             except TypeError as exc:
                 m = re.search(r"missing \d+ required (?:positional|keyword-only) arguments?: (.*)", str(exc))
                 if not m:
@@ -455,11 +709,8 @@ class Worker:
                 if not isinstance(key, str) or key in kwargs:
                     raise
                 names = [key]
-            unknown = [n for n in names if guess(n) is None]
-            if unknown:
-                raise MissingArgs(unknown)
             for n in names:
-                kwargs[n] = filled[n] = guess(n)
+                kwargs[n] = self.fill(n, filled)
         raise RuntimeError("could not fill the required arguments")
 
     @staticmethod
@@ -528,10 +779,11 @@ class Worker:
         given = dict(cand["recipe"], **user)
         computed: Dict[str, Any] = {}
         for key, value in list(given.items()):
-            if value is _OPAQUE:  # the factory computes it: a small value from its name, else the default
-                value = guess(key)
-                if value is None and params.get(key, _NO_DEFAULT) is not _NO_DEFAULT:
-                    value = params[key]
+            if value is _OPAQUE:  # the factory computes it: as if missing (fill), else the default
+                try:
+                    value = self.fill(key, {})
+                except MissingArgs:
+                    value = params[key] if params.get(key, _NO_DEFAULT) is not _NO_DEFAULT else None
                 if value is not None:
                     given[key] = computed[key] = value
         if not cand["opaque"] and not any(v is _OPAQUE for v in given.values()):
@@ -548,12 +800,12 @@ class Worker:
     def build(self, mode: Dict[str, Any], torch, filled: Dict[str, Any]):
         kwargs = dict(mode["kwargs"])
         filled.update(mode.get("filled", {}))
+        ctor = self.resolve(mode["module"], mode["attr"])
+        configs = set(config_params(ctor))
         for name in mode.get("required", []):
-            value = guess(name)
-            if value is None:
-                raise MissingArgs([name])
-            kwargs[name] = filled[name] = value
-        return self.construct(self.resolve(mode["module"], mode["attr"]), kwargs, torch, filled), kwargs
+            if name not in configs:
+                kwargs[name] = self.fill(name, filled)
+        return self.construct(ctor, kwargs, torch, filled), kwargs
 
     def plan_mode(self, cand: Dict[str, Any], mode: Dict[str, Any], torch) -> Dict[str, Any]:
         """Original side: build, shrink the input, choose inputs."""
@@ -583,35 +835,127 @@ class Worker:
             if not size:
                 raise ValueError("cannot tell the model's input size; give --input-shape or --kwargs '{\"input_size\": ...}'")
             shape = [2, self.in_chans(model, torch), *[int(s) for s in size]]
-        notes = [f"built from {mode['how']}"] + ([f"filled from names: {', '.join(f'{k}={v!r}' for k, v in filled.items())}"] if filled else [])
+        notes = [f"built from {mode['how']}"]
+        named = {k: v for k, v in filled.items() if self.origin.get(k) is None}
+        if named:
+            notes.append(f"filled from names: {', '.join(f'{k}={v!r}' for k, v in named.items())}")
+        found = {k: v for k, v in filled.items() if self.origin.get(k) is not None}
+        if found:
+            notes.append(f"filled from the repo: {', '.join(f'{k}={v!r} ({self.origin[k]})' for k, v in found.items())}")
         return {"module": mode["module"], "attr": mode["attr"], "kwargs": kwargs, "shape": shape, "model": model, "notes": notes}
 
+    # -- inputs ----------------------------------------------------------------------------
+
     @staticmethod
-    def cases(model, x, torch) -> List[Tuple[str, Dict[str, Any]]]:
+    def _forward_params(model) -> Dict[str, Any]:
         try:
-            params = inspect.signature(model.forward).parameters
+            return dict(inspect.signature(model.forward).parameters)
         except (TypeError, ValueError):
-            params = {}
-        cases: List[Tuple[str, Dict[str, Any]]] = [("forward(x)", {})]
+            return {}
+
+    @staticmethod
+    def _grid(model, attr: str) -> Optional[int]:
+        shape = getattr(model, attr, None)
+        try:
+            return int(math.prod(int(s) for s in shape)) if shape is not None and len(shape) else None
+        except (TypeError, ValueError):
+            return None
+
+    def _arg_candidates(self, name: str, model, x, torch) -> List[Tuple[str, Any]]:
+        """(description, value) to try for a required ``forward`` argument, likeliest first."""
+        n = name.lower()
+        batch = x.shape[0]
+        tokens, units = self._grid(model, "tokens_spatial_shape"), self._grid(model, "mask_spatial_shape")
+        out: List[Tuple[str, Any]] = []
+        if "mask" in n and "ratio" not in n:
+            random_first = hasattr(model, "get_random_mask") and not any(w in n for w in ("pad", "attn", "attention", "key", "valid"))
+            if random_first:
+                out.append((f"get_random_mask(x, {_MASK_RATIO}) (bool, mask units)", _Made("random_mask")))
+            if tokens:
+                out.append((f"all-True bool ({batch}, {tokens}) (tokens)", torch.ones(batch, tokens, dtype=torch.bool)))
+                out.append((f"ones ({batch}, {tokens}) (tokens)", torch.ones(batch, tokens, dtype=x.dtype)))
+            if units:
+                out.append((f"all-True bool ({batch}, {units}) (mask units)", torch.ones(batch, units, dtype=torch.bool)))
+            if hasattr(model, "get_random_mask") and not random_first:
+                out.append((f"get_random_mask(x, {_MASK_RATIO}) (bool, mask units)", _Made("random_mask")))
+            if tokens:
+                out.append((f"all-True bool ({batch}, 1, {tokens})", torch.ones(batch, 1, tokens, dtype=torch.bool)))
+        elif any(w in n for w in ("length", "lens")) and tokens:
+            out.append((f"full lengths ({batch},)", torch.full((batch,), tokens, dtype=torch.long)))
+        value = guess(name)
+        if value is not None:
+            out.append((repr(value), value))
+        for literal in (None, False, 0):
+            if all(v is not literal for _, v in out):
+                out.append((repr(literal), literal))
+        return out
+
+    def forward_args(self, model, x, torch) -> Tuple[Dict[str, Any], List[str]]:
+        """Values for ``forward``'s required arguments after the input: the first
+        combination of candidates with which the original runs (notes say which)."""
+        params = list(self._forward_params(model).values())
+        required = [p.name for p in params[1:] if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if not required:
+            return {}, []
+        options = [self._arg_candidates(name, model, x, torch) for name in required]
+        tried: List[str] = []
+        for combo in itertools.islice(itertools.product(*options), _MAX_ARG_TRIES):
+            kw = dict(zip(required, (value for _, value in combo)))
+            what = ", ".join(f"{name}={desc}" for name, (desc, _) in zip(required, combo))
+            try:
+                with torch.no_grad():
+                    torch.manual_seed(1)
+                    model(x.clone(), **self._made(model, x, kw, torch))
+            except Exception as exc:  # noqa: BLE001 -- the user's code may raise anything
+                tried.append(f"{what}: {type(exc).__name__}: {str(exc)[:120]}")
+                continue
+            return kw, [f"forward's required {', '.join(required)}: {what}"]
+        raise ValueError(f"forward needs {', '.join(required)}; the original raised with every candidate tried: " + "; ".join(tried))
+
+    def cases(self, model, x, torch, base: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
+        params = self._forward_params(model)
+        named = "".join(f", {k}" for k in base)
+        cases: List[Tuple[str, Dict[str, Any]]] = [(f"forward(x{named})", dict(base))]
         if "mask" in params and hasattr(model, "get_random_mask") and "mask_ratio" not in params:
             # (a model that takes mask_ratio draws its own mask in forward(x): covered above)
-            gen_state = torch.random.get_rng_state()
-            torch.manual_seed(2)
-            try:
-                mask = model.get_random_mask(x, 0.5)
-            except Exception:  # noqa: BLE001
-                mask = None
-            torch.random.set_rng_state(gen_state)
-            if mask is not None:
-                kw: Dict[str, Any] = {"mask": mask}
-                label = "forward(x, mask"
-                if "return_intermediates" in params:
-                    kw["return_intermediates"] = True
-                    label += ", return_intermediates=True"
+            kw = dict(base, mask=_Made("random_mask"))
+            label = f"forward(x{named.replace(', mask', '')}, mask"
+            if "return_intermediates" in params and "return_intermediates" not in base:
+                kw["return_intermediates"] = True
+                label += ", return_intermediates=True"
+            if not isinstance(base.get("mask"), _Made):
                 cases.append((label + ")", kw))
-        elif "return_intermediates" in params:
-            cases.append(("forward(x, return_intermediates=True)", {"return_intermediates": True}))
+            # the rewrite's static-count path: the rewritten forward gets the count that
+            # get_random_mask states (HR003), as a caller of the rewritten file would pass
+            cases.append((label + ", num_kept)", dict(kw, num_kept=_Made("num_kept"))))
+        elif "return_intermediates" in params and "return_intermediates" not in base:
+            cases.append((f"forward(x{named}, return_intermediates=True)", dict(base, return_intermediates=True)))
         return cases
+
+    @staticmethod
+    def _made(model, x, kw: Dict[str, Any], torch) -> Dict[str, Any]:
+        """``kw`` with the arguments each side makes from its own model (in the traced
+        case): the random mask (same seed, drawn on CPU) and the rewrite's kept count."""
+        out = {}
+        for key, value in kw.items():
+            if isinstance(value, _Made) and value.kind == "random_mask":
+                state = torch.random.get_rng_state()
+                torch.manual_seed(2)
+                try:
+                    value = model.get_random_mask(x.detach().cpu(), _MASK_RATIO).to(x.device)
+                finally:
+                    torch.random.set_rng_state(state)
+            elif torch.is_tensor(value):
+                value = value.to(device=x.device, dtype=x.dtype if value.is_floating_point() else value.dtype)
+            out[key] = value
+        made = out.get("num_kept")
+        if isinstance(made, _Made):
+            count = getattr(getattr(model, "get_random_mask", None), "num_kept", None)
+            if callable(count) and "num_kept" in Worker._forward_params(model):
+                out["num_kept"] = count(model, x, _MASK_RATIO)
+            else:
+                del out["num_kept"]
+        return out
 
     # -- running ---------------------------------------------------------------------------
 
@@ -631,6 +975,7 @@ class Worker:
 
     def run_case(self, model, x, kw, torch):
         model.zero_grad(set_to_none=True)
+        kw = self._made(model, x, kw, torch)
         torch.manual_seed(1)
         leaves = self._flatten(model(x.clone(), **kw))
         loss = None
@@ -786,10 +1131,14 @@ class Worker:
             gen = torch.Generator().manual_seed(3)
             plan["x"] = torch.randn(*plan["shape"], generator=gen, dtype=torch.float64)
             try:
+                base: Dict[str, Any] = {}
                 for i, (device, dtype, tol, cname) in enumerate(configs):
                     model.to(device=device, dtype=dtype)
                     x = plan["x"].to(device=device, dtype=dtype)
-                    for case, kw in self.cases(model, x, torch):
+                    if i == 0:
+                        base, arg_notes = self.forward_args(model, x, torch)
+                        plan["notes"].extend(arg_notes)
+                    for case, kw in self.cases(model, x, torch, base):
                         self.progress(f"running {label} {case} [{cname}] (original)")
                         if i == 0:
                             with self.trace(self.bucket("orig", label, case)):
@@ -980,6 +1329,17 @@ class MissingArgs(Exception):
     def __init__(self, names: Sequence[str]) -> None:
         super().__init__(", ".join(names))
         self.names = list(names)
+
+
+class MissingKey(MissingArgs, AttributeError, KeyError):
+    """No value for a key: also an AttributeError/KeyError, so that the user's
+    ``getattr(cfg, "x", default)`` / ``hasattr`` / ``try: ... except KeyError`` keep working."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__([name])
+
+    def __str__(self) -> str:
+        return self.names[0]
 
 
 def main(spec_path: str) -> None:

@@ -325,3 +325,20 @@ def test_verify_with_diff_on_a_folder(tmp_path: Path, capsysbinary):
     assert out.startswith("--- a/") and "+++ b/" in out  # stdout is the diff only
     assert "verify: PASSED" in err and "tinynet_tiny" in err
     assert target.read_text() == ATTN
+
+
+def test_verify_says_which_forward_arguments_it_tried(tmp_path: Path, capsys):
+    """A required forward argument no candidate fits: the site is not proven and the
+    message lists what was tried with the original's error for each."""
+    target = make_fixture(tmp_path, "relative")
+    model = target.parent / "model.py"
+    text = model.read_text()
+    text = text.replace("    def forward(self, x, return_intermediates=False):\n        x = self.embed(x)",
+                        "    def forward(self, x, meta, return_intermediates=False):\n        x = self.embed(x) * meta[\"scale\"]")
+    assert "meta[\"scale\"]" in text
+    model.write_text(text)
+    code, out, err = run_cli(["--verify", "--check", target], capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    assert "forward needs meta; the original raised with every candidate tried: meta=None: TypeError" in out, out
+    assert "meta=False: TypeError" in out and "meta=0: TypeError" in out
+    assert "verify: NOT PROVEN" in out or "verify: FAILED" in out

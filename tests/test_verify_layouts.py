@@ -12,6 +12,7 @@ naming the site; a site no model reaches must be NOT PROVEN, naming its class.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -221,5 +222,179 @@ class UnusedPool(nn.Module):
     assert all(row.rstrip().endswith("pass") for row in rows.values() if "UnusedPool" not in row), out
     message = [line for line in out.splitlines() if line.startswith("not proven:")]
     assert len(message) == 1 and "UnusedPool.forward" in message[0], out
-    assert "keep_order" in message[0] and "--factory hiera.hiera_utils:UnusedPool:" in message[0], out
+    assert """--kwargs '{"keep_order": "..."}'""" in message[0], out
     assert "verify: NOT PROVEN" in out
+
+
+# -- inputs: grids, extra forward arguments, other outputs -------------------------------------
+
+_GRID_DEFAULTS = {
+    "input_size": "input_size: Tuple[int, ...] = (224, 224),",
+    "in_chans": "in_chans: int = 3,",
+    "q_stride": "q_stride: Tuple[int, ...] = (2, 2),",
+    "mask_unit_size": "mask_unit_size: Tuple[int, ...] = (8, 8),",
+    "patch_kernel": "patch_kernel: Tuple[int, ...] = (7, 7),",
+    "patch_stride": "patch_stride: Tuple[int, ...] = (4, 4),",
+    "patch_padding": "patch_padding: Tuple[int, ...] = (3, 3),",
+}
+
+
+def classifier_fork(grid=None, edits=()) -> Dict[str, str]:
+    """hiera.py (factories deleted: the class defaults are the configuration) and the
+    modules it imports, as a classifier-only fork: sites HR001 and HR003 (x2)."""
+    sources = upstream_files()
+    hiera = _cut_factories(sources["hiera.py"])
+    for key, value in (grid or {}).items():
+        old = _GRID_DEFAULTS[key]
+        hiera = sub(hiera, old, old.split("=")[0] + f"= {value!r},")
+    for old, new in edits:
+        hiera = sub(hiera, old, new)
+    return {"__init__.py": "", "hiera.py": hiera, "hiera_utils.py": sources["hiera_utils.py"], "hfhub.py": sources["hfhub.py"]}
+
+
+def test_sequence_1d_classifier(tmp_path: Path, capsys):
+    """A 1-D Hiera over (B, C, T) sequences: input_size (T,), everything 1-D.  A
+    classifier-only fork: the static token drop is reached by passing the rewritten
+    forward the count get_random_mask states (the MAE does so; no MAE here)."""
+    grid = {"input_size": (256,), "q_stride": (2,), "mask_unit_size": (8,), "patch_kernel": (7,), "patch_stride": (4,), "patch_padding": (3,)}
+    folder = write(tmp_path / "x" / "hiera", classifier_fork(grid))
+    out = assert_all_proven(folder, capsys)
+    assert "model hiera.hiera:Hiera (class)  input (2, 3, 64)" in out
+    assert "forward(x, mask, return_intermediates=True, num_kept)" in out
+
+
+def test_keypoint_grid_one_channel(tmp_path: Path, capsys):
+    """Pose/behaviour data: a (time, individuals, keypoints) grid with one channel."""
+    grid = {"input_size": (64, 4, 32), "in_chans": 1, "q_stride": (2, 1, 2), "mask_unit_size": (4, 1, 4),
+            "patch_kernel": (3, 1, 3), "patch_stride": (2, 1, 2), "patch_padding": (1, 0, 1)}
+    folder = write(tmp_path / "x" / "hiera", classifier_fork(grid))
+    out = assert_all_proven(folder, capsys)
+    assert "model hiera.hiera:Hiera (class)  input (2, 1, 32, 2, 32)" in out  # 2 mask units per dim
+
+
+def test_video_class_defaults(tmp_path: Path, capsys):
+    """A video fork whose class defaults are 16x224 (B, 3, T, H, W), no factories."""
+    grid = {"input_size": (16, 224, 224), "q_stride": (1, 2, 2), "mask_unit_size": (1, 8, 8),
+            "patch_kernel": (3, 7, 7), "patch_stride": (2, 4, 4), "patch_padding": (1, 3, 3)}
+    folder = write(tmp_path / "x" / "hiera", classifier_fork(grid))
+    out = assert_all_proven(folder, capsys)
+    assert re.search(r"model hiera\.hiera:Hiera \(class\)  input \(2, 3, \d+, 64, 64\)", out), out
+
+
+_FORWARD_HEAD = "        mask: torch.Tensor = None,\n        return_intermediates: bool = False,\n    ) -> torch.Tensor:"
+
+
+def test_forward_with_a_required_padding_mask(tmp_path: Path, capsys):
+    """forward(x, padding_mask) with no default: a (B, N) token mask is constructed
+    from the model's token grid and the same one is given to both sides."""
+    edits = [
+        (_FORWARD_HEAD, "        padding_mask: torch.Tensor,\n" + _FORWARD_HEAD),
+        ("        x = x + self.get_pos_embed()\n", "        x = x + self.get_pos_embed()\n        x = x * padding_mask[..., None].to(x.dtype)\n"),
+    ]
+    folder = write(tmp_path / "x" / "hiera", classifier_fork(edits=edits))
+    out = assert_all_proven(folder, capsys)
+    assert "forward's required padding_mask: padding_mask=all-True bool (2, 256) (tokens)" in out
+    assert "forward(x, padding_mask)" in out
+
+
+def test_forward_returning_a_dict(tmp_path: Path, capsys):
+    """A fork returning {"logits": ..., "features": [...]}: every tensor leaf compared."""
+    edits = [("        if return_intermediates:\n            return x, intermediates\n\n        return x\n",
+              '        return {"logits": x, "features": intermediates}\n')]
+    folder = write(tmp_path / "x" / "hiera", classifier_fork(edits=edits))
+    out = assert_all_proven(folder, capsys)
+    assert "out['features'][3]" in out and "out['logits']" in out
+
+
+# -- constructor arguments: configuration objects, the repo's own values, partial factories ----
+
+
+def _config_object_hiera(text: str) -> str:
+    """Hiera.__init__(self, cfg) reading its knobs as cfg.x (cfg.get / getattr for two)."""
+    start = text.index("    @has_config\n    def __init__(\n        self,\n        input_size")
+    end = text.index("    ):\n        super().__init__()\n", start) + len("    ):\n        super().__init__()\n")
+    body = "    def __init__(self, cfg):\n        super().__init__()\n"
+    for knob in ["input_size", "in_chans", "embed_dim", "num_heads", "num_classes", "stages", "q_pool", "q_stride",
+                 "mask_unit_size", "mask_unit_attn", "dim_mul", "head_mul", "patch_kernel", "patch_stride", "patch_padding"]:
+        body += f"        {knob} = cfg.{knob}\n"
+    body += (
+        '        mlp_ratio = cfg.get("mlp_ratio", 4.0)\n'
+        '        drop_path_rate = getattr(cfg, "drop_path_rate", 0.0)\n'
+        '        norm_layer, head_dropout, head_init_scale, sep_pos_embed = "LayerNorm", 0.0, 0.001, False\n'
+    )
+    return text[:start] + body + text[end:]
+
+
+def test_config_object_from_the_repos_json_config(tmp_path: Path, capsys):
+    """Hiera(cfg) with cfg.x: the values come from the repo's JSON config (a 1-D,
+    two-channel model) and its training script's argparse defaults; sizes stay small."""
+    repo = tmp_path / "repo"
+    sources = classifier_fork()
+    del sources["__init__.py"]
+    sources["hiera.py"] = _config_object_hiera(sources["hiera.py"]).replace("from .", "from models.")
+    folder = write(repo / "models", sources)
+    config = {"model": {"input_size": [256], "in_chans": 2, "embed_dim": 96, "num_heads": 1, "stages": [1, 2, 7, 2], "q_pool": 2,
+                        "q_stride": [2], "mask_unit_size": [8], "mask_unit_attn": [True, True, False, False], "dim_mul": 2.0,
+                        "head_mul": 2.0, "patch_kernel": [7], "patch_stride": [4], "patch_padding": [3]}, "lr": 1e-3}
+    write(repo / "configs", {"seq_tiny.json": json.dumps(config, indent=1)})
+    write(repo, {"train.py": 'import argparse\np = argparse.ArgumentParser()\np.add_argument("--num-classes", type=int, default=400)\n'})
+    out = assert_all_proven(folder, capsys)
+    assert "model models.hiera:Hiera (class)  input (2, 2, 64)" in out
+    assert "input_size=[256] (configs/seq_tiny.json)" in out and "in_chans=2 (configs/seq_tiny.json)" in out
+    assert "filled from names: embed_dim=8, num_heads=1, num_classes=10, stages=[1, 1, 1, 1]" in out
+
+
+def _model_name_fork(partial_factory: bool) -> Dict[str, str]:
+    """Hiera gains a required model_name; a **kwargs factory reads its configuration."""
+    head = "        self,\n        input_size: Tuple[int, ...] = (224, 224),"
+    edits = [
+        (head, "        self,\n        model_name: str,\n        input_size: Tuple[int, ...] = (224, 224),"),
+        ("        depth = sum(stages)\n", '        assert model_name.startswith("hiera"), model_name\n        depth = sum(stages)\n'),
+    ]
+    sources = classifier_fork(edits=edits)
+    sources["hiera.py"] += (
+        "\n\ndef build_from_args(**kwargs):\n"
+        '    return Hiera(model_name=kwargs["model_name"], num_classes=kwargs["num_classes"], embed_dim=kwargs["embed_dim"], stages=(1, 2, 7, 2))\n'
+    )
+    if partial_factory:
+        sources["hiera.py"] += '\n\nhiera_tiny = partial(Hiera, model_name="hiera_tiny", embed_dim=96, num_heads=1, stages=(1, 2, 7, 2))\n'
+    return sources
+
+
+ARGPARSE_SCRIPT = '''\
+import argparse
+
+
+def get_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model-name", default="hiera_base_224", type=str)
+    parser.add_argument("--num_classes", default=1000, type=int)
+    return parser.parse_args()
+'''
+
+
+def test_kwargs_factory_filled_from_argparse_defaults(tmp_path: Path, capsys):
+    folder = write(tmp_path / "x" / "hiera", _model_name_fork(partial_factory=False))
+    write(tmp_path / "x", {"main_pretrain.py": ARGPARSE_SCRIPT})
+    out = assert_all_proven(folder, capsys)
+    assert "model hiera.hiera:build_from_args -> Hiera  input (2, 3, 64, 64)" in out
+    assert "model_name='hiera_base_224' (main_pretrain.py --model_name)" in out
+
+
+def test_partial_factory(tmp_path: Path, capsys):
+    folder = write(tmp_path / "x" / "hiera", _model_name_fork(partial_factory=True))
+    out = assert_all_proven(folder, capsys)
+    assert "model hiera.hiera:hiera_tiny -> Hiera  input (2, 3, 64, 64)" in out
+
+
+def test_missing_value_names_the_exact_kwargs(tmp_path: Path, capsys):
+    """No value for model_name anywhere: not proven, naming it and the --kwargs to give;
+    given exactly that, it passes."""
+    folder = write(tmp_path / "x" / "hiera", _model_name_fork(partial_factory=False))
+    code, out, err = verify(folder, capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    assert "needs model_name (no default, no guess from its name)" in out, out
+    assert """give the missing argument: --kwargs '{"model_name": "..."}'""" in out, out
+    code, out, err = verify(folder, capsys, "--kwargs", '{"model_name": "hiera_x"}')
+    assert code == cli.EXIT_CHANGED, out + err
+    assert "verify: PASSED (3/3 sites exercised" in out
