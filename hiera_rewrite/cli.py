@@ -7,7 +7,6 @@ import gc
 import os
 import sys
 import textwrap
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -169,11 +168,17 @@ class _Runner:
         for error in missing:
             self.error(error)
         jobs = [(f, self.codes, self.args.line_length, self.args.traceback) for f in files]
+        workers = _workers(self.args.jobs, len(jobs))
+        if workers > 1:
+            # Imported here, not at start-up (a few files run in this process; the
+            # engine imports black only when it formats inserted code): once, before
+            # the workers fork, not in each.
+            import black  # noqa: F401
+            from concurrent.futures import ProcessPoolExecutor
         # Everything imported so far lives as long as the process: keep the cyclic
         # collector from walking it again after every few parses (about a tenth of
         # the time), and let forked workers share it untouched.
         gc.freeze()
-        workers = _workers(self.args.jobs, len(jobs))
         if workers > 1:
             # Largest files first, one at a time: no worker is left with a long tail.
             order = sorted(range(len(jobs)), key=lambda i: -_size(jobs[i][0]))

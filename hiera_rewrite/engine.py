@@ -17,7 +17,6 @@ import warnings
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Set
 
-import black
 import libcst as cst
 
 from .index import ModuleIndex
@@ -252,7 +251,12 @@ def _apply(index: ModuleIndex, edits: Dict[cst.CSTNode, Replacement]) -> cst.Mod
 def _formatted_statement(source: str, line_length: int) -> cst.BaseStatement:
     """black is deterministic: the same emitted statement at the same width (the same
     idiom in several files of a run) is formatted and parsed once.  Sharing the node
-    is safe: libcst nodes are immutable, and the self-check parses changed code anew."""
+    is safe: libcst nodes are immutable, and the self-check parses changed code anew.
+    black is imported here, on the first statement to format: it is a third of the
+    tool's start-up, and a file with nothing to rewrite (a pre-commit run over
+    already rewritten or unrelated files) does not need it."""
+    import black
+
     return cst.parse_statement(black.format_str(source, mode=black.Mode(line_length=line_length)))
 
 
