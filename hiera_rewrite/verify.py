@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from .files import expand_paths, process_file, unified_diff, write_checked
-from .verify_layout import Group, group_files, module_name
+from .verify_layout import Group, group_files
 from .verify_sites import regions_run, sites_of
 
 EXIT_VERIFY_FAILED = 3
@@ -51,6 +51,7 @@ CUDA_CONFIGS = [("cuda", "float32", 1e-5), ("cuda", "bfloat16", 1e-2)]
 
 _SKIP_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".tox", ".venv", "venv", "node_modules", "site-packages"}
 _MAX_COPY_BYTES = 8 * 1024 * 1024
+_SOURCE_SUFFIXES = {".py", ".json", ".yaml", ".yml", ".txt", ".cfg", ".toml"}
 _WORKER = Path(__file__).with_name("verify_worker.py")
 
 
@@ -58,7 +59,9 @@ class UsageError(ValueError):
     """A bad --factory/--package-root: exit 2."""
 
 
-def _copy_tree(src: Path, dst: Path, only_py_and_packages: bool) -> None:
+def _copy_tree(src: Path, dst: Path, only_py_and_packages: bool, sources_only: bool = False) -> None:
+    """Copy a folder (``only_py_and_packages``: its .py files and regular packages;
+    ``sources_only``: .py and small config files at any depth, for a whole repo)."""
     dst.mkdir(parents=True, exist_ok=True)
     for entry in sorted(src.iterdir()):
         if entry.is_symlink() and not entry.exists():
@@ -68,9 +71,11 @@ def _copy_tree(src: Path, dst: Path, only_py_and_packages: bool) -> None:
                 continue
             if only_py_and_packages and not (entry / "__init__.py").is_file():
                 continue
-            _copy_tree(entry, dst / entry.name, False)
+            _copy_tree(entry, dst / entry.name, False, sources_only)
         elif entry.is_file():
             if only_py_and_packages and entry.suffix != ".py":
+                continue
+            if sources_only and entry.suffix not in _SOURCE_SUFFIXES:
                 continue
             if entry.suffix in (".pyc", ".pyo") or entry.stat().st_size > _MAX_COPY_BYTES:
                 continue
@@ -126,7 +131,7 @@ def _user_factories(group: Group, factories: Sequence[str]) -> List[Dict[str, An
         if mod.endswith(".py") or os.sep in mod or "/" in mod:
             path = Path(mod).resolve()
             try:
-                mod = module_name(group.root, path)
+                mod = group.module(path)
             except ValueError:
                 raise UsageError(f"--factory {spec!r}: {path} is not inside the import root {group.root}") from None
         out.append({"module": mod, "attr": func, "kwargs": own_kwargs})
@@ -156,31 +161,28 @@ def verify_group(
     for path in changed:
         result = group.results[path]
         for site in sites_of(group.names[path], result.source, result.output, result.reports):
-            sites.append(dict(site.to_json(), module=module_name(group.root, path)))
+            sites.append(dict(site.to_json(), module=group.module(path)))
     tmp = Path(tempfile.mkdtemp(prefix="hiera-rewrite-verify-"))
     try:
         sides: Dict[str, str] = {}
         for side in ("orig", "new"):
             base = tmp / side
-            for top in group.tops:
-                if top:
-                    _copy_tree(group.root / top, base / top, only_py_and_packages=False)
-                else:
-                    _copy_tree(group.root, base, only_py_and_packages=True)
+            for folder, name, only_py in group.copies():
+                _copy_tree(folder, base / name, only_py_and_packages=only_py, sources_only=bool(group.layout.alias))
             sides[side] = str(base)
             if side == "new":
                 for path, result in group.results.items():
-                    (base / path.relative_to(group.root)).write_bytes(result.output)
+                    (base / group.rel(path)).write_bytes(result.output)
 
         def copy_of(path: Path, side: str) -> str:
-            return str(Path(sides[side]) / path.relative_to(group.root))
+            return str(Path(sides[side]) / group.rel(path))
 
         scan = list(group.targets) + [p for p in _dependents(changed) if p not in group.targets]
         spec = {
             "sides": sides,
-            "flat_dirs": sorted({str(p.parent.relative_to(group.root)) for p in group.targets}),
+            "flat_dirs": sorted({str(group.rel(p).parent) for p in group.targets}),
             "project_dir": str(group.root),
-            "modules": [{"name": module_name(group.root, p), "primary": p in group.targets} for p in scan],
+            "modules": [{"name": group.module(p), "primary": p in group.targets} for p in scan],
             "traced": {side: {copy_of(p, side): group.names[p] for p in changed} for side in sides},
             "sites": sites,
             "factories": user_factories,
@@ -284,9 +286,12 @@ def _hint(site: Dict[str, Any], report: Dict[str, Any]) -> str:
     module = site.get("module") or "MODULE"
     if not owner_class:
         return f"no model built here calls {site['owner']}; name one that does with --factory MODULE:FUNC[:JSON]"
-    failures = report.get("failures", [])
-    # the class's own builds, else those of the models that would hold it
-    why = [f for f in failures if f.get("class") == owner_class] or failures
+    unimported = [i for i in report.get("imports", []) if i["module"] == site.get("module")]
+    if unimported:
+        return f"cannot import {unimported[0]['module']}: {unimported[0]['error']}"
+    contains = report.get("contains", {})
+    # the class's own builds and those of the models that would hold it
+    why = [f for f in report.get("failures", []) if f.get("class") == owner_class or owner_class in contains.get(f.get("class"), ())]
     reason = "; ".join(f"{f['label']}: {f['error']}" for f in why[:2])
     missing = [f.get("missing") for f in why if f.get("missing")]
     if missing:
@@ -361,7 +366,8 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> bo
     failed_sites = [v for v in verdicts if v["exercised"] and not v["ok"]]
     if failed_sites:
         ok = False
-    if not report.get("models") and not report.get("errors"):
+    missing = sorted({i["error"] for i in report.get("imports", []) if i["missing"]})
+    if not report.get("models") and not report.get("errors") and not missing:
         print("  FAILED: no model could be built; name one with --factory module:function", file=out)
         ok = False
     proven = sum(1 for v in verdicts if v["exercised"] or v["definition_only"])
@@ -369,7 +375,9 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> bo
     if ok and not unproven:
         print(f"verify: PASSED ({tally}, every comparison equal)", file=out)
         return True
-    if ok:
+    if ok and missing:  # not a mismatch: install what the files import, then verify again
+        print(f"verify: NOT PROVEN ({tally}; {'; '.join(missing)})", file=out)
+    elif ok:
         print(f"verify: NOT PROVEN ({tally}; {len(unproven)} never ran in a compared case)", file=out)
     else:
         print(f"verify: FAILED ({tally})", file=out)

@@ -10,7 +10,12 @@ as in the user's repo; module names are dotted paths below it.  It is the highes
   absolute imports from the repo root work too;
 * for each absolute import of a *local* name (``from models.hiera import Hiera``),
   the nearest folder from which that module resolves to a file of the repo (searched
-  up to the VCS root, else three levels up).
+  up to the VCS root, else three levels up);
+* an *installed* layout: an absolute import whose top-level name resolves nowhere
+  in the repo but to an installed package whose folder is the repo folder (or above
+  the files): ``from mypkg.models.backbones import ...`` with the files at the repo
+  root and the repo installed as ``mypkg`` (editable, ``package-dir``, a link).  The
+  root is that folder and module names get the package's name in front.
 
 Nothing here imports or writes anything.
 """
@@ -19,6 +24,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Tuple
@@ -30,8 +37,9 @@ _VCS = (".git", ".hg", ".svn")
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    root: Path  # the import root (on sys.path)
-    kind: str  # "package" | "namespace" | "flat"
+    root: Path  # the import root (on sys.path); for "installed": the package's own folder
+    kind: str  # "package" | "namespace" | "flat" | "installed"
+    alias: Optional[str] = None  # "installed": the name the root folder is imported as
 
 
 def _evidence(folder: Path) -> Tuple[int, Set[str]]:
@@ -71,6 +79,24 @@ def _above(a: Path, b: Path) -> bool:
     return a == b or a in b.parents
 
 
+def installed_package(folder: Path, names: Set[str], limit: Sequence[Path]) -> Optional[Tuple[Path, str]]:
+    """(folder, name) of an installed package that holds ``folder`` and that one of the
+    absolute ``names`` imports, where the name resolves from no folder of ``limit``."""
+    for name in sorted(names):
+        top = name.split(".")[0]
+        if any(_resolves(base, top) for base in limit):
+            continue
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            continue
+        for location in list(getattr(spec, "submodule_search_locations", None) or []) if spec else []:
+            real = Path(os.path.realpath(location))
+            if _above(real, folder):
+                return real, top
+    return None
+
+
 def find_layout(path: Path) -> Layout:
     folder = path.resolve().parent
     if (folder / "__init__.py").is_file():
@@ -88,6 +114,9 @@ def find_layout(path: Path) -> Layout:
     vcs = vcs_root(folder)
     ups = [floor, *floor.parents]
     limit = ups.index(vcs) + 1 if vcs is not None and vcs in ups else 4
+    installed = installed_package(folder, names, ups[:limit])
+    if installed is not None:
+        return Layout(installed[0], "installed", installed[1])
     root = floor
     for name in sorted(names):
         for candidate in ups[:limit]:
@@ -122,13 +151,33 @@ class Group:
     def root(self) -> Path:
         return self.layout.root
 
+    def rel(self, path: Path) -> Path:
+        """Where ``path`` lies in a copy of the import root (the package name first for
+        an installed layout)."""
+        rel = path.resolve().relative_to(self.root)
+        return Path(self.layout.alias) / rel if self.layout.alias else rel
+
+    def module(self, path: Path) -> str:
+        parts = list(self.rel(path).with_suffix("").parts)
+        if parts and parts[-1] == "__init__":
+            parts = parts[:-1]
+        return ".".join(parts)
+
     @property
     def tops(self) -> List[str]:
         """First path components below the root holding targets ('' for files at the root)."""
-        return sorted({p.relative_to(self.root).parts[0] if len(p.relative_to(self.root).parts) > 1 else "" for p in self.targets})
+        return sorted({self.rel(p).parts[0] if len(self.rel(p).parts) > 1 else "" for p in self.targets})
+
+    def copies(self) -> List[Tuple[Path, str, bool]]:
+        """(folder, its name in the copy, only .py files and packages) to copy per side."""
+        if self.layout.alias:
+            return [(self.root, self.layout.alias, False)]
+        return [(self.root / top, top, False) if top else (self.root, "", True) for top in self.tops]
 
     @property
     def label(self) -> str:
+        if self.layout.alias:
+            return f"installed layout, {self.root} imported as {self.layout.alias}"
         names = ", ".join(t or "(root files)" for t in self.tops)
         return f"{self.layout.kind} layout, import root {self.root} ({names})"
 

@@ -405,7 +405,7 @@ def _callee(node: ast.AST, module) -> Tuple[Any, Optional[str]]:
 class Worker:
     def __init__(self, spec: Dict[str, Any]) -> None:
         self.spec = spec
-        self.report: Dict[str, Any] = {"models": [], "errors": [], "notes": [], "failures": [], "coverage": []}
+        self.report: Dict[str, Any] = {"models": [], "errors": [], "notes": [], "failures": [], "coverage": [], "imports": []}
         self.t0 = time.time()
         traced: Dict[str, str] = {}
         for side_files in spec["traced"].values():
@@ -496,6 +496,7 @@ class Worker:
                 missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
                 why = f"cannot import {missing} (not installed)" if missing and not missing.startswith(mod_name.split(".")[0]) else f"{type(exc).__name__}: {exc}"
                 self.report["notes"].append(f"cannot import {mod_name}: {why}")
+                self.report["imports"].append({"module": mod_name, "error": why, "missing": why.endswith("(not installed)")})
                 return
             source_file = getattr(module, "__file__", None)
             if not source_file:
@@ -528,12 +529,20 @@ class Worker:
                     scan(base.__module__, False)
 
         parts: Set[Any] = set()
+        direct: Dict[str, Set[str]] = {}
         for cls, module, node, _ in classes:
             for call in ast.walk(node):
                 if isinstance(call, ast.Call):
                     obj, _ = _callee(call.func, module)
                     if is_module_class(obj) and obj is not cls:
                         parts.add(obj)
+                        direct.setdefault(cls.__name__, set()).add(obj.__name__)
+        # which classes each one builds, through its parts (for the not-proven hints)
+        contains = {name: set(held) for name, held in direct.items()}
+        for _ in range(len(contains)):
+            for name, held in contains.items():
+                held |= {n for h in list(held) for n in contains.get(h, ())}
+        self.report["contains"] = {name: sorted(held) for name, held in contains.items()}
         tops = [c for c in classes if c[0] not in parts]
         tops.sort(key=lambda c: (not (_MODEL_ARGS & set(init_params(c[0])[0])), not c[3]))
         self.parts = [c[0] for c in classes if c[0] in parts]

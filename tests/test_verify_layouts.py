@@ -13,6 +13,7 @@ naming the site; a site no model reaches must be NOT PROVEN, naming its class.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -398,3 +399,46 @@ def test_missing_value_names_the_exact_kwargs(tmp_path: Path, capsys):
     code, out, err = verify(folder, capsys, "--kwargs", '{"model_name": "hiera_x"}')
     assert code == cli.EXIT_CHANGED, out + err
     assert "verify: PASSED (3/3 sites exercised" in out
+
+
+# -- an installed-package layout; a missing third-party module --------------------------------
+
+
+def test_installed_package_layout(tmp_path: Path, capsys, monkeypatch):
+    """The repo is itself the installed package ``mypkg`` (its files at the repo root,
+    ``package-dir = {mypkg = "."}``; here the install is a link on sys.path) and imports
+    itself as ``from mypkg.models.backbones.attention import ...``.  The attention
+    (HR001's site) lives in a module reached only under that name: it must be imported
+    from the rewritten copy, not from the user's tree through the installed name."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    sources = classifier_fork()
+    hiera = sources["hiera.py"]
+    start, end = hiera.index("class MaskUnitAttention(nn.Module):"), hiera.index("class HieraBlock(nn.Module):")
+    attention = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\nfrom mypkg.models.backbones.hiera_utils import do_pool\n\n\n" + hiera[start:end]
+    hiera = hiera[:start] + hiera[end:]
+    hiera = sub(hiera, "from .hiera_utils import", "from mypkg.models.backbones.attention import MaskUnitAttention\nfrom mypkg.models.backbones.hiera_utils import")
+    hiera = sub(hiera, "from .hfhub import", "from mypkg.models.backbones.hfhub import")
+    sources.update({"hiera.py": hiera, "attention.py": attention})
+    folder = write(repo / "models" / "backbones", sources)
+    write(repo / "models", {"__init__.py": ""})
+    write(repo, {"pyproject.toml": '[project]\nname = "mypkg"\n\n[tool.setuptools.package-dir]\nmypkg = "."\n'})
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "mypkg").symlink_to(repo, target_is_directory=True)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    out = assert_all_proven(folder, capsys)
+    assert f"installed layout, {repo} imported as mypkg" in out
+    assert "model mypkg.models.backbones.hiera:Hiera (class)" in out
+    assert not list(repo.rglob("__pycache__"))
+
+
+def test_missing_third_party_module_is_not_a_mismatch(tmp_path: Path, capsys):
+    sources = classifier_fork(edits=[("import torch.nn as nn\n", "import torch.nn as nn\nimport flash_attn_not_installed_here\n")])
+    folder = write(tmp_path / "x" / "hiera", sources)
+    code, out, err = verify(folder, capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    assert "cannot import flash_attn_not_installed_here (not installed)" in out, out
+    assert "mismatch" not in out and "=> FAIL" not in out
+    assert "verify: NOT PROVEN (0/3 sites exercised; cannot import flash_attn_not_installed_here (not installed))" in out, out
