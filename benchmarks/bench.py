@@ -667,6 +667,10 @@ class Bench:
             log(f"  warm-up {warm} steps: {run.warmup_s:.1f}s")
 
             if mode != "eager":
+                hits = {k: int(v) for k, v in {**counters["inductor"], **counters["aot_autograd"]}.items()
+                        if "cache_hit" in k or "cache_miss" in k}
+                if hits:  # a process after a --warm-only one should hit (device_call.sh)
+                    run.notes.append("caches: " + ", ".join(f"{k} {v}" for k, v in sorted(hits.items())))
                 run.graph_breaks = int(sum(counters["graph_break"].values()))
                 run.graphs = int(counters["stats"].get("unique_graphs", 0))
                 run.cudagraph_skips = int(counters["inductor"].get("cudagraph_skips", 0))
@@ -781,6 +785,18 @@ class Bench:
         runs: Dict[str, Run] = {}
         lives: List[Live] = []
         sequential = args.sequential
+        if args.warm_only:
+            # fill the compile caches for a later timing process (benchmarks/device_call.sh)
+            for k in contenders:
+                res = self.prepare(cell, k, mode, x, state_dict, ref_model)
+                if isinstance(res, Live):
+                    res.run.status, res.run.error = "skipped", f"--warm-only: warmed in {res.run.warmup_s:.0f}s"
+                    self.release([res])
+                    res = res.run
+                runs[k] = res
+                self.cleanup()
+            self.groups.append(group)
+            return [runs[k] for k in contenders]
         if sequential:
             group.note = "--sequential: contenders timed one after another"
         else:
@@ -819,12 +835,18 @@ class Bench:
                 log(f"  {group.note}")
                 runs.clear()
             except Exception as exc:
-                if not (self.cuda and _is_oom(exc)):
-                    raise
+                # an out-of-memory, or a failure of the contenders side by side (e.g. two
+                # CUDA-graph trees): time them one after another rather than lose the group
                 sequential = True
-                group.note = (f"not interleaved: CUDA out of memory in the rounds with {len(lives)} contenders "
-                              "alive; contenders timed one after another")
+                what = ("CUDA out of memory" if self.cuda and _is_oom(exc)
+                        else f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:200])
+                group.note = (f"not interleaved: {what} in the rounds with {len(lives)} contenders alive; "
+                              "contenders timed one after another")
                 log(f"  {group.note}")
+                traceback.print_exc(limit=6)
+                text = str(exc)
+                if self.cuda and ("illegal memory access" in text or "device-side assert" in text):
+                    self.cuda_broken = True
                 runs.clear()
             finally:
                 self.release(lives)
@@ -976,11 +998,12 @@ def markdown(runs: List[Run], env: Dict[str, Any], cells: Dict[str, Cell],
     ratios = group_ratios(runs, groups)
     gstate = {(g["cell"], g["mode"]): g for g in groups}
     modes = [m for m in MODES if any(r.mode == m for r in runs)]
-    lines.append("")
-    lines.append("### ratios per cell and mode (< 1: the first is faster; per-round median [IQR])")
-    lines.append("")
-    lines.append("| cell | mode | timing | rewritten/hiera-optim | rewritten/FAIR | hiera-optim/FAIR | GPU start | GPU end |")
-    lines.append("|---|---|---|---|---|---|---|---|")
+    if ratios:
+        lines.append("")
+        lines.append("### ratios per cell and mode (< 1: the first is faster; per-round median [IQR])")
+        lines.append("")
+        lines.append("| cell | mode | timing | rewritten/hiera-optim | rewritten/FAIR | hiera-optim/FAIR | GPU start | GPU end |")
+        lines.append("|---|---|---|---|---|---|---|---|")
 
     def cell_txt(s: Optional[Dict[str, Any]]) -> str:
         if not s:
@@ -1106,6 +1129,9 @@ def parse_args(argv=None):
                         "MAEStepInputs.refresh_mask); fixed: one mask passed in by every contender")
     p.add_argument("--optimizer", default="none", choices=["none", "adamw"])
     p.add_argument("--fair-ro", action="store_true", help="also try FAIR under reduce-overhead")
+    p.add_argument("--warm-only", action="store_true",
+                   help="build, compile and warm every contender, time nothing: fills inductor's on-disk caches "
+                        "(FX graph, AOTAutograd) so a later process compiles the same graphs in seconds")
     p.add_argument("--sequential", action="store_true",
                    help="time each contender alone, one after another (the pre-issue-15 order), instead of "
                         "interleaved rounds with every contender's compiled graphs alive side by side")

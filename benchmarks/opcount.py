@@ -41,11 +41,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (cells, the rewritten package, hiera-optim's shim)
 
 COPY_OPS = {"copy_", "clone", "_to_copy", "contiguous"}
-GROUPS = {  # model function -> part of the step, for the summary
-    "forward_encoder": "encoder", "forward": "encoder", "get_random_mask": "mask draw",
-    "forward_decoder": "decoder", "forward_loss": "loss", "get_pixel_label_2d": "loss",
-    "get_pixel_label_3d": "loss",
-}
 
 
 def _site(frame, roots: List[str]) -> str:
@@ -53,7 +48,7 @@ def _site(frame, roots: List[str]) -> str:
     while frame is not None:
         name = frame.f_code.co_filename
         if any(name.startswith(r) for r in roots):
-            return f"{Path(name).name}:{frame.f_code.co_name}"
+            return f"{Path(name).name}:{getattr(frame.f_code, 'co_qualname', frame.f_code.co_name)}"
         frame = frame.f_back
     return "(outside the model)"
 
@@ -300,7 +295,7 @@ def main(argv=None) -> int:
         agg: collections.Counter = collections.Counter()
         for s, n, kind, c in results["rewritten"]["aten_sites"]:
             fn = s.split(":", 1)[-1]
-            if fn in GROUPS and n in idx_ops:
+            if fn.split(".")[0] in ("Hiera", "MaskedAutoencoderHiera") and n in idx_ops:
                 agg[(fn, n)] += c
         for (fn, n), c in sorted(agg.items()):
             print(f"- {fn}: {n} x{c}")

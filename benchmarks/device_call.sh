@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One device call of issue 15's plan (benchmarks/NOTES.md, "Device plan"), run from the
+# repo root on the lent GPU machine with `.whl` carried (benchmarks/prepare_device.sh):
+#
+#   bash benchmarks/device_call.sh 1   # headline: 3 contenders x eager/compile/ro; eager matrix; memory + opcount on CUDA
+#   bash benchmarks/device_call.sh 2   # compile + ro, rewritten vs hiera-optim: tiny, large, base_q3
+#   bash benchmarks/device_call.sh 3   # compile + ro, rewritten vs hiera-optim: small, video, base_q1
+#
+# Phase A fills inductor's on-disk caches (FX graph + AOTAutograd) with parallel
+# `bench.py --warm-only` processes, one per (cell, contender, mode) group, on the 16
+# cores: compiling is CPU work, and one process compiles one graph at a time.  Phase B
+# is ONE timing process (interleaved rounds, nothing else running): its compiles hit
+# those caches (seen on the CPU: 177 s -> 8 s for the same graph), so only dynamo's
+# trace is paid again.  Every phase has a wall limit; bench.py's --budget-s skips the
+# groups that would not fit and says so.  Files under $OUT (8 at most come back):
+# bench.log (both phases' summaries), headline/matrix_eager/compile_ro_partN .json, memory.txt/.json,
+# opcount.txt/.json; the bench.md tables are printed last (the tool returns the output's end).
+set -u
+PART=${1:?usage: device_call.sh 1|2|3}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+START=$(date +%s)
+LIMIT=${LIMIT:-520}            # whole call, seconds (the tool's limit is 600)
+elapsed() { echo $(( $(date +%s) - START )); }
+log() { echo "[device_call $(elapsed)s] $*" | tee -a "$OUT/bench.log"; }
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "wheel install failed (is .whl carried?)"; exit 2; }
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+log "part $PART; $(nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader 2>&1)"
+
+case $PART in
+  1) WARM_LIMIT=200
+     WARM=("base compile fair" "base compile rewritten" "base compile optim" "base ro rewritten" "base ro optim")
+     ;;
+  2) WARM_LIMIT=210; CELLS=tiny,large,base_q3 ;;
+  3) WARM_LIMIT=210; CELLS=small,video,base_q1 ;;
+  *) echo "unknown part $PART"; exit 2 ;;
+esac
+if [ "$PART" != 1 ]; then
+  WARM=()
+  for c in ${CELLS//,/ }; do
+    for m in compile ro; do WARM+=("$c $m rewritten" "$c $m optim"); done
+  done
+fi
+rm -rf /tmp/warm_*.log /tmp/b_*
+
+# ---- phase A: fill the compile caches in parallel ----------------------------------------
+THREADS=$(( 16 / ${#WARM[@]} )); [ "$THREADS" -lt 1 ] && THREADS=1
+pids=()
+i=0
+for w in "${WARM[@]}"; do
+  set -- $w
+  TORCHINDUCTOR_COMPILE_THREADS=$THREADS timeout "$WARM_LIMIT" python3 benchmarks/bench.py --warm-only \
+    --warmup 1 --steps 1 --budget-s "$WARM_LIMIT" --cells "$1" --modes "$2" --contenders "$3" \
+    > "/tmp/warm_$i.log" 2>&1 &
+  pids+=($!); i=$((i + 1))
+done
+if [ "$PART" = 1 ]; then
+  # counts and allocator bytes, not timings: they may share the machine with phase A
+  # (opcount's kernel counts and GPU busy ms hold; its wall ms is contended here)
+  ( python3 benchmarks/memory.py --device cuda --dtype bf16 --batch 128 --json "$OUT/memory.json" > "$OUT/memory.txt" 2>&1
+    python3 benchmarks/opcount.py --device cuda --dtype bf16 --batch 128 --json "$OUT/opcount.json" \
+      > "$OUT/opcount.txt" 2>&1 ) &
+  pids+=($!)
+fi
+wait "${pids[@]}"
+for f in /tmp/warm_*.log; do
+  grep -hE "^\[bench .*(=== cell|: build|warm-up|ERROR)" "$f" | sed "s|^|$(basename "$f" .log) |" >> "$OUT/bench.log"
+done
+log "phase A done (warm-up processes: ${#WARM[@]}, $THREADS compile threads each)"
+
+# ---- phase B: one timing process ---------------------------------------------------------
+bench() {  # out-name, budget, bench.py args...
+  local name=$1 budget=$2; shift 2
+  log "phase B: bench.py $* (budget ${budget}s)"
+  python3 benchmarks/bench.py "$@" --budget-s "$budget" --out "/tmp/b_$name" > "/tmp/b_$name.log" 2>&1
+  log "bench.py $name rc $?"
+  cp "/tmp/b_$name/bench.json" "$OUT/$name.json" 2>/dev/null
+  grep -hE "^\[bench " "/tmp/b_$name.log" >> "$OUT/bench.log"
+}
+if [ "$PART" = 1 ]; then
+  bench headline $(( LIMIT - $(elapsed) - 100 )) --cells headline --modes eager,compile,ro
+  bench matrix_eager $(( LIMIT - $(elapsed) - 10 )) --cells tiny,small,large,base_q1,base_q3,video --modes eager
+else
+  bench "compile_ro_part$PART" $(( LIMIT - $(elapsed) - 15 )) --cells "$CELLS" --modes compile,ro \
+    --contenders rewritten,optim
+fi
+log "done"
+# the tables last: the tool returns the end of the output
+for f in /tmp/b_*/bench.md; do [ -f "$f" ] && { echo; echo "== $f"; cat "$f"; }; done
+[ -f "$OUT/memory.txt" ] && { echo; echo "== memory.txt (head)"; head -30 "$OUT/memory.txt"; }
+[ -f "$OUT/opcount.txt" ] && { echo; echo "== opcount.txt (head)"; head -12 "$OUT/opcount.txt"; }
+exit 0
