@@ -442,3 +442,67 @@ def test_missing_third_party_module_is_not_a_mismatch(tmp_path: Path, capsys):
     assert "cannot import flash_attn_not_installed_here (not installed)" in out, out
     assert "mismatch" not in out and "=> FAIL" not in out
     assert "verify: NOT PROVEN (0/3 sites exercised; cannot import flash_attn_not_installed_here (not installed))" in out, out
+
+
+# -- sabotage and unreachable sites on the new layouts ------------------------------------------
+
+SEQUENCE_1D = {"input_size": (256,), "q_stride": (2,), "mask_unit_size": (8,), "patch_kernel": (7,), "patch_stride": (4,), "patch_padding": (3,)}
+
+
+def test_sabotaged_static_token_drop_fails_on_a_classifier_fork(tmp_path: Path, capsys, monkeypatch):
+    """The static-count path of HR003 in a classifier-only 1-D fork, reached only through
+    the num_kept case: a gather of the dropped windows instead of the kept ones FAILs
+    there, naming Hiera.forward."""
+    real = files.rewrite_bytes
+
+    def wrong(data, **kwargs):
+        result = real(data, **kwargs)
+        text = result.output.decode()
+        swapped, n = re.subn(r"mask\.logical_not\(\)\.byte\(\)\.argsort\(", "mask.byte().argsort(", text)
+        if n:
+            result.output = swapped.encode()
+        return result
+
+    folder = write(tmp_path / "x" / "hiera", classifier_fork(SEQUENCE_1D))
+    monkeypatch.setattr(files, "rewrite_bytes", wrong)
+    code, out, err = verify(folder, capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    rows = site_rows(out)
+    drop = [row for row in rows.values() if "Hiera.forward" in row]
+    assert drop and "FAIL" in drop[0] and "num_kept" in drop[0], out
+    failing = [line for line in out.splitlines() if "num_kept)" in line and "FAIL" in line]
+    assert failing and not [line for line in out.splitlines() if "forward(x)  " in line and "FAIL" in line], out
+    assert "verify: FAILED" in out
+
+
+def test_unreached_site_in_a_padding_mask_fork_is_not_proven(tmp_path: Path, capsys):
+    """A 1-D padding-mask fork with a token dropper no model builds (its constructor
+    needs a value nothing gives): not proven, naming it and the --kwargs to give."""
+    edits = [
+        (_FORWARD_HEAD, "        padding_mask: torch.Tensor,\n" + _FORWARD_HEAD),
+        ("        x = x + self.get_pos_embed()\n", "        x = x + self.get_pos_embed()\n        x = x * padding_mask[..., None].to(x.dtype)\n"),
+    ]
+    sources = classifier_fork(SEQUENCE_1D, edits)
+    sources["hiera.py"] += '''
+
+class TokenDropper(nn.Module):
+    """Built by no model of the files."""
+
+    def __init__(self, mu_size: int, keep_order):
+        super().__init__()
+        self.mu_size, self.keep_order = mu_size, keep_order
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = x[mask[..., None].tile(1, self.mu_size, x.shape[2])].view(x.shape[0], -1, x.shape[-1])
+        return x
+'''
+    folder = write(tmp_path / "x" / "hiera", sources)
+    code, out, err = verify(folder, capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    rows = site_rows(out)
+    assert any("TokenDropper.forward" in row and "NOT PROVEN" in row for row in rows.values()), out
+    assert all(row.rstrip().endswith("pass") for row in rows.values() if "TokenDropper" not in row), out
+    message = [line for line in out.splitlines() if line.startswith("not proven:")]
+    assert len(message) == 1 and "TokenDropper.forward" in message[0], out
+    assert """--kwargs '{"keep_order": "..."}'""" in message[0], out
+    assert "verify: NOT PROVEN (3/4 sites exercised; 1 never ran in a compared case)" in out
