@@ -17,10 +17,10 @@ from typing import Counter, Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.index import walk
 from hiera_rewrite.rewrite import PlanContext, Refuse
 
-from ._flow import FunctionFlow, code, dim_arg, int_args, int_value, is_name, method_call, positional, single_assign, statement_names
+from hiera_rewrite.flow import statement_names
+from ._match import code, dim_arg, int_args, int_value, is_name, method_call, positional, single_assign
 
 SDPA_NAMES = {
     "torch.nn.functional.scaled_dot_product_attention",
@@ -43,10 +43,7 @@ def sdpa_calls(ctx: PlanContext, root: Optional[cst.CSTNode] = None) -> List[cst
             if ctx.qualified_names(node.func) & SDPA_NAMES:
                 found.append(node)
 
-    if root is None:
-        ctx.index.visit(_Calls())
-    else:
-        walk(_Calls(), root)
+    ctx.visit(_Calls(), root)
     return found
 
 
@@ -193,14 +190,14 @@ def all_loads(ctx: PlanContext, root: cst.CSTNode) -> List[cst.Name]:
             found.append(node)
 
         def visit_Attribute(self, node: cst.Attribute) -> bool:
-            walk(self, node.value)
+            ctx.visit(self, node.value)
             return False
 
         def visit_Arg(self, node: cst.Arg) -> bool:
-            walk(self, node.value)
+            ctx.visit(self, node.value)
             return False
 
-    walk(_Names(), root)
+    ctx.visit(_Names(), root)
     return found
 
 
@@ -314,7 +311,7 @@ def _attribute_problem(ctx: PlanContext, func: cst.FunctionDef, attr: str) -> Op
                 found.append(f"a setattr at {where(node)} may set self.{attr}")
 
     for owner_class in _class_and_local_bases(ctx.module, cls):
-        ctx.index.visit(_Stores(owner_class), owner_class)
+        ctx.visit(_Stores(owner_class), owner_class)
     problem = found[0] if found else None
     if problem is None and not numeric:
         problem = f"self.{attr} is not set in {cls.name.value}.__init__ (or its bases in this file)"
@@ -356,7 +353,7 @@ def _bound_names(ctx: PlanContext, func: cst.FunctionDef) -> Set[str]:
     """Names bound in ``func``, the functions around it and the module's top level."""
     bound = set(top_level_bindings(ctx))
     for owner in [func, *(a for a in ctx.ancestors(func) if isinstance(a, cst.FunctionDef))]:
-        flow = FunctionFlow.of(owner)
+        flow = ctx.flow(owner)
         bound |= flow.params
         for stmt in flow.stmts:
             bound |= stmt.assigned
@@ -368,7 +365,7 @@ def top_level_bindings(ctx: PlanContext) -> Counter[str]:
     found = ctx.memo.get("top-level bindings")
     if found is None:
         found = ctx.memo["top-level bindings"] = collections.Counter(
-            name for s in ctx.module.body for name in statement_names(s)[0]
+            name for s in ctx.module.body for name in statement_names(ctx, s)[0]
         )
     return found
 

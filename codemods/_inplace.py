@@ -32,9 +32,10 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.index import ModuleIndex
+from hiera_rewrite.rewrite import PlanContext
 
-from ._flow import _all_params, _loaded_names, code
+from hiera_rewrite.flow import all_params, body_of, loaded_names
+from ._match import code
 
 TENSOR = "tensor"
 CONTAINER = "container"  # a tuple/list/... that may hold it (binary ops keep it: `t + (y,)`)
@@ -121,8 +122,8 @@ class _Unfollowed(Exception):
 class InplaceFlow:
     """Follows values through the functions of one module (one per plan)."""
 
-    def __init__(self, index: ModuleIndex) -> None:
-        self.index = index
+    def __init__(self, ctx: PlanContext) -> None:
+        self.ctx = ctx
         self._summaries: Dict[Tuple[int, str], Optional[Outcome]] = {}
         self._modules: Dict[Tuple[int, str], Optional[str]] = {}
         self._memo: Dict[Tuple[str, int], Tuple[cst.FunctionDef, List[Tuple[cst.Name, Effect]]]] = {}
@@ -166,8 +167,8 @@ class InplaceFlow:
         if found is None or found[0] is not func:
             uses: List[Tuple[cst.Name, Effect]] = []
             for part in _parts(func.body):
-                for name in _loaded_names(part):
-                    if _in_nested_scope(self.index, name, part):
+                for name in loaded_names(self.ctx, part):
+                    if _in_nested_scope(self.ctx, name, part):
                         continue
                     uses.append((name, self.classify(name, TENSOR)))
             found = self._memo[key] = (func, uses)
@@ -184,17 +185,17 @@ class InplaceFlow:
     def classify(self, node: cst.CSTNode, kind: str) -> Effect:
         """What happens to the value of ``node`` (a name load or the seed expression)
         in its statement."""
-        index = self.index
+        ctx = self.ctx
         cur: cst.CSTNode = node
         label = WHAT
         effect = Effect()
         while True:
-            p = index.parent(cur)
+            p = ctx.parent(cur)
             if p is None:
                 effect.hazard = f"{label} is used where HR002 does not follow it"
                 return effect
             if isinstance(p, cst.Attribute) and p.value is cur:
-                gp = index.parent(p)
+                gp = ctx.parent(p)
                 if isinstance(gp, cst.Call) and gp.func is p:
                     method = p.attr.value
                     if is_inplace_method(method):
@@ -208,17 +209,17 @@ class InplaceFlow:
                         continue
                     return effect  # a new tensor (or a number)
                 if p.attr.value in ALIAS_ATTRS:
-                    if _is_target(index, p):
+                    if _is_target(ctx, p):
                         effect.hazard = f"`{_short(p)} = ...` at line {self._line(p)} modifies {WHAT} in place"
                         return effect
                     cur = p
                     continue
                 return effect  # .shape, .dtype, .device, .grad ...
             if isinstance(p, cst.Subscript) and p.value is cur:
-                if _is_target(index, p):
+                if _is_target(ctx, p):
                     effect.hazard = f"`{_short(p)} = ...` at line {self._line(p)} modifies {WHAT} in place"
                     return effect
-                aug = index.parent(p)
+                aug = ctx.parent(p)
                 if isinstance(aug, cst.AugAssign) and aug.target is p:
                     effect.hazard = f"`{_short(p)} {_op(aug)}= ...` at line {self._line(p)} modifies {WHAT} in place"
                     return effect
@@ -227,7 +228,7 @@ class InplaceFlow:
             if isinstance(p, (cst.Index, cst.Slice, cst.SubscriptElement)):
                 return effect  # used as an index: `a[x]` copies out of a
             if isinstance(p, cst.Arg):
-                call = index.parent(p)
+                call = ctx.parent(p)
                 if not isinstance(call, cst.Call):
                     effect.hazard = f"{label} is used where HR002 does not follow it (line {self._line(p)})"
                     return effect
@@ -344,7 +345,7 @@ class InplaceFlow:
             if other.keyword is not None and other.keyword.value == "inplace" and not _is_false(other.value):
                 return f"`{callee}(..., inplace=...)` at line {line} modifies {WHAT} in place"
         func = call.func
-        qualified = self.index.qualified_names(func)
+        qualified = self.ctx.qualified_names(func)
         if qualified and all(q.startswith("torch.") for q in qualified):
             last = {q.rsplit(".", 1)[-1] for q in qualified}
             if any(is_inplace_method(n) for n in last):
@@ -403,7 +404,7 @@ class InplaceFlow:
         """The module-level ``def name`` a bare call resolves to, if it surely does."""
         if self._module_functions is None:
             defs: Dict[str, Optional[cst.FunctionDef]] = {}
-            for stmt in self.index.module.body:
+            for stmt in self.ctx.module.body:
                 if isinstance(stmt, cst.FunctionDef):
                     defs[stmt.name.value] = None if stmt.name.value in defs else stmt
             self._module_functions = defs
@@ -417,8 +418,8 @@ class InplaceFlow:
         """How many times the module binds each name (any scope)."""
         if self._module_bound is None:
             counts: Dict[str, int] = {}
-            for n in self.index.nodes(cst.Name):
-                if not _is_load(self.index, n):  # type: ignore[arg-type]
+            for n in self.ctx.nodes(cst.Name):
+                if not _is_load(self.ctx, n):  # type: ignore[arg-type]
                     counts[n.value] = counts.get(n.value, 0) + 1  # type: ignore[attr-defined]
             self._module_bound = counts
         return self._module_bound
@@ -433,10 +434,10 @@ class InplaceFlow:
         if self._module_function(name, None) is not func:  # type: ignore[arg-type]
             return None
         calls: List[cst.Call] = []
-        for n in self.index.nodes(cst.Name):
-            if n.value != name or not _is_load(self.index, n):  # type: ignore[attr-defined,arg-type]
+        for n in self.ctx.nodes(cst.Name):
+            if n.value != name or not _is_load(self.ctx, n):  # type: ignore[attr-defined,arg-type]
                 continue
-            p = self.index.parent(n)
+            p = self.ctx.parent(n)
             if isinstance(p, cst.Attribute) and p.attr is n:
                 continue
             if isinstance(p, cst.Arg) and p.keyword is n:
@@ -450,7 +451,7 @@ class InplaceFlow:
     def _self_module(self, call: cst.Call, attr: str) -> Optional[str]:
         """'new' / 'alias' when every ``self.attr = ...`` of the enclosing class builds
         a known module that leaves its input alone; None when unknown."""
-        cls = next((a for a in self.index.ancestors(call) if isinstance(a, cst.ClassDef)), None)
+        cls = next((a for a in self.ctx.ancestors(call) if isinstance(a, cst.ClassDef)), None)
         if cls is None:
             return None
         key = (id(cls), attr)
@@ -460,14 +461,14 @@ class InplaceFlow:
 
     def _class_module(self, cls: cst.ClassDef, attr: str) -> Optional[str]:
         values: List[cst.BaseExpression] = []
-        for target in self.index.nodes(cst.AssignTarget):
+        for target in self.ctx.nodes(cst.AssignTarget):
             t = target.target  # type: ignore[attr-defined]
-            if _is_self_attr(t) and t.attr.value == attr and cls in set(self.index.ancestors(target)):
-                stmt = self.index.parent(target)
+            if _is_self_attr(t) and t.attr.value == attr and cls in set(self.ctx.ancestors(target)):
+                stmt = self.ctx.parent(target)
                 if not isinstance(stmt, cst.Assign) or len(stmt.targets) != 1:
                     return None
                 values.append(stmt.value)
-        for ann in self.index.nodes(cst.AnnAssign):
+        for ann in self.ctx.nodes(cst.AnnAssign):
             if _is_self_attr(ann.target) and ann.target.attr.value == attr:  # type: ignore[attr-defined]
                 return None
         if not values:
@@ -486,7 +487,7 @@ class InplaceFlow:
                     return None
                 if a.star:
                     return None
-            qualified = self.index.qualified_names(value.func)
+            qualified = self.ctx.qualified_names(value.func)
             if not qualified:
                 return None
             for q in qualified:
@@ -500,7 +501,7 @@ class InplaceFlow:
         return verdict
 
     def _line(self, node: cst.CSTNode) -> int:
-        return self.index.position(node).line
+        return self.ctx.position(node).line
 
 
 class _Runner:
@@ -524,7 +525,7 @@ class _Runner:
     def run(self) -> Outcome:
         start: State = dict(self.seed_names) if self.stmt is None else {}
         try:
-            self.block(_body(self.func.body), start)
+            self.block(body_of(self.func.body), start)
         except _Unfollowed as exc:
             self.hazard(str(exc))
         for node, names in self.nested:
@@ -557,25 +558,25 @@ class _Runner:
                     return None
             return state
         if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-            self.nested.append((stmt, {n.value for n in _loaded_names(stmt)}))
+            self.nested.append((stmt, {n.value for n in loaded_names(self.flow.ctx, stmt)}))
             state = dict(state)
             state.pop(stmt.name.value, None)
             return state
         if isinstance(stmt, cst.If):
             binds = self.header(stmt.test, state)
             state = _merge(state, binds) or {}
-            then = self.block(_body(stmt.body), dict(state))
+            then = self.block(body_of(stmt.body), dict(state))
             other: Optional[State] = dict(state)
             if isinstance(stmt.orelse, cst.If):
                 other = self.statement(stmt.orelse, dict(state))
             elif isinstance(stmt.orelse, cst.Else):
-                other = self.block(_body(stmt.orelse.body), dict(state))
+                other = self.block(body_of(stmt.orelse.body), dict(state))
             return _merge(then, other)
         if isinstance(stmt, (cst.For, cst.While)):
             return self.loop(stmt, state)
         if isinstance(stmt, (cst.Try, cst.TryStar)):
             seen: List[State] = [state]
-            end = self.block(_body(stmt.body), dict(state), seen)
+            end = self.block(body_of(stmt.body), dict(state), seen)
             handler_start = _merge_all(seen)
             ends = []
             for handler in stmt.handlers:
@@ -584,14 +585,14 @@ class _Runner:
                     s = _merge(s, self.header(handler.type, s)) or {}
                 if handler.name is not None:
                     s.pop(getattr(handler.name.name, "value", ""), None)
-                ends.append(self.block(_body(handler.body), s))
+                ends.append(self.block(body_of(handler.body), s))
             if stmt.orelse is not None and end is not None:
-                end = self.block(_body(stmt.orelse.body), end)
+                end = self.block(body_of(stmt.orelse.body), end)
             ends.append(end)
             result = _merge_all([e for e in ends if e is not None]) if any(e is not None for e in ends) else None
             if stmt.finalbody is not None:
                 fin_start = _merge_all([handler_start] + [e for e in ends if e is not None])
-                fin = self.block(_body(stmt.finalbody.body), fin_start)
+                fin = self.block(body_of(stmt.finalbody.body), fin_start)
                 if fin is None:
                     return None
                 result = None if result is None else _merge(result, fin)
@@ -604,12 +605,12 @@ class _Runner:
                     for name in _target_names(item.asname.name, TENSOR):
                         state.pop(name, None)
                 state = _merge(state, binds) or {}
-            return self.block(_body(stmt.body), state)
+            return self.block(body_of(stmt.body), state)
         if isinstance(stmt, cst.Match):
             state = _merge(state, self.header(stmt.subject, state)) or {}
             ends = [state]
             for case in stmt.cases:
-                e = self.block(_body(case.body), dict(state))
+                e = self.block(body_of(case.body), dict(state))
                 if e is not None:
                     ends.append(e)
             return _merge_all(ends)
@@ -633,7 +634,7 @@ class _Runner:
                 s = _merge(s, target_binds) or {}
             else:
                 s = _merge(s, self.header(stmt.test, s)) or {}
-            end = self.block(_body(stmt.body), s)
+            end = self.block(body_of(stmt.body), s)
             self.loops.pop()
             breaks_all += breaks
             new_head = _merge_all([head] + ([end] if end is not None else []) + continues)
@@ -644,7 +645,7 @@ class _Runner:
             raise _Unfollowed(f"the loop at line {self.flow._line(stmt)} is not followed")
         exit_state = head
         if stmt.orelse is not None:
-            exit_state = self.block(_body(stmt.orelse.body), dict(head)) or {}
+            exit_state = self.block(body_of(stmt.orelse.body), dict(head)) or {}
         return _merge_all([exit_state] + breaks_all)
 
     def header(self, expr: cst.CSTNode, state: State) -> State:
@@ -688,10 +689,10 @@ class _Runner:
     def uses(self, node: cst.CSTNode, state: State) -> List[Tuple[cst.CSTNode, str]]:
         found: List[Tuple[cst.CSTNode, str]] = []
         for seed in self.seed_nodes:
-            if _contains(self.flow.index, node, seed):
+            if _contains(self.flow.ctx, node, seed):
                 found.append((seed, TENSOR))
         if state:
-            for name in _loaded_names(node):
+            for name in loaded_names(self.flow.ctx, node):
                 if name.value in state:
                     found.append((name, state[name.value]))
         return found
@@ -704,15 +705,6 @@ class _Runner:
 
 
 # -- small helpers --------------------------------------------------------------------
-
-
-def _body(suite: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
-    if isinstance(suite, cst.IndentedBlock):
-        return suite.body
-    if isinstance(suite, cst.SimpleStatementSuite):
-        # `if c: a; b`: its small statements (indexed nodes) as one line
-        return [cst.SimpleStatementLine(suite.body)]
-    return []
 
 
 def _merge(a: Optional[State], b: Optional[State]) -> Optional[State]:
@@ -736,7 +728,7 @@ def _merge_all(states: Sequence[State]) -> State:
 def _parts(suite: cst.BaseSuite) -> List[cst.CSTNode]:
     """Small statements and compound headers of a function body (nested defs excluded)."""
     found: List[cst.CSTNode] = []
-    pending: List[cst.CSTNode] = list(_body(suite))
+    pending: List[cst.CSTNode] = list(body_of(suite))
     while pending:
         stmt = pending.pop(0)
         if isinstance(stmt, cst.SimpleStatementLine):
@@ -745,41 +737,36 @@ def _parts(suite: cst.BaseSuite) -> List[cst.CSTNode]:
             continue
         elif isinstance(stmt, cst.If):
             found.append(stmt.test)
-            pending.extend(_body(stmt.body))
+            pending.extend(body_of(stmt.body))
             if stmt.orelse is not None:
                 pending.append(stmt.orelse if isinstance(stmt.orelse, cst.If) else stmt.orelse.body)  # type: ignore[arg-type]
         elif isinstance(stmt, cst.BaseSuite):
-            pending.extend(_body(stmt))
-        elif isinstance(stmt, cst.For):
-            found.append(stmt.iter)
-            pending.extend(_body(stmt.body))
+            pending.extend(body_of(stmt))
+        elif isinstance(stmt, (cst.For, cst.While)):
+            found.append(stmt.iter if isinstance(stmt, cst.For) else stmt.test)
+            pending.extend(body_of(stmt.body))
             if stmt.orelse is not None:
-                pending.extend(_body(stmt.orelse.body))
-        elif isinstance(stmt, cst.While):
-            found.append(stmt.test)
-            pending.extend(_body(stmt.body))
-            if stmt.orelse is not None:
-                pending.extend(_body(stmt.orelse.body))
+                pending.extend(body_of(stmt.orelse.body))
         elif isinstance(stmt, cst.With):
             found.extend(item.item for item in stmt.items)
-            pending.extend(_body(stmt.body))
+            pending.extend(body_of(stmt.body))
         elif isinstance(stmt, (cst.Try, cst.TryStar)):
-            pending.extend(_body(stmt.body))
+            pending.extend(body_of(stmt.body))
             for h in stmt.handlers:
-                pending.extend(_body(h.body))
+                pending.extend(body_of(h.body))
             if stmt.orelse is not None:
-                pending.extend(_body(stmt.orelse.body))
+                pending.extend(body_of(stmt.orelse.body))
             if stmt.finalbody is not None:
-                pending.extend(_body(stmt.finalbody.body))
+                pending.extend(body_of(stmt.finalbody.body))
         elif isinstance(stmt, cst.Match):
             found.append(stmt.subject)
             for case in stmt.cases:
-                pending.extend(_body(case.body))
+                pending.extend(body_of(case.body))
     return found
 
 
-def _in_nested_scope(index: ModuleIndex, node: cst.CSTNode, stop: cst.CSTNode) -> bool:
-    for a in index.ancestors(node):
+def _in_nested_scope(ctx: PlanContext, node: cst.CSTNode, stop: cst.CSTNode) -> bool:
+    for a in ctx.ancestors(node):
         if a is stop:
             return False
         if isinstance(a, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
@@ -787,10 +774,10 @@ def _in_nested_scope(index: ModuleIndex, node: cst.CSTNode, stop: cst.CSTNode) -
     return False
 
 
-def _contains(index: ModuleIndex, root: cst.CSTNode, node: cst.CSTNode) -> bool:
+def _contains(ctx: PlanContext, root: cst.CSTNode, node: cst.CSTNode) -> bool:
     if node is root:
         return True
-    return any(a is root for a in index.ancestors(node))
+    return any(a is root for a in ctx.ancestors(node))
 
 
 def _target_names(target: cst.CSTNode, kind: str) -> State:
@@ -842,13 +829,13 @@ def _bound_names(small: cst.BaseSmallStatement) -> Set[str]:
     return names
 
 
-def _is_target(index: ModuleIndex, node: cst.CSTNode) -> bool:
-    p = index.parent(node)
+def _is_target(ctx: PlanContext, node: cst.CSTNode) -> bool:
+    p = ctx.parent(node)
     return isinstance(p, cst.AssignTarget) and p.target is node
 
 
-def _is_load(index: ModuleIndex, name: cst.Name) -> bool:
-    p = index.parent(name)
+def _is_load(ctx: PlanContext, name: cst.Name) -> bool:
+    p = ctx.parent(name)
     if isinstance(p, cst.AssignTarget) and p.target is name:
         return False
     if isinstance(p, (cst.FunctionDef, cst.ClassDef)) and p.name is name:
@@ -858,7 +845,7 @@ def _is_load(index: ModuleIndex, name: cst.Name) -> bool:
     if isinstance(p, (cst.AsName,)):
         return False
     if isinstance(p, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
-        return _target_context(index, name)
+        return _target_context(ctx, name)
     if isinstance(p, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For, cst.CompFor)) and getattr(p, "target", None) is name:
         return False
     if isinstance(p, (cst.Global, cst.Nonlocal, cst.NameItem, cst.ImportAlias, cst.Del)):
@@ -870,10 +857,10 @@ def _is_load(index: ModuleIndex, name: cst.Name) -> bool:
     return True
 
 
-def _target_context(index: ModuleIndex, name: cst.CSTNode) -> bool:
+def _target_context(ctx: PlanContext, name: cst.CSTNode) -> bool:
     """A name inside a tuple/list: a load unless the tuple is an assignment target."""
     node = name
-    for a in index.ancestors(name):
+    for a in ctx.ancestors(name):
         if isinstance(a, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
             node = a
             continue
@@ -904,7 +891,7 @@ def _param_for(func: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> Optional[
     if arg.star or any(a.star for a in call.args):
         return None
     if arg.keyword is not None:
-        names = {p.name.value for p in _all_params(params)}
+        names = {p.name.value for p in all_params(params)}
         return arg.keyword.value if arg.keyword.value in names else None
     position = [a for a in call.args if a.keyword is None].index(arg)
     positional = list(params.posonly_params) + list(params.params)

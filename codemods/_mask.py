@@ -13,8 +13,10 @@ from typing import List, Optional, Set
 import libcst as cst
 
 from hiera_rewrite.index import import_names
+from hiera_rewrite.rewrite import PlanContext
 
-from ._flow import FunctionFlow, code, is_name, statement_names
+from hiera_rewrite.flow import FunctionFlow, statement_names
+from ._match import code, is_name
 
 
 def ascending_true(mask: str, count: str) -> str:
@@ -54,12 +56,12 @@ def imports_module(module: cst.Module, name: str) -> bool:
     return False
 
 
-def foreign_binding(module: cst.Module, name: str) -> Optional[str]:
+def foreign_binding(ctx: PlanContext, name: str) -> Optional[str]:
     """Why ``name`` cannot be used for the module ``name`` in inserted code: a top-level
     statement binds it to something else (a def, a class, an assignment, another
     import, a star import), or None when only ``import name`` binds it, if anything."""
-    for stmt in module.body:
-        bound = statement_names(stmt)[0]
+    for stmt in ctx.module.body:
+        bound = statement_names(ctx, stmt)[0]
         if "*" in bound:
             return f"a star import may bind `{name}`"
         if name not in bound:
@@ -74,12 +76,12 @@ def foreign_binding(module: cst.Module, name: str) -> Optional[str]:
     return None
 
 
-def shadowed(module: cst.Module, *names: str) -> List[str]:
+def shadowed(ctx: PlanContext, *names: str) -> List[str]:
     """Those of ``names`` (builtins the inserted code calls) that a top-level statement
     of the module binds to something else."""
     bound: Set[str] = set()
-    for stmt in module.body:
-        bound |= statement_names(stmt)[0]
+    for stmt in ctx.module.body:
+        bound |= statement_names(ctx, stmt)[0]
     return [n for n in names if n in bound or "*" in bound]
 
 
@@ -128,7 +130,7 @@ def class_reference(ctx, cls: cst.ClassDef) -> Optional[str]:
     if ctx.parent(cls) is not ctx.module:
         return None
     name = cls.name.value
-    binders = [s for s in ctx.module.body if name in statement_names(s)[0] or "*" in statement_names(s)[0]]
+    binders = [s for s in ctx.module.body if name in statement_names(ctx, s)[0] or "*" in statement_names(ctx, s)[0]]
     return name if binders == [cls] else None
 
 
@@ -193,14 +195,6 @@ def with_keyword_param(ctx, func: cst.FunctionDef, name: str, annotation: Option
         )
 
     return edit
-
-
-def skip_marked_owner(ctx, node: cst.CSTNode) -> Optional[str]:
-    """The engine's `# hiera-rewrite: skip` test, for rewrites whose edits span several
-    functions (a method passing a count must know its callee will accept it)."""
-    from hiera_rewrite.engine import _skip_marked_owner
-
-    return _skip_marked_owner(ctx, node)
 
 
 _EMPTY = cst.Module(body=[])

@@ -46,9 +46,10 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.rewrite import Refuse
+from hiera_rewrite.rewrite import PlanContext, Refuse
 
-from ._flow import FunctionFlow, code, int_value, is_name, method_call, names_in, positional, single_assign
+from hiera_rewrite.flow import names_in
+from ._match import code, int_value, is_name, method_call, positional, single_assign
 from ._mask import is_docstring
 
 ATTRIBUTE = "num_kept"
@@ -65,7 +66,7 @@ class KeptCount:
     keep: str
 
 
-def kept_count(func: cst.FunctionDef) -> KeptCount:
+def kept_count(ctx: PlanContext, func: cst.FunctionDef) -> KeptCount:
     """The count upstream's get_random_mask body keeps, or Refuse saying why it is not read."""
     params = func.params
     if (
@@ -77,7 +78,7 @@ def kept_count(func: cst.FunctionDef) -> KeptCount:
         or params.params[0].name.value != "self"
     ):
         raise Refuse(f"{func.name.value}'s parameters are not plain (self, ...) positional ones")
-    flow = FunctionFlow.of(func)
+    flow = ctx.flow(func)
     if flow.compound_assigned or any(not isinstance(s, cst.SimpleStatementLine) for s in func.body.body):  # type: ignore[union-attr]
         raise Refuse(f"{func.name.value} has control flow: its kept count cannot be followed")
     pure: Dict[str, cst.BaseExpression] = {}
@@ -139,7 +140,7 @@ def kept_count(func: cst.FunctionDef) -> KeptCount:
     windows, keep = facts["windows"], facts["keep"]
     if code(facts["noise_windows"]).replace(" ", "") != code(windows).replace(" ", ""):
         raise Refuse("the noise and the zeros mask do not have the same number of columns")
-    needed = _needed(pure, [windows, keep])
+    needed = _needed(ctx, pure, [windows, keep])
     statements = [f"{name} = {code(pure[name])}" for name in pure if name in needed]
     return KeptCount(
         params=code(params).strip().rstrip(","),
@@ -306,13 +307,13 @@ def _pure(expr: cst.CSTNode, names: Set[str], pure: Dict[str, cst.BaseExpression
     return False
 
 
-def _needed(pure: Dict[str, cst.BaseExpression], exprs: List[cst.BaseExpression]) -> Set[str]:
+def _needed(ctx: PlanContext, pure: Dict[str, cst.BaseExpression], exprs: List[cst.BaseExpression]) -> Set[str]:
     """The pure names the expressions read, transitively."""
     needed: Set[str] = set()
     todo = list(exprs)
     while todo:
         expr = todo.pop()
-        for node in names_in(expr):
+        for node in names_in(ctx, expr):
             if node in pure and node not in needed:
                 needed.add(node)
                 todo.append(pure[node])

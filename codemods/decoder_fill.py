@@ -33,15 +33,8 @@ import libcst as cst
 
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
-from ._flow import (
-    FunctionFlow,
-    Stmt,
-    code,
-    enclosing_function,
-    is_name,
-    method_call,
-    single_assign,
-)
+from hiera_rewrite.flow import FunctionFlow, Stmt, enclosing_function
+from ._match import code, is_name, method_call, single_assign
 from ._mask import (
     with_fallback,
     emitted_fallback,
@@ -49,7 +42,6 @@ from ._mask import (
     free_names,
     imports_module,
     imports_typing_optional,
-    skip_marked_owner,
     with_keyword_param,
 )
 
@@ -80,7 +72,7 @@ class DecoderFill(Rewrite):
 
     def plan(self, ctx: PlanContext) -> None:
         finder = _IndexPuts()
-        ctx.index.visit(finder)
+        ctx.visit(finder)
         for line in finder.lines:
             if emitted_fallback(ctx, line, COUNT):
                 continue  # this rewrite's own output
@@ -114,7 +106,7 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
     func = enclosing_function(ctx, line)
     if func is None:
         raise Refuse("the index_put is not inside a function")
-    flow = FunctionFlow.of(func)
+    flow = ctx.flow(func)
     put = flow.stmt_of(line)
     target, value = single_assign(line)  # type: ignore[misc]
     grid, index = target.value, target.slice[0].slice  # type: ignore[attr-defined]
@@ -222,8 +214,8 @@ def planned_fill(ctx: PlanContext, func: cst.FunctionDef) -> bool:
     if DecoderFill.code not in getattr(ctx, "codes", ()):
         return False
     finder = _IndexPuts()
-    ctx.index.visit(finder, func)
+    ctx.visit(finder, func)
     for line in finder.lines:
-        if proves(lambda: _fill(ctx, line)) and skip_marked_owner(ctx, line) is None:
+        if proves(lambda: _fill(ctx, line)) and ctx.skipped_by(line) is None:
             return True
     return False

@@ -64,21 +64,17 @@ from ._attention import (
     top_level_bindings,
     transposed_last,
 )
-from ._flow import (
-    FunctionFlow,
+from hiera_rewrite.flow import FunctionFlow, enclosing_function, enclosing_line, names_in, statement_names
+from ._match import (
     code,
-    enclosing_function,
-    enclosing_line,
     int_args,
     int_value,
     is_name,
     method_call,
-    names_in,
     reduction_values,
     rewrap_code,
     same_code,
     single_assign,
-    statement_names,
     target_code,
 )
 
@@ -136,7 +132,7 @@ class ExplicitAttention(Rewrite):
 
     def plan(self, ctx: PlanContext) -> None:
         finder = _ScoreLines()
-        ctx.index.visit(finder)
+        ctx.visit(finder)
         seen: Set[int] = set()
         for node in finder.matmuls:
             line = enclosing_line(ctx, node)
@@ -201,7 +197,7 @@ class _Match:
             raise Refuse("the explicit attention is inside control flow this rewrite does not follow")
         body = list(block.body)
         start = body.index(self.line)
-        flow = FunctionFlow.of(func)
+        flow = ctx.flow(func)
 
         # 1. The attention chain, from the scores line to the output restore.
         chain_end, parts = self.chain(body, start)
@@ -225,11 +221,11 @@ class _Match:
         # 3. What the region binds, and who reads it afterwards.
         bound: Set[str] = set()
         for i in region:
-            bound |= statement_names(body[i])[0]
+            bound |= statement_names(self.ctx, body[i])[0]
         batch = reshape_args[0]
         if int_value(batch) is not None:
             raise Refuse("the qkv reshape's batch size is a literal: the output cannot be unflattened by it")
-        if names_in(batch) & bound:
+        if names_in(self.ctx, batch) & bound:
             raise Refuse("the batch size is rebound inside the attention")
         restore_args = parts["restore_args"]
         if not same_code(restore_args[0], batch):
@@ -237,8 +233,8 @@ class _Match:
         for what, expr in [("the output reshape", a) for a in restore_args] + [("the scale", parts["scale"])] + [
             ("the q-pool", e) for e in pool_parts.get("exprs", [])
         ]:
-            if expr is not None and names_in(expr) & bound:
-                raise Refuse(f"{what} reads {sorted(names_in(expr) & bound)[0]}, which the attention rebinds")
+            if expr is not None and names_in(self.ctx, expr) & bound:
+                raise Refuse(f"{what} reads {sorted(names_in(self.ctx, expr) & bound)[0]}, which the attention rebinds")
         for got, want in zip(pool_parts.get("checked", []), (reshape_args[0], reshape_args[4], reshape_args[2], reshape_args[5])):
             if not same_code(got, want):
                 raise Refuse(f"the q-pool view's {code(got)} is not provably the qkv reshape's {code(want)}")
@@ -406,7 +402,7 @@ class _Match:
     def pool(self, body: List[cst.BaseStatement], start: int, q: str) -> Tuple[List[int], Dict]:
         """The q-pool right before the scores: an `if` holding it, or 1-2 top-level lines."""
         i = start - 1
-        if i < 0 or q not in statement_names(body[i])[0]:
+        if i < 0 or q not in statement_names(self.ctx, body[i])[0]:
             return [], {}
         stmt = body[i]
         if isinstance(stmt, cst.SimpleStatementLine) and component(stmt, q) is not None:
@@ -415,7 +411,7 @@ class _Match:
             if stmt.orelse is not None or not isinstance(stmt.body, cst.IndentedBlock):
                 raise Refuse(f"{q} is reassigned under control flow this rewrite does not follow")
             lines = list(stmt.body.body)
-            if names_in(stmt.test) & {q}:
+            if names_in(self.ctx, stmt.test) & {q}:
                 raise Refuse("the q-pool condition reads q")
             parts = self.pool_lines(lines, q)
             parts["if"] = stmt
@@ -455,7 +451,7 @@ class _Match:
         where: List[int] = []
         sources = QkvSources()
         for name in (q, k, v):
-            at = next((i for i in range(before - 1, -1, -1) if name in statement_names(body[i])[0]), None)
+            at = next((i for i in range(before - 1, -1, -1) if name in statement_names(self.ctx, body[i])[0]), None)
             comp = component(body[at], name) if at is not None and isinstance(body[at], cst.SimpleStatementLine) else None  # type: ignore[arg-type]
             if comp is None:
                 raise Refuse(f"{name} is not unpacked from a qkv tensor (qkv[0], qkv.unbind(0), ...) right before the attention")
@@ -624,7 +620,6 @@ class _Match:
             return edits
 
         # `if flag or not <scale check>:` the original statements, `else:` the 4-D SDPA path.
-        indent = self.ctx.span(permute_line).start.column
         inner: List[str] = [permute_src]
         for i in unpack_at:
             inner.append(code(body[i].body[0]) + "\n")  # type: ignore[attr-defined]
@@ -657,7 +652,7 @@ class _Match:
             "    # 4-D q/k/v (batch*windows, heads, tokens, head_dim): SDPA runs a fused kernel\n"
             + "".join("    " + line.replace("\n", "\n    ").rstrip(" ") for line in inner)
         )
-        template = ctx._format_statement(source, indent)  # type: ignore[attr-defined]
+        template = ctx.statement(source, like=permute_line, replaces=False)
         collected: Dict[int, cst.BaseStatement] = {}
 
         def removed(i):

@@ -36,7 +36,6 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.index import walk
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._attention import (
@@ -57,21 +56,17 @@ from ._attention import (
     softmax_operand,
     transposed_last,
 )
-from ._flow import (
-    FunctionFlow,
+from hiera_rewrite.flow import FunctionFlow, enclosing_function, enclosing_line, names_in, statement_names
+from ._match import (
     code,
-    enclosing_function,
-    enclosing_line,
     int_args,
     int_value,
     is_name,
     method_call,
-    names_in,
     reduction_values,
     rewrap_code,
     same_code,
     single_assign,
-    statement_names,
     target_code,
 )
 
@@ -297,12 +292,12 @@ class _Match:
         for u in unpack_items:
             allowed |= {id(n) for n in items[u].loaded}
         if pool_line is not None:
-            allowed |= {id(n) for n in statement_names(pool_line)[1]}
+            allowed |= {id(n) for n in statement_names(self.ctx, pool_line)[1]}
         for item in items[permute_at + 1 :]:
             for node in item.loaded:
                 if node.value in changed and id(node) not in allowed:
                     raise Refuse(f"{node.value} is read at line {self.line(node)} besides the pool and SDPA")
-        region_loads = statement_names(region.top)[1]
+        region_loads = statement_names(self.ctx, region.top)[1]
         for node in region_loads:
             if node.value in changed and id(node) not in allowed:
                 raise Refuse(f"{node.value} is read at line {self.line(node)} besides the pool and SDPA")
@@ -372,7 +367,7 @@ class _Match:
         heads, windows = reshape_args[4], reshape_args[2]
         split = None
         for expr, pattern in ((heads, "(-1, {})"), (windows, "({}, -1)")):
-            if int_value(expr) != -1 and arithmetic(expr) and not names_in(expr) & (rebound | changed):
+            if int_value(expr) != -1 and arithmetic(expr) and not names_in(self.ctx, expr) & (rebound | changed):
                 split = pattern.format(code(expr))
                 break
         if split is None:
@@ -461,7 +456,7 @@ class _Match:
                 raise Refuse("SDPA is nested in control flow this rewrite does not understand")
             temporaries = self.manual_attention(other, q, k, v, out)
             manual = other
-            allowed |= {id(n) for s in other.body for n in statement_names(s)[1]}
+            allowed |= {id(n) for s in other.body for n in statement_names(self.ctx, s)[1]}
             cur = branch_if
         return _Region(cur, out, guard, manual, temporaries, allowed)
 
@@ -625,10 +620,10 @@ class _Match:
                     raise Refuse(f"`if {code(stmt.test)}` is a one-line block")
                 first = first or stmt
                 for inner in chosen:
-                    assigned, loaded = statement_names(inner)
+                    assigned, loaded = statement_names(self.ctx, inner)
                     items.append(_Item(inner, assigned, loaded, stmt))
                 continue
-            assigned, loaded = statement_names(stmt)
+            assigned, loaded = statement_names(self.ctx, stmt)
             items.append(_Item(stmt, assigned, loaded, None))
         return items, first
 
@@ -642,7 +637,7 @@ class _Match:
         body = list(block.body)
         between = body[body.index(first) + 1 : body.index(restore.statement)]
         for stmt in between:
-            why = _may_change(stmt, root)  # type: ignore[arg-type]
+            why = _may_change(self.ctx, stmt, root)  # type: ignore[arg-type]
             if why is not None:
                 raise Refuse(
                     f"`{code(condition)}` may change between the two `if {code(condition)}` ({why})"
@@ -752,7 +747,7 @@ class _Match:
             raise Refuse(f"{q}'s pool is not q.view(B, heads, num_windows, q_stride, -1, head_dim).max(dim=3)")
         rebound = set().union(*(item.assigned for item in items[permute_at + 1 : pool_at]))
         for got, want in ((args[0], batch), (args[1], heads), (args[2], windows), (args[5], head_dim)):
-            if not same_code(got, want) or names_in(want) & rebound:
+            if not same_code(got, want) or names_in(self.ctx, want) & rebound:
                 raise Refuse(f"the q-pool view's {code(got)} is not provably the qkv reshape's {code(want)}")
         for arg in args:
             self.not_reading(arg, changed, "the q-pool view")
@@ -769,7 +764,7 @@ class _Match:
         return self.ctx.span(node).start.line
 
     def not_reading(self, expr: cst.BaseExpression, names: Set[str], what: str) -> None:
-        read = names_in(expr) & names
+        read = names_in(self.ctx, expr) & names
         if read:
             raise Refuse(f"{what} reads {sorted(read)[0]}, whose layout changes")
 
@@ -786,7 +781,7 @@ class _Match:
                 nested.append(node)
                 return False
 
-        self.ctx.index.visit(_Nested(), self.func.body)
+        self.ctx.visit(_Nested(), self.func.body)
         for node in nested:
             for name in all_loads(self.ctx, node):
                 if name.value in names:
@@ -833,7 +828,7 @@ def _already_4d(ctx: PlanContext, func: Optional[cst.FunctionDef], call: cst.Cal
     line = enclosing_line(ctx, call)
     if set(names) != set(slots) or line is None:
         return False
-    flow = FunctionFlow.of(func)
+    flow = ctx.flow(func)
     for name in names.values():
         found = False
         for stmt in _reaching(ctx, flow, line, name):
@@ -898,9 +893,9 @@ def _flag_root(test: cst.BaseExpression) -> Optional[str]:
     return node.value if isinstance(node, cst.Name) else None
 
 
-def _may_change(stmt: cst.BaseStatement, root: str) -> Optional[str]:
+def _may_change(ctx: PlanContext, stmt: cst.BaseStatement, root: str) -> Optional[str]:
     """Why running ``stmt`` may change a flag read through ``root`` (None: it cannot)."""
-    assigned, _ = statement_names(stmt)
+    assigned, _ = statement_names(ctx, stmt)
     if root in assigned:
         return f"{root} is rebound"
     reasons: List[str] = []
@@ -930,7 +925,7 @@ def _may_change(stmt: cst.BaseStatement, root: str) -> Optional[str]:
             if rooted(node.func) or any(rooted(a.value) for a in node.args):
                 reasons.append(f"a call {code(node.func)}(...) that can reach {root}")
 
-    walk(_Visitor(), stmt)
+    ctx.visit(_Visitor(), stmt)
     return reasons[0] if reasons else None
 
 

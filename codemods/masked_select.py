@@ -29,10 +29,10 @@ import dataclasses
 
 import libcst as cst
 
-from hiera_rewrite.index import walk
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
 
-from ._flow import FunctionFlow, Stmt, code, is_name, method_call, positional, single_assign, target_code
+from hiera_rewrite.flow import FunctionFlow, Stmt
+from ._match import code, is_name, method_call, positional, single_assign, target_code
 from ._random_mask import count_call, random_mask_guard
 from .decoder_fill import planned_fill
 from ._mask import (
@@ -46,7 +46,6 @@ from ._mask import (
     free_names,
     imports_module,
     imports_typing_optional,
-    skip_marked_owner,
     with_keyword_param,
 )
 
@@ -90,7 +89,7 @@ class MaskedSelect(Rewrite):
         if not imports_module(ctx.module, "torch"):
             return
         finder = _Selections()
-        ctx.index.visit(finder)
+        ctx.visit(finder)
         for line, name in finder.unannotated:
             ctx.refuse(
                 line,
@@ -212,11 +211,11 @@ def _param_kind(func: cst.FunctionDef, name: str) -> Optional[str]:
 def _gaining(ctx: PlanContext, func: cst.FunctionDef, lines: List[cst.SimpleStatementLine]) -> "_Method":
     """The method ``func`` as one that gains `num_masked` for its selections ``lines``."""
     masks = {code(line.body[0].value.slice[0].slice.value) for line in lines}  # type: ignore[attr-defined]
-    owner = skip_marked_owner(ctx, func)
+    owner = ctx.skipped_by(func)
     if owner is not None:
         raise Refuse(f"left alone: `# hiera-rewrite: skip` on {owner}")
     cls = _class_of(ctx, func)
-    flow = FunctionFlow.of(func)
+    flow = ctx.flow(func)
     if len(masks) != 1:
         raise Refuse(f"{func.name.value} selects with several masks ({', '.join(sorted(masks))})")
     if free_names(flow, COUNT, INDEX):
@@ -243,7 +242,7 @@ def _pass_count_on(
     upstream's signature and gets the call as it was."""
     edits: Dict[cst.CSTNode, Replacement] = {}
     owner = class_reference(ctx, cls)
-    if owner is None or shadowed(ctx.module, "type"):
+    if owner is None or shadowed(ctx, "type"):
         return edits
 
     class _Calls(cst.CSTVisitor):
@@ -259,7 +258,7 @@ def _pass_count_on(
                 return
             edits[node] = _with_keyword(node, keyword_if_own(owner, method, COUNT, value))
 
-    walk(_Calls(), func.body)
+    ctx.visit(_Calls(), func.body)
     return edits
 
 
@@ -302,18 +301,18 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
     if not imports_module(ctx.module, "math"):
         return []
     owner = class_reference(ctx, cls)
-    if owner is None or shadowed(ctx.module, "type", "getattr"):
+    if owner is None or shadowed(ctx, "type", "getattr"):
         return []
     sites = []
     defined = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
     decoder = defined.get("forward_decoder")
-    if decoder is None or not _fills_units(decoder):
+    if decoder is None or not _fills_units(ctx, decoder):
         # pred_mask's count is known only for Hiera's decoder: the kept units, upsampled.
         return []
     for func in defined.values():
-        if skip_marked_owner(ctx, func) is not None:
+        if ctx.skipped_by(func) is not None:
             continue
-        flow = FunctionFlow.of(func)
+        flow = ctx.flow(func)
         for stmt in flow.stmts:
             decoded = single_assign(stmt.line) if stmt.line.body else None
             if decoded is None or not isinstance(decoded[0], cst.Tuple) or len(decoded[0].elements) != 2:
@@ -438,7 +437,7 @@ def _encoder_call(
         if name is None or name in bound:
             return None
         bound[name] = arg.value
-    encoder_flow = FunctionFlow.of(encoder)
+    encoder_flow = ctx.flow(encoder)
     for param in params[1:]:
         guard = random_mask_guard(encoder, param)
         receiver = guard[2] if guard is not None else None
@@ -466,7 +465,7 @@ def _encoder_call(
             and is_name(returned.value.elements[1].value, param)
         ):
             return None
-        returns = [r for r in _returns(encoder) if r is not returned]
+        returns = [r for r in _returns(ctx, encoder) if r is not returned]
         if returns:
             return None
         passed = [bound.get(param), *(bound.get(a.value) for a in inner)]  # type: ignore[attr-defined]
@@ -476,7 +475,7 @@ def _encoder_call(
     return None
 
 
-def _returns(func: cst.FunctionDef) -> List[cst.Return]:
+def _returns(ctx: PlanContext, func: cst.FunctionDef) -> List[cst.Return]:
     found: List[cst.Return] = []
 
     class _Returns(cst.CSTVisitor):
@@ -489,11 +488,11 @@ def _returns(func: cst.FunctionDef) -> List[cst.Return]:
         def visit_Lambda(self, node: cst.Lambda) -> bool:
             return False
 
-    walk(_Returns(), func)
+    ctx.visit(_Returns(), func)
     return found
 
 
-def _fills_units(decoder: cst.FunctionDef) -> bool:
+def _fills_units(ctx: PlanContext, decoder: cst.FunctionDef) -> bool:
     """The decoder puts the kept units on the full grid: `x_dec[mask] = x.flatten()`,
     or HR004's scatter of `kept_windows` (a file rewritten in two runs)."""
     found = []
@@ -509,7 +508,7 @@ def _fills_units(decoder: cst.FunctionDef) -> bool:
             if scatter and "kept_windows" in code(scatter[1]):
                 found.append(node)
 
-    walk(_Fill(), decoder.body)
+    ctx.visit(_Fill(), decoder.body)
     return bool(found)
 
 
@@ -525,6 +524,6 @@ def _replace_in_line(ctx: PlanContext, line: cst.SimpleStatementLine, calls: Dic
 
 
 def _one_line(source: str) -> str:
-    from ._flow import code as one_line_code
+    from ._match import code as one_line_code
 
     return "; ".join(one_line_code(s) for s in cst.parse_module(source).body[0].body)  # type: ignore[attr-defined]

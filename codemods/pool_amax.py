@@ -20,10 +20,10 @@ from typing import List, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.index import walk
 from hiera_rewrite.rewrite import PlanContext, Refuse, Rewrite, register
 
-from ._flow import code, enclosing_function, method_call, reduction_values
+from hiera_rewrite.flow import enclosing_function
+from ._match import code, method_call, reduction_values
 from ._inplace import ALIAS_ATTRS, ALIAS_METHODS, WHAT, InplaceFlow
 
 
@@ -82,10 +82,10 @@ class PoolAmax(Rewrite):
 
     def plan(self, ctx: PlanContext) -> None:
         finder = _Reductions()
-        ctx.index.visit(finder)
+        ctx.visit(finder)
         if not finder.found:
             return
-        flow = InplaceFlow(ctx.index)
+        flow = InplaceFlow(ctx)
         for node in finder.found:
             found = ctx.attempt(node, lambda: _amax_site(ctx, flow, node))
             if found is not None:
@@ -250,7 +250,7 @@ def _has_comment(node: cst.CSTNode) -> bool:
         def visit_Comment(self, comment: cst.Comment) -> None:
             found.append(comment)
 
-    walk(_Comments(), node)
+    node.visit(_Comments())
     return bool(found)
 
 

@@ -34,20 +34,10 @@ import libcst as cst
 
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, refusing_as, register
 
-from ._flow import (
-    FunctionFlow,
-    code,
-    enclosing_function,
-    enclosing_line,
-    int_value,
-    is_name,
-    method_call,
-    positional,
-    single_assign,
-    target_code,
-)
+from hiera_rewrite.flow import enclosing_function, enclosing_line
+from ._match import code, int_value, is_name, method_call, positional, single_assign, target_code
 from ._random_mask import count_call, helper_source, kept_count, random_mask_guard
-from ._flow import statement_names
+from hiera_rewrite.flow import statement_names
 from ._mask import (
     with_fallback,
     emitted_fallback,
@@ -103,7 +93,7 @@ class EncoderTokenDrop(Rewrite):
 
     def plan(self, ctx: PlanContext) -> None:
         finder = _Finder()
-        ctx.index.visit(finder)
+        ctx.visit(finder)
         for node, via in finder.drops + _drops_through_names(ctx, finder.tile_lines):
             line = enclosing_line(ctx, node)
             if line is not None and emitted_fallback(ctx, line, COUNT):
@@ -187,7 +177,7 @@ def _drops_through_names(ctx: PlanContext, tile_lines: List[cst.SimpleStatementL
                 ):
                     found.append((node, line))
 
-        ctx.index.visit(_Uses(), func.body)
+        ctx.visit(_Uses(), func.body)
     return found
 
 
@@ -229,7 +219,7 @@ def _token_drop(
     line = enclosing_line(ctx, node)
     if func is None or line is None:
         raise Refuse("the boolean token drop is not a statement inside a function")
-    flow = FunctionFlow.of(func)
+    flow = ctx.flow(func)
     if via is not None:
         name = index.value  # type: ignore[attr-defined]
         made = flow.stmt_of(via)
@@ -306,7 +296,7 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     mask = mask_arg.value.value  # type: ignore[attr-defined]
     if any(a.star or a.keyword is not None and a.keyword.value == COUNT for a in call.args):
         raise NotThisIdiom()
-    flow = FunctionFlow.of(func)
+    flow = ctx.flow(func)
     generate = random_mask_guard(func, mask)
     if generate is None or not is_name(generate[2], "self"):
         raise NotThisIdiom()
@@ -327,10 +317,10 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     clash = free_names(flow, COUNT)
     if clash:
         raise Refuse(f"{func.name.value} already uses the name {COUNT}")
-    collision = foreign_binding(ctx.module, "inspect")
+    collision = foreign_binding(ctx, "inspect")
     if collision:
         raise Refuse(f"the count needs `inspect`, but {collision}")
-    taken = shadowed(ctx.module, "getattr")
+    taken = shadowed(ctx, "getattr")
     if taken:
         raise Refuse(f"the count needs the builtin {taken[0]}, which the module binds itself")
 
@@ -441,15 +431,15 @@ def _random_mask_count(ctx: PlanContext, func: cst.FunctionDef) -> Dict[cst.CSTN
     if any(isinstance(s, cst.SimpleStatementLine) and any(code(t) == attribute for t in _assigned_names(s)) for s in body):
         raise NotThisIdiom()  # rewritten already
     helper = f"_{func.name.value}_num_kept"
-    taken = [n for n in shadowed(ctx.module, "len", "range")]
-    taken += [helper] if any(helper in statement_names(s)[0] for s in body) else []
+    taken = [n for n in shadowed(ctx, "len", "range")]
+    taken += [helper] if any(helper in statement_names(ctx, s)[0] for s in body) else []
     if taken:
         raise Refuse(f"the kept count's code needs the name(s) {', '.join(taken)}, which the file binds itself")
     with refusing_as(
         f"the kept count of {cls.name.value}.get_random_mask is not read: {{}}; "
         "token drops of its masks stay boolean indexing"
     ):
-        count = kept_count(func)
+        count = kept_count(ctx, func)
     comment = (
         "# hiera-rewrite: how many units get_random_mask keeps in every row, read from\n"
         "# its code, for callers that drop tokens with static shapes.  An override of\n"

@@ -17,7 +17,10 @@ from typing import Any, Callable, ClassVar, Dict, Iterator, List, Mapping, Optio
 
 import libcst as cst
 
+from .flow import FunctionFlow
 from .index import ModuleIndex, Pos, Span
+
+SKIP_MARKER = "hiera-rewrite: skip"  # on a class or function: no rewrite touches it
 
 # A replacement node, or a function of the updated node (for edits that wrap code
 # which other edits change, such as inserting a statement before a class).
@@ -112,7 +115,11 @@ def register(cls: Type[Rewrite]) -> Type[Rewrite]:
 
 
 class PlanContext:
-    """What a rewrite gets: the parsed module, what it may ask about it, ways to answer."""
+    """What a rewrite gets: the parsed module, what it may ask about it, ways to answer.
+
+    The only channel from a rewrite to the module: every question goes through these
+    methods (answered by the module's index, computed once per module), every answer
+    is a site or a refusal."""
 
     def __init__(
         self,
@@ -121,7 +128,7 @@ class PlanContext:
         format_statement: Callable[[str, int], cst.BaseStatement],
         codes: Sequence[str] = (),
     ) -> None:
-        self.index = index
+        self._index = index
         # the rewrites selected for this run: a rewrite whose edit calls code another
         # one changes passes arguments only where that one runs too
         self.codes = tuple(codes)
@@ -135,19 +142,47 @@ class PlanContext:
 
     # -- what the module says (hiera_rewrite.index) ---------------------------
     def position(self, node: cst.CSTNode) -> Pos:
-        return self.index.position(node)
+        return self._index.position(node)
 
     def span(self, node: cst.CSTNode) -> Span:
-        return self.index.span(node)
+        return self._index.span(node)
 
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        return self.index.parent(node)
+        return self._index.parent(node)
 
     def ancestors(self, node: cst.CSTNode):
-        return self.index.ancestors(node)
+        return self._index.ancestors(node)
 
     def qualified_names(self, node: cst.CSTNode) -> Set[str]:
-        return self.index.qualified_names(node)
+        return self._index.qualified_names(node)
+
+    def nodes(self, kind: type) -> List[cst.CSTNode]:
+        """Every node of exactly this type, in document order."""
+        return self._index.nodes(kind)
+
+    def visit(self, visitor: cst.CSTVisitor, root: Optional[cst.CSTNode] = None) -> None:
+        """``(root or module).visit(visitor)`` for a visitor that only reads
+        (``visit_X``/``leave_X``), replayed from the index where ``root`` is part of
+        the module (libcst's visit rebuilds every node it passes)."""
+        self._index.visit(visitor, root)
+
+    def flow(self, func: cst.FunctionDef) -> FunctionFlow:
+        """The data flow of ``func``'s body (hiera_rewrite.flow), computed once per
+        module: every rewrite asks about the same functions, and a flow never changes."""
+        key = ("FunctionFlow", id(func))
+        found = self._index.memo.get(key)
+        if found is None or found.func is not func:
+            found = self._index.memo[key] = FunctionFlow(func, self)
+        return found
+
+    def skipped_by(self, node: cst.CSTNode) -> Optional[str]:
+        """The function or class (``"class Name"``) whose ``# hiera-rewrite: skip``
+        marker covers ``node``, or None."""
+        for owner in [node, *self.ancestors(node)]:
+            if isinstance(owner, (cst.FunctionDef, cst.ClassDef)) and _has_skip_marker(owner, self.module):
+                kind = "class" if isinstance(owner, cst.ClassDef) else "function"
+                return f"{kind} {owner.name.value}"
+        return None
 
     # -- answers --------------------------------------------------------------
     def add_site(
@@ -190,10 +225,7 @@ class PlanContext:
         new = self._format_statement(source, indent)
         if not replaces:
             return new
-        inner_comments = [
-            cst.EmptyLine(comment=c)
-            for c in _comments(self.index, like.body)
-        ]
+        inner_comments = [cst.EmptyLine(comment=c) for c in _comments(self, like.body)]
         leading = list(like.leading_lines) + inner_comments + list(new.leading_lines)
         if isinstance(new, cst.SimpleStatementLine):
             trailing = like.trailing_whitespace
@@ -203,11 +235,25 @@ class PlanContext:
         return new.with_changes(leading_lines=leading)
 
 
-def _comments(index: ModuleIndex, nodes: Sequence[cst.CSTNode]) -> List[cst.Comment]:
+def _comments(ctx: PlanContext, nodes: Sequence[cst.CSTNode]) -> List[cst.Comment]:
     collect = _CollectComments()
     for node in nodes:
-        index.visit(collect, node)
+        ctx.visit(collect, node)
     return collect.found
+
+
+def _has_skip_marker(owner: "cst.FunctionDef | cst.ClassDef", module: cst.Module) -> bool:
+    comments = [line.comment for line in owner.leading_lines]
+    if module.body and module.body[0] is owner:
+        # libcst gives the comments above a file's first statement to Module.header:
+        # take the comment block directly above it (no blank line in between).
+        for line in reversed(module.header):
+            if line.comment is None:
+                break
+            comments.append(line.comment)
+    comments += [line.comment for d in owner.decorators for line in d.leading_lines]
+    comments.append(owner.body.header.comment if isinstance(owner.body, cst.IndentedBlock) else None)
+    return any(c is not None and SKIP_MARKER in c.value for c in comments)
 
 
 class _CollectComments(cst.CSTVisitor):

@@ -1,0 +1,296 @@
+"""Small, conservative data-flow facts about one function body: which statements
+bind a name, where a name is read.
+
+Rewrites prove an idiom by following names from statement to statement; they get a
+function's facts from :meth:`PlanContext.flow <hiera_rewrite.rewrite.PlanContext.flow>`
+(computed once per module and shared by every rewrite) and a statement's or an
+expression's names from the functions below, which take the PlanContext: the walks
+replay from the module's index (:meth:`ModuleIndex.visit`) where the node is part of
+the module, libcst's visit elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+if TYPE_CHECKING:
+    from .rewrite import PlanContext
+
+
+@dataclasses.dataclass
+class Stmt:
+    """A simple statement line of the function, in source order."""
+
+    index: int
+    line: cst.SimpleStatementLine
+    assigned: Set[str]
+    loaded: List[cst.Name]
+
+
+class FunctionFlow:
+    """Source-ordered simple statements of one function (nested defs excluded)."""
+
+    def __init__(self, func: cst.FunctionDef, ctx: "PlanContext") -> None:
+        """Use ``ctx.flow(func)``: computed once per module."""
+        self.func = func
+        self.params: Set[str] = {p.name.value for p in all_params(func.params)}
+        self.stmts: List[Stmt] = []
+        self.compound_assigned: Dict[str, int] = {}
+        self._collect(ctx, func.body)
+
+    def _collect(self, ctx: "PlanContext", block: cst.BaseSuite) -> None:
+        for stmt in body_of(block):
+            if isinstance(stmt, cst.SimpleStatementLine):
+                assigned: Set[str] = set()
+                loaded: List[cst.Name] = []
+                for small in stmt.body:
+                    _names(ctx, small, assigned, loaded)
+                self.stmts.append(Stmt(len(self.stmts), stmt, assigned, loaded))
+            elif isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                # A nested definition binds its name; its body is another scope.
+                self.stmts.append(Stmt(len(self.stmts), cst.SimpleStatementLine([]), {stmt.name.value}, []))
+            else:
+                # Compound statement: names bound by its header (for-targets, with-as,
+                # except-as, walrus) count as assignments we do not understand.
+                header_assigned: Set[str] = set()
+                header_loaded: List[cst.Name] = []
+                for child in _headers(stmt):
+                    _names(ctx, child, header_assigned, header_loaded)
+                self.stmts.append(Stmt(len(self.stmts), cst.SimpleStatementLine([]), header_assigned, header_loaded))
+                for name in header_assigned:
+                    self.compound_assigned[name] = self.compound_assigned.get(name, 0) + 1
+                for child in _suites(stmt):
+                    self._collect(ctx, child)
+
+    @classmethod
+    def of_statements(cls, ctx: "PlanContext", statements: Sequence[cst.BaseStatement]) -> "FunctionFlow":
+        """The same facts for a list of statements (e.g. one branch of an ``if``)."""
+        flow = cls.__new__(cls)
+        flow.func = None  # type: ignore[assignment]
+        flow.params = set()
+        flow.stmts = []
+        flow.compound_assigned = {}
+        flow._collect(ctx, cst.IndentedBlock(body=list(statements)))
+        return flow
+
+    def stmt_of(self, line: cst.SimpleStatementLine) -> Stmt:
+        for stmt in self.stmts:
+            if stmt.line is line:
+                return stmt
+        raise KeyError(line)
+
+    def assigning(self, name: str) -> List[Stmt]:
+        return [s for s in self.stmts if name in s.assigned]
+
+    def loads_of(self, name: str) -> List[Tuple[Stmt, cst.Name]]:
+        return [(s, n) for s in self.stmts for n in s.loaded if n.value == name]
+
+
+def body_of(block: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
+    """The statements of a block; `if c: a; b` gives its small statements (indexed
+    nodes) as one line."""
+    if isinstance(block, cst.IndentedBlock):
+        return block.body
+    if isinstance(block, cst.SimpleStatementSuite):
+        return [cst.SimpleStatementLine(block.body)]
+    return []
+
+
+def _suites(stmt: cst.BaseCompoundStatement) -> Iterator[cst.BaseSuite]:
+    for field in ("body", "orelse", "finalbody"):
+        part = getattr(stmt, field, None)
+        if isinstance(part, cst.BaseSuite):
+            yield part
+        elif isinstance(part, (cst.If, cst.Else, cst.Finally)):
+            if isinstance(part, cst.If):
+                yield part.body
+                yield from _suites_of_if_tail(part)
+            else:
+                yield part.body
+    for handler in getattr(stmt, "handlers", ()):
+        yield handler.body
+    for case in getattr(stmt, "cases", ()):
+        yield case.body
+
+
+def _suites_of_if_tail(node: cst.If) -> Iterator[cst.BaseSuite]:
+    tail = node.orelse
+    while tail is not None:
+        yield tail.body
+        tail = tail.orelse if isinstance(tail, cst.If) else None
+
+
+def _headers(stmt: cst.BaseCompoundStatement) -> List[cst.CSTNode]:
+    parts: List[cst.CSTNode] = []
+    for field in ("test", "target", "iter", "items", "subject"):
+        value = getattr(stmt, field, None)
+        if isinstance(value, cst.CSTNode):
+            parts.append(value)
+        elif isinstance(value, (list, tuple)):
+            parts.extend(value)
+    for handler in getattr(stmt, "handlers", ()):
+        if handler.name is not None:
+            parts.append(handler.name)
+    if isinstance(stmt, cst.If):
+        tail = stmt.orelse
+        while isinstance(tail, cst.If):  # elif tests are read too
+            parts.append(tail.test)
+            tail = tail.orelse
+    if isinstance(stmt, cst.For):
+        # A for-target is a binding.
+        parts = [cst.Assign([cst.AssignTarget(stmt.target)], stmt.iter)]
+    if isinstance(stmt, cst.With):
+        parts = []
+        for item in stmt.items:
+            parts.append(item.item)
+            if item.asname is not None:
+                parts.append(cst.Assign([cst.AssignTarget(item.asname.name)], cst.Name("None")))
+    return parts
+
+
+def all_params(params: cst.Parameters) -> List[cst.Param]:
+    found = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            found.append(star)
+    return found
+
+
+def _names(ctx: "PlanContext", node: cst.CSTNode, assigned: Set[str], loaded: List[cst.Name]) -> None:
+    """Split the names in a small statement into bindings and reads."""
+    ctx.visit(_NamesVisitor(ctx, assigned, loaded), node)
+
+
+class _NamesVisitor(cst.CSTVisitor):
+    def __init__(self, ctx: "PlanContext", assigned: Set[str], loaded: List[cst.Name]) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.assigned = assigned
+        self.loaded = loaded
+
+    def visit_AssignTarget(self, target: cst.AssignTarget) -> bool:
+        _bind(self.ctx, target.target, self.assigned, self.loaded)
+        return False
+
+    def visit_AnnAssign(self, ann: cst.AnnAssign) -> bool:
+        _bind(self.ctx, ann.target, self.assigned, self.loaded)
+        if ann.value is not None:
+            self.ctx.visit(self, ann.value)
+        return False
+
+    def visit_AugAssign(self, aug: cst.AugAssign) -> bool:
+        if isinstance(aug.target, cst.Name):
+            self.assigned.add(aug.target.value)
+            self.loaded.append(aug.target)
+        else:
+            self.ctx.visit(self, aug.target)
+        self.ctx.visit(self, aug.value)
+        return False
+
+    def visit_NamedExpr(self, named: cst.NamedExpr) -> bool:
+        _bind(self.ctx, named.target, self.assigned, self.loaded)
+        self.ctx.visit(self, named.value)
+        return False
+
+    def visit_Global(self, node: cst.Global) -> bool:
+        self.assigned.update(n.name.value for n in node.names)
+        return False
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> bool:
+        self.assigned.update(n.name.value for n in node.names)
+        return False
+
+    def visit_Del(self, node: cst.Del) -> bool:
+        _bind(self.ctx, node.target, self.assigned, self.loaded)
+        return False
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for alias in node.names:
+            bound = alias.asname.name if alias.asname else alias.name
+            while isinstance(bound, cst.Attribute):
+                bound = bound.value
+            if isinstance(bound, cst.Name):
+                self.assigned.add(bound.value)
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if isinstance(node.names, cst.ImportStar):
+            self.assigned.add("*")
+            return False
+        for alias in node.names:
+            bound = alias.asname.name if alias.asname else alias.name
+            if isinstance(bound, cst.Name):
+                self.assigned.add(bound.value)
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return True
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        self.ctx.visit(self, node.value)
+        return False
+
+    def visit_Name(self, node: cst.Name) -> bool:
+        self.loaded.append(node)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        self.ctx.visit(self, node.value)
+        return False
+
+
+def _bind(ctx: "PlanContext", target: cst.CSTNode, assigned: Set[str], loaded: List[cst.Name]) -> None:
+    if isinstance(target, cst.Name):
+        assigned.add(target.value)
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            _bind(ctx, element.value, assigned, loaded)
+    elif isinstance(target, cst.StarredElement):
+        _bind(ctx, target.value, assigned, loaded)
+    else:  # subscript or attribute target: reads its base
+        _names(ctx, target, assigned, loaded)
+
+
+def loaded_names(ctx: "PlanContext", expr: cst.CSTNode) -> List[cst.Name]:
+    """The Name nodes ``expr`` reads (not those it binds), in order."""
+    assigned: Set[str] = set()
+    loaded: List[cst.Name] = []
+    _names(ctx, expr, assigned, loaded)
+    return loaded
+
+
+def names_in(ctx: "PlanContext", expr: cst.CSTNode) -> Set[str]:
+    return {n.value for n in loaded_names(ctx, expr)}
+
+
+def statement_names(ctx: "PlanContext", stmt: cst.BaseStatement) -> Tuple[Set[str], List[cst.Name]]:
+    """Every name a statement binds (in any branch) and every name node it reads."""
+    flow = FunctionFlow.of_statements(ctx, [stmt])
+    assigned: Set[str] = set()
+    for s in flow.stmts:
+        assigned |= s.assigned
+    return assigned, [n for s in flow.stmts for n in s.loaded]
+
+
+# -- where a node sits -----------------------------------------------------------------
+
+
+def enclosing_line(ctx: "PlanContext", node: cst.CSTNode) -> Optional[cst.SimpleStatementLine]:
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, cst.SimpleStatementLine):
+            return ancestor
+        if isinstance(ancestor, cst.BaseCompoundStatement):
+            return None
+    return None
+
+
+def enclosing_function(ctx: "PlanContext", node: cst.CSTNode) -> Optional[cst.FunctionDef]:
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef):
+            return ancestor
+        if isinstance(ancestor, (cst.ClassDef, cst.Lambda)):
+            return None
+    return None
