@@ -182,12 +182,11 @@ def _rewrite_module(
     def format_statement(source: str, indent: int) -> cst.BaseStatement:
         return _formatted_statement(source, max(20, line_length - indent))
 
-    with index.active():
-        for code in codes:
-            ctx = PlanContext(index, code, format_statement, codes)
-            REGISTRY[code]().plan(ctx)
-            sites.extend(ctx.sites)
-            refusals.extend(ctx.refusals)
+    for code in codes:
+        ctx = PlanContext(index, code, format_statement, codes)
+        REGISTRY[code]().plan(ctx)
+        sites.extend(ctx.sites)
+        refusals.extend(ctx.refusals)
 
     accepted: List[Site] = []
     claimed: Set[cst.CSTNode] = set()

@@ -18,8 +18,6 @@ does not match (the code is left alone).
 from __future__ import annotations
 
 import bisect
-import contextlib
-import contextvars
 import dataclasses
 import itertools
 import re
@@ -56,15 +54,6 @@ class ModuleIndex:
         # facts the rewrites derive from this module (e.g. a function's data flow),
         # shared by every rewrite that plans on it
         self.memo: Dict[Any, Any] = {}
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
-        """While planning on this module, :func:`walk` replays visits from it."""
-        token = _ACTIVE.set(self)
-        try:
-            yield
-        finally:
-            _ACTIVE.reset(token)
 
     def _recorded(self) -> "_PositionState":
         if self._state is None:
@@ -259,25 +248,6 @@ class ModuleIndex:
 
 
 _SCAN = 1024  # subtrees up to this many nodes are walked node by node in ModuleIndex.visit
-
-_ACTIVE: "contextvars.ContextVar[Optional[ModuleIndex]]" = contextvars.ContextVar("hiera_rewrite_index", default=None)
-
-
-def active_index() -> Optional[ModuleIndex]:
-    """The index of the module being planned on (see ModuleIndex.active), if any."""
-    return _ACTIVE.get()
-
-
-def walk(visitor: cst.CSTVisitor, root: cst.CSTNode) -> None:
-    """``root.visit(visitor)`` for a visitor that only reads (``visit_X``/``leave_X``
-    hooks): replayed from the index of the module being planned when ``root`` is part
-    of it (libcst's visit rebuilds every node it passes), else libcst's visit."""
-    index = _ACTIVE.get()
-    if index is None:
-        root.visit(visitor)
-    else:
-        index.visit(visitor, root)
-
 
 # Parents under which a Name is never bound (tuples, lists and starred elements are
 # not here: they can be assignment targets).
