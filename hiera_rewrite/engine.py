@@ -20,9 +20,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set
 import libcst as cst
 
 from .index import ModuleIndex
-from .rewrite import REGISTRY, PlanContext, Refusal, Replacement, Site
+from .rewrite import REGISTRY, SKIP_MARKER, PlanContext, Refusal, Replacement, Site
 
-SKIP_MARKER = "hiera-rewrite: skip"
 DEFAULT_LINE_LENGTH = 88
 
 
@@ -193,7 +192,7 @@ def _rewrite_module(
     reports: List[Report] = []
     probe = PlanContext(index, "", format_statement)
     for site in sites:
-        skip_owner = _skip_marked_owner(probe, site.node)
+        skip_owner = probe.skipped_by(site.node)
         if skip_owner is not None:
             refusals.append(Refusal(site.code, site.node, f"left alone: `# {SKIP_MARKER}` on {skip_owner}"))
             continue
@@ -261,28 +260,6 @@ def _formatted_statement(source: str, line_length: int) -> cst.BaseStatement:
 
 def _descends_from(ctx: PlanContext, node: cst.CSTNode, roots: Set[cst.CSTNode]) -> bool:
     return any(a in roots for a in ctx.ancestors(node))
-
-
-def _skip_marked_owner(ctx: PlanContext, node: cst.CSTNode) -> Optional[str]:
-    for owner in [node, *ctx.ancestors(node)]:
-        if isinstance(owner, (cst.FunctionDef, cst.ClassDef)) and _has_skip_marker(owner, ctx.module):
-            kind = "class" if isinstance(owner, cst.ClassDef) else "function"
-            return f"{kind} {owner.name.value}"
-    return None
-
-
-def _has_skip_marker(owner: "cst.FunctionDef | cst.ClassDef", module: cst.Module) -> bool:
-    comments = [line.comment for line in owner.leading_lines]
-    if module.body and module.body[0] is owner:
-        # libcst gives the comments above a file's first statement to Module.header:
-        # take the comment block directly above it (no blank line in between).
-        for line in reversed(module.header):
-            if line.comment is None:
-                break
-            comments.append(line.comment)
-    comments += [line.comment for d in owner.decorators for line in d.leading_lines]
-    comments.append(owner.body.header.comment if isinstance(owner.body, cst.IndentedBlock) else None)
-    return any(c is not None and SKIP_MARKER in c.value for c in comments)
 
 
 class _ApplyEdits(cst.CSTTransformer):
