@@ -48,7 +48,7 @@ import libcst as cst
 
 from hiera_rewrite.rewrite import PlanContext, Refuse
 
-from hiera_rewrite.flow import names_in
+from hiera_rewrite.flow import Stmt, names_in
 from ._match import code, int_value, is_name, method_call, positional, single_assign
 from ._mask import is_docstring
 
@@ -193,20 +193,15 @@ def _shape_args(call: cst.Call) -> Optional[List[cst.BaseExpression]]:
 
 
 def _tensor_role(value, tensors, pure, names, facts) -> Optional[str]:
-    rand = _torch_call(value, "rand")
-    if rand is not None:
-        sizes = _shape_args(rand)
-        if sizes is None or len(sizes) != 2 or not all(_pure(s, names, pure) for s in sizes):
-            raise Refuse(f"`{code(value)}` is not a (B, N) noise of pure sizes")
-        facts["noise_windows"] = sizes[1]
-        return "noise"
-    zeros = _torch_call(value, "zeros")
-    if zeros is not None:
-        sizes = _shape_args(zeros)
-        if sizes is None or len(sizes) != 2 or not all(_pure(s, names, pure) for s in sizes):
-            raise Refuse(f"`{code(value)}` is not a (B, N) zeros mask of pure sizes")
-        facts["windows"] = sizes[1]
-        return "mask"
+    # torch.rand(B, N) is the noise, torch.zeros(B, N) the mask; N is a fact of each
+    for function, role, what, columns in (("rand", "noise", "noise", "noise_windows"), ("zeros", "mask", "zeros mask", "windows")):
+        made = _torch_call(value, function)
+        if made is not None:
+            sizes = _shape_args(made)
+            if sizes is None or len(sizes) != 2 or not all(_pure(s, names, pure) for s in sizes):
+                raise Refuse(f"`{code(value)}` is not a (B, N) {what} of pure sizes")
+            facts[columns] = sizes[1]
+            return role
     sorted_ = _argsort_of(value)
     if sorted_ is not None:
         source, times = sorted_
@@ -340,10 +335,28 @@ def count_call(owner: str, args: List[str]) -> str:
     return f'getattr({owner}.get_random_mask, "{ATTRIBUTE}", lambda *args: None)({joined})'
 
 
-def random_mask_guard(func: cst.FunctionDef, mask: str) -> Optional[Tuple[cst.If, str, cst.BaseExpression]]:
-    """Find `if mask is None: mask = <obj>.get_random_mask(x, ratio)` at the top level of
-    ``func``: (the if, the ratio's name, <obj>).  Statements after the assignment in
-    the if (a count a rewrite added) are the caller's to check."""
+@dataclasses.dataclass
+class MadeMask:
+    """`if <mask> is None: <mask> = <owner>.get_random_mask(a, ratio)` at the top level
+    of a function (an MAE's forward_encoder): where the mask the model makes itself
+    comes from, and what its count is computed from."""
+
+    guard: cst.If
+    owner: cst.BaseExpression
+    args: List[cst.BaseExpression]  # a and ratio (a name)
+    made: Stmt  # the assignment, in the function's flow
+    once: bool  # it is the function's only binding of <mask>
+
+    def self_owned(self) -> bool:
+        """get_random_mask is the model's own or a submodule's (``self``, ``self.attr``)."""
+        owner = self.owner
+        return is_name(owner, "self") or isinstance(owner, cst.Attribute) and is_name(owner.value, "self")
+
+
+def random_mask_guard(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Optional[MadeMask]:
+    """The top-level `if mask is None: mask = <owner>.get_random_mask(a, ratio)` of
+    ``func``.  Statements after the assignment in the if (a count a rewrite added) are
+    the caller's to check."""
     for stmt in func.body.body:  # type: ignore[union-attr]
         if not isinstance(stmt, cst.If) or stmt.orelse is not None:
             continue
@@ -368,5 +381,8 @@ def random_mask_guard(func: cst.FunctionDef, mask: str) -> Optional[Tuple[cst.If
         args = positional(found[1])
         if args is None or len(args) != 2 or not is_name(args[1]):
             return None
-        return stmt, args[1].value, found[0]  # type: ignore[attr-defined]
+        flow = ctx.flow(func)
+        made = flow.stmt_of(body[0])
+        once = [s.index for s in flow.assigning(mask)] == [made.index] and not flow.compound_assigned.get(mask)
+        return MadeMask(stmt, found[0], args, made, once)
     return None

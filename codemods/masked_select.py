@@ -32,7 +32,7 @@ import libcst as cst
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
 
 from hiera_rewrite.flow import FunctionFlow, Stmt
-from ._match import code, is_name, method_call, positional, single_assign, target_code
+from ._match import code, is_name, method_call, single_assign, target_code
 from ._random_mask import count_call, random_mask_guard
 from .decoder_fill import planned_fill
 from ._mask import (
@@ -439,19 +439,16 @@ def _encoder_call(
         bound[name] = arg.value
     encoder_flow = ctx.flow(encoder)
     for param in params[1:]:
-        guard = random_mask_guard(encoder, param)
-        receiver = guard[2] if guard is not None else None
-        if not (is_name(receiver, "self") or isinstance(receiver, cst.Attribute) and is_name(receiver.value, "self")):
+        made = random_mask_guard(ctx, encoder, param)
+        if made is None or not made.self_owned():
             continue
-        made = encoder_flow.stmt_of(guard[0].body.body[0])  # type: ignore[union-attr, arg-type]
-        if [s.index for s in encoder_flow.assigning(param)] != [made.index] or encoder_flow.compound_assigned.get(param):
+        if not made.once:
             return None
-        mask_call = method_call(single_assign(guard[0].body.body[0])[1], "get_random_mask")[1]  # type: ignore[index, union-attr, arg-type]
-        inner = positional(mask_call) or []
+        inner = made.args
         if not all(
             is_name(a)
             and a.value in params[1:]  # type: ignore[attr-defined]
-            and not any(s.index < made.index for s in encoder_flow.assigning(a.value))  # type: ignore[attr-defined]
+            and not any(s.index < made.made.index for s in encoder_flow.assigning(a.value))  # type: ignore[attr-defined]
             and not encoder_flow.compound_assigned.get(a.value)  # type: ignore[attr-defined]
             for a in inner
         ):
@@ -471,7 +468,7 @@ def _encoder_call(
         passed = [bound.get(param), *(bound.get(a.value) for a in inner)]  # type: ignore[attr-defined]
         if not all(is_name(p) for p in passed):
             return None
-        return line, encoder.name.value, passed[0].value, code(receiver), [p.value for p in passed[1:]]  # type: ignore[union-attr, arg-type]
+        return line, encoder.name.value, passed[0].value, code(made.owner), [p.value for p in passed[1:]]  # type: ignore[union-attr, arg-type]
     return None
 
 

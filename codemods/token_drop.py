@@ -297,12 +297,11 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     if any(a.star or a.keyword is not None and a.keyword.value == COUNT for a in call.args):
         raise NotThisIdiom()
     flow = ctx.flow(func)
-    generate = random_mask_guard(func, mask)
-    if generate is None or not is_name(generate[2], "self"):
+    made = random_mask_guard(ctx, func, mask)
+    if made is None or not is_name(made.owner, "self"):
         raise NotThisIdiom()
-    guard, ratio, _ = generate
-    made = flow.stmt_of(guard.body.body[0])  # type: ignore[union-attr, arg-type]
-    if [s.index for s in flow.assigning(mask)] != [made.index] or flow.compound_assigned.get(mask):
+    guard = made.guard
+    if not made.once:
         raise Refuse(f"{mask} is assigned elsewhere in {func.name.value}: the kept count may not be get_random_mask's")
     if ctx.position(call).line <= ctx.position(guard).line:
         raise Refuse("the encoder call does not come after the random mask is made")
@@ -324,8 +323,7 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     if taken:
         raise Refuse(f"the count needs the builtin {taken[0]}, which the module binds itself")
 
-    mask_call = method_call(single_assign(guard.body.body[0])[1], "get_random_mask")[1]  # type: ignore[index, union-attr, arg-type]
-    mask_args = positional(mask_call) or []
+    mask_args = made.args
     if not all(is_name(a) and a.value != mask for a in mask_args):  # type: ignore[attr-defined]
         raise Refuse("get_random_mask is not called on plain names: its count would evaluate them again")
 
