@@ -17,9 +17,9 @@ from typing import Counter, Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from hiera_rewrite.flow import statement_names
 from hiera_rewrite.rewrite import PlanContext, Refuse
 
-from hiera_rewrite.flow import statement_names
 from ._match import code, dim_arg, int_args, int_value, is_name, method_call, positional, single_assign
 
 SDPA_NAMES = {

@@ -32,9 +32,9 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from hiera_rewrite.flow import all_params, body_of, loaded_names
 from hiera_rewrite.rewrite import PlanContext
 
-from hiera_rewrite.flow import all_params, body_of, loaded_names
 from ._match import code
 
 TENSOR = "tensor"

@@ -12,10 +12,10 @@ from typing import List, Optional, Set
 
 import libcst as cst
 
+from hiera_rewrite.flow import FunctionFlow, statement_names
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
-from hiera_rewrite.flow import FunctionFlow, statement_names
 from ._match import code, is_name
 
 

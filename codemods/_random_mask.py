@@ -46,9 +46,9 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from hiera_rewrite.flow import Stmt, names_in
 from hiera_rewrite.rewrite import PlanContext, Refuse
 
-from hiera_rewrite.flow import Stmt, names_in
 from ._match import code, int_value, is_name, method_call, positional, single_assign
 from ._mask import is_docstring
 

@@ -31,9 +31,9 @@ from typing import Dict, List, Optional
 
 import libcst as cst
 
+from hiera_rewrite.flow import FunctionFlow, Stmt, enclosing_function
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
-from hiera_rewrite.flow import FunctionFlow, Stmt, enclosing_function
 from ._match import code, is_name, method_call, single_assign
 from ._mask import (
     with_fallback,

@@ -46,6 +46,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from hiera_rewrite.flow import FunctionFlow, enclosing_function, enclosing_line, names_in, statement_names
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._attention import (
@@ -64,7 +65,6 @@ from ._attention import (
     top_level_bindings,
     transposed_last,
 )
-from hiera_rewrite.flow import FunctionFlow, enclosing_function, enclosing_line, names_in, statement_names
 from ._match import (
     code,
     int_args,

@@ -36,6 +36,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from hiera_rewrite.flow import FunctionFlow, enclosing_function, enclosing_line, names_in, statement_names
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._attention import (
@@ -56,7 +57,6 @@ from ._attention import (
     softmax_operand,
     transposed_last,
 )
-from hiera_rewrite.flow import FunctionFlow, enclosing_function, enclosing_line, names_in, statement_names
 from ._match import (
     code,
     int_args,

@@ -29,9 +29,9 @@ import dataclasses
 
 import libcst as cst
 
+from hiera_rewrite.flow import FunctionFlow, Stmt
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
 
-from hiera_rewrite.flow import FunctionFlow, Stmt
 from ._match import code, is_name, method_call, single_assign, target_code
 from ._random_mask import count_call, random_mask_guard
 from .decoder_fill import planned_fill

@@ -20,9 +20,9 @@ from typing import List, Set, Tuple
 
 import libcst as cst
 
+from hiera_rewrite.flow import enclosing_function
 from hiera_rewrite.rewrite import PlanContext, Refuse, Rewrite, register
 
-from hiera_rewrite.flow import enclosing_function
 from ._match import code, method_call, reduction_values
 from ._inplace import ALIAS_ATTRS, ALIAS_METHODS, WHAT, InplaceFlow
 

@@ -32,12 +32,11 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
+from hiera_rewrite.flow import enclosing_function, enclosing_line, statement_names
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, refusing_as, register
 
-from hiera_rewrite.flow import enclosing_function, enclosing_line
 from ._match import code, int_value, is_name, method_call, positional, single_assign, target_code
 from ._random_mask import count_call, helper_source, kept_count, random_mask_guard
-from hiera_rewrite.flow import statement_names
 from ._mask import (
     with_fallback,
     emitted_fallback,

@@ -191,6 +191,8 @@ class PlanContext:
         self.sites.append(Site(self.code, node, dict(edits), message or ""))
 
     def refuse(self, node: cst.CSTNode, reason: str) -> None:
+        """Report ``node`` left alone for ``reason`` where no analysis runs (the finder
+        alone knows it is refused); a site's analysis raises Refuse instead."""
         self.refusals.append(Refusal(self.code, node, reason))
 
     def attempt(
