@@ -124,7 +124,7 @@ TINY_CELLS: Dict[str, Cell] = {
     ]
 }
 
-CONTENDERS = ["fair", "rewritten", "optim"]
+CONTENDERS = ["fair", "rewritten", "optim", "variant"]  # variant: --variant NAME (benchmarks/variants.py)
 MODES = ["eager", "compile", "ro"]
 MODE_LABEL = {"eager": "eager", "compile": "compile", "ro": "reduce-overhead"}
 # issue 15 / DESIGN.md section 5: rewritten/hiera-optim per mode, in the same run
@@ -329,7 +329,8 @@ def round_schedule(contenders: List[str], rounds: int) -> List[Tuple[int, str]]:
 
 
 # (numerator, denominator) pairs reported per round; < 1 means the numerator is faster
-RATIO_PAIRS = [("rewritten", "optim"), ("rewritten", "fair"), ("optim", "fair")]
+RATIO_PAIRS = [("rewritten", "optim"), ("rewritten", "fair"), ("optim", "fair"),
+               ("variant", "rewritten"), ("variant", "optim")]
 
 
 def round_ratios(times: Dict[str, List[float]]) -> Dict[str, Dict[str, float]]:
@@ -471,6 +472,7 @@ class Bench:
         self.fair = fair
         self.rewritten = rewritten
         self.optim = optim
+        self.variant = None  # the --variant package, set by main
         self.device = torch.device(args.device)
         self.cuda = self.device.type == "cuda"
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
@@ -522,6 +524,10 @@ class Bench:
             return "FAIR has no graph-safe path (boolean indexing); --fair-ro to try"
         if contender == "optim" and self.optim is None:
             return "hiera-optim not available"
+        if contender == "variant" and self.variant is None:
+            return "no --variant given"
+        if contender == "variant" and mode not in args.variant_modes.split(","):
+            return f"--variant-modes {args.variant_modes}"
         if self.cuda_broken:
             return "CUDA context broken by an earlier error"
         if mode == "ro" and not self.cuda and args.compile_backend == "inductor":
@@ -548,7 +554,7 @@ class Bench:
         base = self.allocated()
         objs: Dict[str, Any] = {}
         try:
-            pkg = self.rewritten if contender == "rewritten" else self.fair
+            pkg = {"rewritten": self.rewritten, "variant": self.variant}.get(contender, self.fair)
             model = objs["model"] = self.build(pkg, cell, state_dict)
             graph_safe = contender == "optim" and mode == "ro"
             if contender == "optim":
@@ -998,12 +1004,8 @@ def markdown(runs: List[Run], env: Dict[str, Any], cells: Dict[str, Cell],
     ratios = group_ratios(runs, groups)
     gstate = {(g["cell"], g["mode"]): g for g in groups}
     modes = [m for m in MODES if any(r.mode == m for r in runs)]
-    if ratios:
-        lines.append("")
-        lines.append("### ratios per cell and mode (< 1: the first is faster; per-round median [IQR])")
-        lines.append("")
-        lines.append("| cell | mode | timing | rewritten/hiera-optim | rewritten/FAIR | hiera-optim/FAIR | GPU start | GPU end |")
-        lines.append("|---|---|---|---|---|---|---|---|")
+    pairs = [f"{a}/{b}" for a, b in RATIO_PAIRS if any(f"{a}/{b}" in rs for _t, rs in ratios.values())]
+    label = {"fair": "FAIR", "optim": "hiera-optim", "rewritten": "rewritten", "variant": "variant"}
 
     def cell_txt(s: Optional[Dict[str, Any]]) -> str:
         if not s:
@@ -1012,15 +1014,21 @@ def markdown(runs: List[Run], env: Dict[str, Any], cells: Dict[str, Cell],
             return f"{s['median']:.3f} [{s['q1']:.3f}-{s['q3']:.3f}]"
         return f"{s['median']:.3f}"
 
+    if ratios:
+        lines.append("")
+        lines.append("### ratios per cell and mode (< 1: the first is faster; per-round median [IQR])")
+        lines.append("")
+        lines.append("| cell | mode | timing | " + " | ".join("/".join(label[n] for n in pr.split("/")) for pr in pairs)
+                     + " | GPU start | GPU end |")
+        lines.append("|---|---|---|" + "---|" * len(pairs) + "---|---|")
     for c in cell_names:
         for m in modes:
             if (c, m) not in ratios:
                 continue
             timing, rs = ratios[(c, m)]
             g = gstate.get((c, m), {})
-            lines.append(f"| {c} | {MODE_LABEL[m]} | {timing} | {cell_txt(rs.get('rewritten/optim'))} | "
-                         f"{cell_txt(rs.get('rewritten/fair'))} | {cell_txt(rs.get('optim/fair'))} | "
-                         f"{_gpu_short(g.get('gpu_start'))} | {_gpu_short(g.get('gpu_end'))} |")
+            lines.append(f"| {c} | {MODE_LABEL[m]} | {timing} | " + " | ".join(cell_txt(rs.get(pr)) for pr in pairs)
+                         + f" | {_gpu_short(g.get('gpu_start'))} | {_gpu_short(g.get('gpu_end'))} |")
     notes = [f"- {g['cell']} {MODE_LABEL[g['mode']]}: {g['note']}" for g in groups if g.get("note")]
     if notes:
         lines.append("")
@@ -1129,6 +1137,10 @@ def parse_args(argv=None):
                         "MAEStepInputs.refresh_mask); fixed: one mask passed in by every contender")
     p.add_argument("--optimizer", default="none", choices=["none", "adamw"])
     p.add_argument("--fair-ro", action="store_true", help="also try FAIR under reduce-overhead")
+    p.add_argument("--variant", default=None,
+                   help="add the contender 'variant': today's rewritten files with benchmarks/variants.py's "
+                        "edits NAME (unbind, index_select, sortdesc, all) applied, timed interleaved with the rest")
+    p.add_argument("--variant-modes", default="eager,compile,ro", help="modes in which the variant contender runs")
     p.add_argument("--warm-only", action="store_true",
                    help="build, compile and warm every contender, time nothing: fills inductor's on-disk caches "
                         "(FX graph, AOTAutograd) so a later process compiles the same graphs in seconds")
@@ -1157,26 +1169,30 @@ def parse_args(argv=None):
 
 
 def merge(files: List[Path], modes: List[str], out: Optional[str]) -> int:
-    """Tables, JSON and plot from several runs (e.g. cells split over two GPUs)."""
-    by_cell: Dict[str, List[Run]] = {}
-    groups_by_cell: Dict[str, List[Dict[str, Any]]] = {}
-    source: Dict[str, str] = {}
+    """Tables, JSON and plot from several runs (cells and modes split over device calls).
+
+    Each (cell, mode) group's rows come from the last file holding that group, so the
+    contenders of a group always share one process (their ratios stay same-run)."""
+    by_group: Dict[Tuple[str, str], List[Run]] = {}
+    groups_by: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
+    source: Dict[Tuple[str, str], str] = {}
     last_env: Dict[str, Any] = {}
     fields = {f.name for f in dataclasses.fields(Run)}
     for f in files:
         data = json.loads(f.read_text())
         last_env = data["env"]
         runs = [Run(**{k: v for k, v in r.items() if k in fields}) for r in data["runs"] if r["mode"] in modes]
-        for cell in dict.fromkeys(r.cell for r in runs):
-            by_cell[cell] = [r for r in runs if r.cell == cell]
-            groups_by_cell[cell] = [g for g in data.get("groups", []) if g["cell"] == cell and g["mode"] in modes]
-            source[cell] = f"{data['env'].get('command')} ({data['env'].get('date')})"
-    order = MATRIX + [c for c in by_cell if c not in MATRIX]
-    runs = [r for cell in order for r in by_cell.get(cell, [])]
-    groups = [g for cell in order for g in groups_by_cell.get(cell, [])]
-    commands = [f"{cell}: {source[cell]}" for cell in order if cell in source]
+        for key in dict.fromkeys((r.cell, r.mode) for r in runs):
+            by_group[key] = [r for r in runs if (r.cell, r.mode) == key]
+            groups_by[key] = [g for g in data.get("groups", []) if (g["cell"], g["mode"]) == key]
+            source[key] = f"{data['env'].get('command')} ({data['env'].get('date')})"
+    cells = list(dict.fromkeys(c for c, _m in by_group))
+    order = [(c, m) for c in MATRIX + [c for c in cells if c not in MATRIX] for m in MODES if (c, m) in by_group]
+    runs = [r for key in order for r in by_group[key]]
+    groups = [g for key in order for g in groups_by[key]]
+    commands = [f"{c} {MODE_LABEL[m]}: {source[(c, m)]}" for c, m in order]
     env = dict(last_env, command="; ".join(commands), merged_from=[str(f) for f in files])
-    md = markdown(runs, env, {**CELLS, **TINY_CELLS}, groups) + "\n\nrows per cell from: " + "; ".join(commands)
+    md = markdown(runs, env, {**CELLS, **TINY_CELLS}, groups) + "\n\nrows per cell and mode from: " + "; ".join(commands)
     if out:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
@@ -1230,6 +1246,8 @@ def main(argv=None) -> int:
         cells.append(c)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     contenders = [k.strip() for k in args.contenders.split(",") if k.strip()]
+    if args.variant and "variant" not in contenders:
+        contenders.append("variant")
     for m in modes:
         if m not in MODES:
             raise SystemExit(f"unknown mode {m!r}")
@@ -1247,6 +1265,12 @@ def main(argv=None) -> int:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     bench = Bench(args, torch, hiera, rewritten, optim)
+    if args.variant:
+        import variants
+
+        src = variants.write(args.variant, Path(rewritten.__file__).parent, tmp / "variant_src")
+        bench.variant, _ = make_rewritten_package(tmp, name="hiera_variant", pregenerated=src)
+        log(f"variant {args.variant}: {Path(bench.variant.__file__).parent} (benchmarks/variants.py)")
     dev_name = torch.cuda.get_device_name() if bench.cuda else platform.processor() or platform.machine()
     try:
         import hiera_optim as _ho

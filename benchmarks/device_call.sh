@@ -2,7 +2,8 @@
 # One device call of issue 15's plan (benchmarks/NOTES.md, "Device plan"), run from the
 # repo root on the lent GPU machine with `.whl` carried (benchmarks/prepare_device.sh):
 #
-#   bash benchmarks/device_call.sh 1   # headline: 3 contenders x eager/compile/ro; eager matrix; memory + opcount on CUDA
+#   bash benchmarks/device_call.sh 1   # headline: 3 contenders x eager/compile/ro (+ variant 'all' in eager); eager matrix;
+#                                      # memory + opcount on CUDA (with the variant)
 #   bash benchmarks/device_call.sh 2   # compile + ro, rewritten vs hiera-optim: tiny, large, base_q3
 #   bash benchmarks/device_call.sh 3   # compile + ro, rewritten vs hiera-optim: small, video, base_q1
 #
@@ -59,8 +60,9 @@ done
 if [ "$PART" = 1 ]; then
   # counts and allocator bytes, not timings: they may share the machine with phase A
   # (opcount's kernel counts and GPU busy ms hold; its wall ms is contended here)
-  ( python3 benchmarks/memory.py --device cuda --dtype bf16 --batch 128 --json "$OUT/memory.json" > "$OUT/memory.txt" 2>&1
-    python3 benchmarks/opcount.py --device cuda --dtype bf16 --batch 128 --json "$OUT/opcount.json" \
+  ( python3 benchmarks/memory.py --device cuda --dtype bf16 --batch 128 --variant all --json "$OUT/memory.json" \
+      > "$OUT/memory.txt" 2>&1
+    python3 benchmarks/opcount.py --device cuda --dtype bf16 --batch 128 --variant all --json "$OUT/opcount.json" \
       > "$OUT/opcount.txt" 2>&1 ) &
   pids+=($!)
 fi
@@ -80,7 +82,8 @@ bench() {  # out-name, budget, bench.py args...
   grep -hE "^\[bench " "/tmp/b_$name.log" >> "$OUT/bench.log"
 }
 if [ "$PART" = 1 ]; then
-  bench headline $(( LIMIT - $(elapsed) - 100 )) --cells headline --modes eager,compile,ro
+  bench headline $(( LIMIT - $(elapsed) - 100 )) --cells headline --modes eager,compile,ro \
+    --variant all --variant-modes eager
   bench matrix_eager $(( LIMIT - $(elapsed) - 10 )) --cells tiny,small,large,base_q1,base_q3,video --modes eager
 else
   bench "compile_ro_part$PART" $(( LIMIT - $(elapsed) - 15 )) --cells "$CELLS" --modes compile,ro \

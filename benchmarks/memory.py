@@ -154,10 +154,12 @@ def main(argv=None) -> int:
     p.add_argument("--mask-ratio", type=float, default=0.6)
     p.add_argument("--rewritten-src", type=Path, default=None)
     p.add_argument("--rows", type=int, default=12)
+    p.add_argument("--variant", default=None, help="add contender 'variant' (benchmarks/variants.py)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
-    setup = Contenders(args.cell, args.batch, args.device, args.dtype, args.contenders, args.rewritten_src)
+    setup = Contenders(args.cell, args.batch, args.device, args.dtype, args.contenders, args.rewritten_src,
+                       variant=args.variant)
     torch = setup.torch
     scale_to = args.scale_batch or setup.cell.batch
     f = scale_to / args.batch

@@ -156,7 +156,7 @@ class Contenders:
     hiera-rewrite), ``optim`` (hiera-optim on a FAIR model, eager path)."""
 
     def __init__(self, cell: str, batch: int, device: str, dtype: str, contenders: str,
-                 rewritten_src: Optional[Path] = None, graph_safe: bool = False):
+                 rewritten_src: Optional[Path] = None, graph_safe: bool = False, variant: Optional[str] = None):
         import torch
 
         import hiera
@@ -167,6 +167,14 @@ class Contenders:
         tmp = Path(tempfile.mkdtemp(prefix="hiera_counts_"))
         self.rewritten, _ = bench.make_rewritten_package(tmp, pregenerated=rewritten_src)
         self.names = [k.strip() for k in contenders.split(",") if k.strip()]
+        self.variant = None
+        if variant:  # benchmarks/variants.py's edits on today's rewritten files
+            import variants
+
+            src = variants.write(variant, Path(self.rewritten.__file__).parent, tmp / "variant_src")
+            self.variant, _ = bench.make_rewritten_package(tmp, name="hiera_variant", pregenerated=src)
+            if "variant" not in self.names:
+                self.names.append("variant")
         self.optim = None
         if "optim" in self.names:
             self.optim, note = bench.setup_hiera_optim(tmp)
@@ -185,12 +193,14 @@ class Contenders:
         self.batch = batch
         self.x = torch.randn((batch, *self.cell.input_shape[1:]), device=self.device).to(self.dtype)
         self.roots = [str(Path(hiera.__file__).parent), str(Path(self.rewritten.__file__).parent)]
+        if self.variant is not None:
+            self.roots.append(str(Path(self.variant.__file__).parent))
         if self.optim is not None:
             self.roots.append(str(Path(self.optim.__file__).parent))
 
     def build(self, k: str):
         torch = self.torch
-        pkg = self.rewritten if k == "rewritten" else self.hiera
+        pkg = {"rewritten": self.rewritten, "variant": self.variant}.get(k, self.hiera)
         with torch.device(self.device):
             model = pkg.MaskedAutoencoderHiera(**self.cell.config)
         model.to(self.dtype).load_state_dict(self.state)
@@ -214,6 +224,8 @@ def main(argv=None) -> int:
     p.add_argument("--contenders", default="fair,rewritten,optim")
     p.add_argument("--mask-ratio", type=float, default=0.6)
     p.add_argument("--rewritten-src", type=Path, default=None, help="folder with pre-rewritten files (see bench.py)")
+    p.add_argument("--variant", default=None, help="add contender 'variant' (benchmarks/variants.py: unbind, "
+                   "index_select, sortdesc, all)")
     p.add_argument("--json", type=Path, default=None, help="write every count here")
     p.add_argument("--sites", type=int, default=25, help="rows of the per-site comparison")
     args = p.parse_args(argv)
@@ -221,7 +233,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    setup = Contenders(args.cell, args.batch, args.device, args.dtype, args.contenders, args.rewritten_src)
+    setup = Contenders(args.cell, args.batch, args.device, args.dtype, args.contenders, args.rewritten_src,
+                       variant=args.variant)
     cell, cuda = setup.cell, setup.cuda
     results: Dict[str, Any] = {}
     for k, model in setup.models():

@@ -77,3 +77,38 @@ def test_drift_shared_by_a_round_cancels(bench):
 def test_unpaired_rounds_are_refused(bench):
     with pytest.raises(ValueError):
         bench.round_ratios({"rewritten": [1.0, 2.0], "optim": [1.0]})
+
+
+def _bench_json(path, command, runs, groups):
+    import json
+
+    path.write_text(json.dumps(dict(env=dict(command=command, date="d", device="cpu"), runs=runs, groups=groups)))
+    return path
+
+
+def _run(cell, contender, mode, ms):
+    return dict(cell=cell, contender=contender, mode=mode, ms=ms, ms_all=[ms], samples_s=1.0)
+
+
+def test_merge_takes_each_cell_and_mode_from_the_last_file_holding_it(bench, tmp_path, capsys):
+    import json
+
+    first = _bench_json(tmp_path / "a.json", "call-1", [
+        _run("base", "rewritten", "eager", 50.0), _run("base", "optim", "eager", 60.0),
+        _run("tiny", "rewritten", "eager", 40.0), _run("tiny", "optim", "eager", 44.0),
+    ], [dict(cell="base", mode="eager", timing="interleaved", ratios={"rewritten/optim": dict(median=0.8)})])
+    second = _bench_json(tmp_path / "b.json", "call-2", [
+        _run("tiny", "rewritten", "compile", 20.0), _run("tiny", "optim", "compile", 30.0),
+        _run("base", "rewritten", "eager", 55.0), _run("base", "optim", "eager", 50.0),
+    ], [])
+    out = tmp_path / "merged"
+    assert bench.main(["--merge", str(first), str(second), "--modes", "eager,compile", "--out", str(out)]) == 0
+    merged = json.loads((out / "bench.json").read_text())
+    got = {(r["cell"], r["contender"], r["mode"]): r["ms"] for r in merged["runs"]}
+    # tiny eager only in the first file, tiny compile only in the second: both kept;
+    # base eager in both: the second's rows, and not the first file's group ratios
+    assert got == {("tiny", "rewritten", "eager"): 40.0, ("tiny", "optim", "eager"): 44.0,
+                   ("tiny", "rewritten", "compile"): 20.0, ("tiny", "optim", "compile"): 30.0,
+                   ("base", "rewritten", "eager"): 55.0, ("base", "optim", "eager"): 50.0}
+    assert merged["groups"] == []
+    assert "| base | eager | sequential (ratio of medians) | 1.100 |" in capsys.readouterr().out
