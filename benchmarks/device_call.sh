@@ -60,9 +60,9 @@ done
 if [ "$PART" = 1 ]; then
   # counts and allocator bytes, not timings: they may share the machine with phase A
   # (opcount's kernel counts and GPU busy ms hold; its wall ms is contended here)
-  ( python3 benchmarks/memory.py --device cuda --dtype bf16 --batch 128 --variant all --json "$OUT/memory.json" \
+  ( timeout 100 python3 benchmarks/memory.py --device cuda --dtype bf16 --batch 128 --variant all --json "$OUT/memory.json" \
       > "$OUT/memory.txt" 2>&1
-    python3 benchmarks/opcount.py --device cuda --dtype bf16 --batch 128 --variant all --json "$OUT/opcount.json" \
+    timeout 100 python3 benchmarks/opcount.py --device cuda --dtype bf16 --batch 128 --variant all --json "$OUT/opcount.json" \
       > "$OUT/opcount.txt" 2>&1 ) &
   pids+=($!)
 fi
