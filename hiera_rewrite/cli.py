@@ -14,11 +14,8 @@ from . import __version__
 from .engine import FileResult, InputError, InternalError, line_length_for, rewrite_bytes, selected_codes
 from .files import FileError, expand_paths, process_file, unified_diff, write_checked
 from .output import FORMATS, make_output
+from .exit_codes import EXIT_CHANGED, EXIT_CLEAN, EXIT_ERROR
 from .rewrite import REGISTRY
-
-EXIT_CLEAN = 0
-EXIT_CHANGED = 1
-EXIT_ERROR = 2
 
 EPILOG = """\
 exit codes:
@@ -137,7 +134,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if verify_only and not args.verify:
         parser.error(f"{', '.join(verify_only)} only make sense with --verify")
     if args.verify:
-        from .verify import run_cli as run_verify
+        from .verify.command import run_cli as run_verify
 
         return run_verify(args, codes)
     runner = _Runner(args, codes)

@@ -143,6 +143,8 @@ def test_wheel_contents(dists):
     assert top == {"hiera_rewrite", f"hiera_rewrite-{version}.dist-info"}, top  # no top-level codemods
     shipped = {n.rsplit("/", 1)[1] for n in names if n.startswith("hiera_rewrite/codemods/")}
     assert shipped == {p.name for p in (ROOT / "codemods").glob("*.py")}
+    verify = {n.rsplit("/", 1)[1] for n in names if n.startswith("hiera_rewrite/verify/")}
+    assert verify == {p.name for p in (ROOT / "hiera_rewrite" / "verify").glob("*.py")}  # the whole subpackage
     assert f"hiera_rewrite-{version}.dist-info/licenses/LICENSE" in names
     assert f"\nVersion: {version}\n" in meta
     assert "\nLicense-Expression: MIT\n" in meta

@@ -22,7 +22,7 @@ import pytest
 
 from hiera_rewrite import cli, files
 from hiera_rewrite.verify import EXIT_VERIFY_FAILED
-from hiera_rewrite.verify_layout import Layout, find_layout, module_name
+from hiera_rewrite.verify.layout import Layout, find_layout, module_name
 
 pytest.importorskip("torch")
 

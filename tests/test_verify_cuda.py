@@ -2,7 +2,7 @@
 
 import pytest
 
-from hiera_rewrite.verify_cuda import format_timing, quartiles, round_order, summarize, time_training_steps
+from hiera_rewrite.verify.cuda import format_timing, quartiles, round_order, summarize, time_training_steps
 
 torch = pytest.importorskip("torch")
 

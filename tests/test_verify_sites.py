@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from hiera_rewrite.engine import rewrite_bytes
-from hiera_rewrite.verify_sites import regions_run, sites_of
+from hiera_rewrite.verify.sites import regions_run, sites_of
 
 CASE = Path(__file__).resolve().parent.parent / "golden" / "mask" / "token_drop_one_line.in.py"
 

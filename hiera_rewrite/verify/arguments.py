@@ -1,0 +1,534 @@
+"""Constructor arguments for ``--verify``'s builds (worker side).
+
+Values for what a model needs and nobody gave -- a required argument, a key a factory
+reads from ``**kwargs``, a key of a configuration object (``cfg.embed_dim``) -- come
+from the user's ``--kwargs``, a small value from the name for sizes, the repo's own
+values (argparse defaults in its scripts, its JSON/YAML configs), else a small
+Hiera-consistent value from the name.  :class:`Building` builds a candidate small
+(few blocks, small dims, the smallest valid input size) and records how.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import json
+import os
+import re
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+
+_SIZE_WORDS = ["nano", "pico", "tiny", "small", "base", "plus", "large", "huge", "giant"]
+
+
+# configuration that changes sizes, not code paths: not part of a variant
+SIZE_KNOBS = {
+    "embed_dim", "num_heads", "stages", "depth", "num_classes", "decoder_embed_dim", "decoder_depth",
+    "decoder_num_heads", "drop_path_rate", "mlp_ratio", "head_dropout", "head_init_scale",
+}
+
+
+NO_DEFAULT = object()
+
+
+class _Opaque:
+    """A factory's keyword value that only its code knows (``kwargs["x"]``, a call)."""
+
+    def __repr__(self) -> str:
+        return "<computed>"
+
+
+OPAQUE = _Opaque()
+
+
+SCAN_SKIP = {"__pycache__", "node_modules", "site-packages", "venv", "build", "dist", "wandb", "outputs", "checkpoints", "data"}
+
+
+def size_rank(name: str) -> int:
+    words = name.lower().replace("-", "_").split("_")
+    ranks = [_SIZE_WORDS.index(w) for w in words if w in _SIZE_WORDS]
+    return max(ranks) if ranks else _SIZE_WORDS.index("base")
+
+
+def guess(name: str) -> Any:
+    """A small Hiera-consistent value for a required argument, from its name (None: no idea)."""
+    n = name.lower()
+    exact = {
+        "in_chans": 3, "in_channels": 3, "input_channels": 3, "num_channels": 3, "num_classes": 10,
+        "num_heads": 1, "heads": 1, "stages": (1, 1, 1, 1), "depths": (1, 1, 1, 1), "depth": 2,
+        "input_size": (224, 224), "img_size": 224, "image_size": 224, "patch_size": 4, "mlp_ratio": 4.0,
+        "q_pool": 2, "mask_ratio": 0.6, "dim": 8, "dim_out": 8, "embed_dim": 8,
+        # upstream Hiera's 2-D grid (consistent with input_size above) and its other knobs
+        "q_stride": (2, 2), "mask_unit_size": (8, 8), "mask_unit_attn": (True, True, False, False),
+        "patch_kernel": (7, 7), "patch_stride": (4, 4), "patch_padding": (3, 3), "dim_mul": 2.0,
+        "head_mul": 2.0, "norm_layer": "LayerNorm", "sep_pos_embed": False, "head_init_scale": 0.001,
+    }
+    if n in exact:
+        return exact[n]
+    if "stage" in n:
+        return (1, 1, 1, 1)
+    if n.startswith(("in_", "input_")) and ("chan" in n or "channel" in n):
+        return 3
+    if "head" in n:
+        return 1
+    if "class" in n:
+        return 10
+    if "chan" in n or "channel" in n or n.endswith("dim") or n.endswith("_dims") or "width" in n:
+        return 8
+    if "depth" in n or "layers" in n or n.endswith("blocks"):
+        return 2
+    if "drop" in n or n.endswith("_rate"):
+        return 0.0
+    if "ratio" in n:
+        return 0.5
+    if "size" in n:
+        return 224
+    if "stride" in n:
+        return 4
+    if n.startswith(("use_", "is_", "with_", "enable_")):
+        return False
+    return None
+
+
+def is_size(name: str) -> bool:
+    """A width/depth/count knob: a small value from its name beats the repo's own."""
+    n = name.lower()
+    if n.startswith(("in_", "input_")) or "ratio" in n or "drop" in n or "rate" in n:
+        return False
+    return n in SIZE_KNOBS or "stage" in n or n.endswith(("dim", "dims", "heads", "depth", "depths", "layers", "blocks", "classes"))
+
+
+class ConfigSpec:
+    """A constructor argument used as a configuration object (``cfg.embed_dim``,
+    ``config["x"]``, ``args.get("x")``): the values it handed out, replayed on the
+    rewritten side."""
+
+    def __init__(self, values: Optional[Dict[str, Any]] = None) -> None:
+        self.values: Dict[str, Any] = dict(values or {})
+
+    def __repr__(self) -> str:
+        return "<config " + ", ".join(f"{k}={v!r}" for k, v in self.values.items()) + ">"
+
+
+class Config:
+    """What the user's code gets for a :class:`ConfigSpec`: attribute and item access,
+    ``get``, ``in``; an unknown key is filled like a missing argument."""
+
+    def __init__(self, values: Dict[str, Any], fill: Callable[[str], Any]) -> None:
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_fill", fill)
+
+    def _wrap(self, value):
+        return Config(value, self._fill) if isinstance(value, dict) else value
+
+    def __getitem__(self, key):
+        if key not in self._values:
+            if not isinstance(key, str):
+                raise KeyError(key)
+            self._values[key] = self._fill(key)
+        return self._wrap(self._values[key])
+
+    def __getattr__(self, key):
+        if key.startswith("__"):
+            raise AttributeError(key)
+        return self[key]
+
+    def __setattr__(self, key, value):
+        self._values[key] = value
+
+    __setitem__ = __setattr__
+
+    def get(self, key, default=None):
+        return self._wrap(self._values[key]) if key in self._values else default
+
+    def __contains__(self, key) -> bool:
+        return key in self._values
+
+    def keys(self):
+        return self._values.keys()
+
+    def items(self):
+        return [(k, self._wrap(v)) for k, v in self._values.items()]
+
+    def __iter__(self):
+        return iter(self._values)
+
+
+_CONFIG_FILES = (".json", ".yaml", ".yml")
+
+
+_MAX_SCAN_FILES = 400
+
+
+_MAX_SCAN_BYTES = 1024 * 1024
+
+
+def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
+    """{name: (value, where)}: the values the repo itself uses -- argparse
+    ``add_argument("--x", default=...)`` in its scripts, keys of its JSON configs (YAML
+    too where a YAML parser is importable here).  First found wins; smaller model names
+    ("tiny") and shallower files first."""
+    try:
+        import yaml  # noqa: PLC0415 -- the user's environment may lack it
+    except Exception:  # noqa: BLE001
+        yaml = None
+    found: List[Path] = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in skip and not d.startswith("."))
+        found.extend(Path(folder, n) for n in names if n.endswith((".py",) + _CONFIG_FILES))
+        if len(found) > _MAX_SCAN_FILES:
+            break
+    found.sort(key=lambda f: (f.suffix == ".py", size_rank(f.stem), len(f.parts), str(f)))
+    values: Dict[str, Tuple[Any, str]] = {}
+
+    def take(data, where: str) -> None:
+        if isinstance(data, dict):
+            for key, value in data.items():
+                if isinstance(key, str):
+                    values.setdefault(key, (value, where))
+                    take(value, where)
+
+    for path in found[:_MAX_SCAN_FILES]:
+        try:
+            if path.stat().st_size > _MAX_SCAN_BYTES:
+                continue
+            text = path.read_text(errors="replace")
+            where = os.path.relpath(path, root)
+            if path.suffix == ".json":
+                take(json.loads(text), where)
+            elif path.suffix in (".yaml", ".yml"):
+                if yaml is not None:
+                    take(yaml.safe_load(text), where)
+            else:
+                for node in ast.walk(ast.parse(text)):
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+                        opts = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                        kw = {k.arg: k.value for k in node.keywords if k.arg}
+                        longs = [o for o in opts if o.startswith("--")] or [o for o in opts if not o.startswith("-")]
+                        dest = kw["dest"].value if isinstance(kw.get("dest"), ast.Constant) else (longs[0].lstrip("-").replace("-", "_") if longs else None)
+                        if dest and "default" in kw:
+                            try:
+                                values.setdefault(dest, (ast.literal_eval(kw["default"]), f"{where} --{dest}"))
+                            except (ValueError, SyntaxError, TypeError):
+                                pass
+        except Exception:  # noqa: BLE001 -- an unreadable or odd file only gives no values
+            continue
+    return values
+
+
+def config_params(ctor) -> List[str]:
+    """Parameters of ``ctor`` (a class: its ``__init__``; a function) that its body
+    uses as a configuration object: ``p.x``, ``p["x"]``, ``p.get("x")``."""
+    target = ctor.__init__ if isinstance(ctor, type) else ctor
+    try:
+        node = ast.parse(textwrap.dedent(inspect.getsource(target))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return []
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return []
+    args = node.args
+    positional = [*args.posonlyargs, *args.args][1 if isinstance(ctor, type) else 0:]
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    pairs = list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults))
+    # only arguments a caller must give (or that default to None): a sized default is data
+    names = {a.arg for a, d in pairs if d is None or (isinstance(d, ast.Constant) and d.value is None)}
+    used: List[str] = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and not sub.attr.startswith("_") and sub.attr not in ("index", "count", "shape", "dtype"):
+            base = sub.value
+        elif isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Constant) and isinstance(sub.slice.value, str):
+            base = sub.value
+        else:
+            continue
+        if isinstance(base, ast.Name) and base.id in names and base.id not in used:
+            used.append(base.id)
+    return used
+
+
+def _init_node(cls) -> Optional[ast.FunctionDef]:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []:
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+            return node
+    return None
+
+
+def init_params(cls) -> Tuple[Dict[str, Any], Set[str]]:
+    """({name: default or NO_DEFAULT}, required names) accepted by ``cls(...)``, following
+    ``**kwargs`` into the base classes' ``__init__``, and through undecorated wrappers
+    (upstream's ``@has_config`` hides the signature behind ``*args, **kwargs``)."""
+    params: Dict[str, Any] = {}
+    required: Set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass) or klass.__module__.startswith("torch."):
+            continue
+        node = _init_node(klass)
+        module = sys.modules.get(klass.__module__)
+        env = dict(vars(module)) if module else {}
+        var_kw = True
+        if node is not None:
+            args = node.args
+            positional = [*args.posonlyargs, *args.args][1:]
+            defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+            pairs = list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults))
+            for arg, default in pairs:
+                if arg.arg in params:
+                    continue
+                if default is None:
+                    params[arg.arg] = NO_DEFAULT
+                    required.add(arg.arg)
+                    continue
+                try:
+                    params[arg.arg] = eval(compile(ast.Expression(default), "<default>", "eval"), env)  # noqa: S307 -- the user's own code
+                except Exception:  # noqa: BLE001
+                    params[arg.arg] = NO_DEFAULT
+            var_kw = args.kwarg is not None
+        else:
+            try:
+                sig = inspect.signature(klass.__init__)
+            except (TypeError, ValueError):
+                break
+            var_kw = False
+            for p in list(sig.parameters.values())[1:]:
+                if p.kind == p.VAR_KEYWORD:
+                    var_kw = True
+                elif p.kind != p.VAR_POSITIONAL and p.name not in params:
+                    params[p.name] = p.default if p.default is not p.empty else NO_DEFAULT
+                    if p.default is p.empty:
+                        required.add(p.name)
+        if not var_kw:
+            break
+    return params, required
+
+
+def literal(node: ast.AST, env: Dict[str, Any]) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        pass
+    return eval(compile(ast.Expression(node), "<factory>", "eval"), env)  # noqa: S307 -- the user's own code
+
+
+def callee(node: ast.AST, module) -> Tuple[Any, Optional[str]]:
+    """(object, name of a module-level function) that a call's func names."""
+    dotted: List[str] = []
+    while isinstance(node, ast.Attribute):
+        dotted.insert(0, node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None, None
+    obj = vars(module).get(node.id)
+    for attr in dotted:
+        obj = getattr(obj, attr, None)
+    return obj, (node.id if not dotted else None)
+
+
+class MissingArgs(Exception):
+    def __init__(self, names: Sequence[str]) -> None:
+        super().__init__(", ".join(names))
+        self.names = list(names)
+
+
+class MissingKey(MissingArgs, AttributeError, KeyError):
+    """No value for a key: also an AttributeError/KeyError, so that the user's
+    ``getattr(cfg, "x", default)`` / ``hasattr`` / ``try: ... except KeyError`` keep working."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__([name])
+
+    def __str__(self) -> str:
+        return self.names[0]
+
+
+class Building:
+    """Builds candidates small, filling what they need (a mixin of the worker)."""
+
+    @staticmethod
+    def resolve(module_name: str, attr: str):
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def repo(self) -> Dict[str, Tuple[Any, str]]:
+        if self._repo is None:
+            self._repo = repo_values(self.spec["project_dir"], SCAN_SKIP)
+        return self._repo
+
+    def fill(self, name: str, filled: Dict[str, Any]) -> Any:
+        """A value for an argument or configuration key nobody gave: the user's
+        ``--kwargs``; for a size (dims, heads, stages) a small one from its name; else
+        the repo's own (argparse default, config file); else one from its name."""
+        if name in self.spec["kwargs"]:
+            filled[name] = value = self.spec["kwargs"][name]
+            self.origin[name] = "--kwargs"
+            return value
+        small = guess(name)
+        repo = self.repo().get(name)
+        if repo is not None and is_size(name) and isinstance(repo[0], (tuple, list)) and repo[0] and all(isinstance(v, int) for v in repo[0]):
+            small = type(repo[0])(1 for _ in repo[0])  # as many stages as the repo's, one block each
+        if repo is not None and (small is None or not is_size(name)):
+            value, self.origin[name] = repo
+        elif small is not None:
+            value, self.origin[name] = small, None
+        else:
+            raise MissingKey(name)
+        filled[name] = value
+        return value
+
+    @staticmethod
+    def _accepts(ctor) -> Tuple[Set[str], bool]:
+        try:
+            params = inspect.signature(ctor).parameters.values()
+        except (TypeError, ValueError):
+            return set(), True
+        return {p.name for p in params}, any(p.kind == p.VAR_KEYWORD for p in params)
+
+    def construct(self, ctor: Callable, kwargs: Dict[str, Any], torch, filled: Dict[str, Any]):
+        """ctor(**kwargs), filling missing required arguments, ``kwargs[...]`` keys and
+        the keys a configuration object is asked for (:meth:`fill`, recorded in
+        ``filled``).  ``kwargs`` is updated to what rebuilds the same model."""
+        for name in config_params(ctor):
+            if not isinstance(kwargs.get(name), ConfigSpec):
+                given = kwargs.get(name)
+                kwargs[name] = ConfigSpec(given if isinstance(given, dict) else {})
+        specs = [v for v in kwargs.values() if isinstance(v, ConfigSpec)]
+        accepted, var_kw = self._accepts(ctor)
+        if not var_kw:
+            for key in [k for k in kwargs if k not in accepted]:
+                if specs:  # keys the constructor does not take belong to its configuration object
+                    specs[0].values[key] = kwargs.pop(key)
+                elif key in self.spec["kwargs"]:  # --kwargs go to the builds that take them
+                    kwargs.pop(key)
+        for _ in range(12):
+            torch.manual_seed(0)
+            call = {k: (Config(v.values, lambda key: self.fill(key, filled)) if isinstance(v, ConfigSpec) else v) for k, v in kwargs.items()}
+            try:
+                return ctor(**call)
+            except MissingArgs:
+                raise
+            except TypeError as exc:
+                m = re.search(r"missing \d+ required (?:positional|keyword-only) arguments?: (.*)", str(exc))
+                if not m:
+                    raise
+                names = re.findall(r"'([^']+)'", m.group(1))
+            except KeyError as exc:
+                key = exc.args[0] if exc.args else None
+                if not isinstance(key, str) or key in kwargs:
+                    raise
+                names = [key]
+            for n in names:
+                kwargs[n] = self.fill(n, filled)
+        raise RuntimeError("could not fill the required arguments")
+
+    @staticmethod
+    def shrink(params: Dict[str, Any], given: Dict[str, Any], user: Dict[str, Any]) -> Dict[str, Any]:
+        """Small dims for a Hiera-like configuration (the same code paths, fewer FLOPs);
+        what the user gave is kept."""
+        eff = {k: v for k, v in params.items() if v is not NO_DEFAULT}
+        eff.update(given)
+        out: Dict[str, Any] = {}
+
+        def num(key) -> Optional[int]:
+            v = eff.get(key)
+            return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+        heads = num("num_heads") or 1
+        if num("embed_dim") is not None and num("embed_dim") > 8 * heads:
+            out["embed_dim"] = 8 * heads
+        stages = eff.get("stages")
+        if isinstance(stages, (tuple, list)) and stages and all(isinstance(s, int) for s in stages) and max(stages) > 1:
+            out["stages"] = type(stages)(1 for _ in stages)
+        if (num("decoder_depth") or 0) > 1:
+            out["decoder_depth"] = 1
+        dheads = num("decoder_num_heads") or 1
+        if num("decoder_embed_dim") is not None and num("decoder_embed_dim") > 8 * dheads:
+            out["decoder_embed_dim"] = 8 * dheads
+        if (num("num_classes") or 0) > 10:
+            out["num_classes"] = 10
+        if (num("depth") or 0) > 2:
+            out["depth"] = 2
+        return {k: v for k, v in out.items() if k in params and k not in user}
+
+    def modes(self, cand: Dict[str, Any]) -> List[Dict[str, Any]]:
+        """The ways to build a candidate, smallest first."""
+        user = dict(self.spec["kwargs"], **cand.get("kwargs", {}))
+        if cand["cls"] is None:  # --factory: as given
+            return [{"module": cand["module"], "attr": cand["attr"], "kwargs": user, "how": "as given"}]
+        params, required = init_params(cand["cls"])
+        direct = {"module": cand["cls"].__module__, "attr": cand["cls"].__qualname__}
+        out = []
+        given = dict(cand["recipe"], **user)
+        computed: Dict[str, Any] = {}
+        for key, value in list(given.items()):
+            if value is OPAQUE:  # the factory computes it: as if missing (fill), else the default
+                try:
+                    value = self.fill(key, {})
+                except MissingArgs:
+                    value = params[key] if params.get(key, NO_DEFAULT) is not NO_DEFAULT else None
+                if value is not None:
+                    given[key] = computed[key] = value
+        if not cand["opaque"] and not any(v is OPAQUE for v in given.values()):
+            small = self.shrink(params, given, user)
+            if small:
+                out.append(dict(direct, kwargs=dict(given, **small), filled=computed, how="small: " + ", ".join(f"{k}={v}" for k, v in small.items())))
+            out.append(dict(direct, kwargs=given, filled=computed, how="its configuration"))
+        if cand["factory"]:
+            out.append({"module": cand["module"], "attr": cand["attr"], "kwargs": dict(user), "how": "the factory"})
+        for mode in out:
+            mode["required"] = sorted(required - set(mode["kwargs"])) if mode["attr"] == direct["attr"] else []
+        return out
+
+    def build(self, mode: Dict[str, Any], torch, filled: Dict[str, Any]):
+        kwargs = dict(mode["kwargs"])
+        filled.update(mode.get("filled", {}))
+        ctor = self.resolve(mode["module"], mode["attr"])
+        configs = set(config_params(ctor))
+        for name in mode.get("required", []):
+            if name not in configs:
+                kwargs[name] = self.fill(name, filled)
+        return self.construct(ctor, kwargs, torch, filled), kwargs
+
+    def plan_mode(self, cand: Dict[str, Any], mode: Dict[str, Any], torch) -> Dict[str, Any]:
+        """Original side: build, shrink the input, choose inputs."""
+        filled: Dict[str, Any] = {}
+        model, kwargs = self.build(mode, torch, filled)
+        user_sized = "input_size" in self.spec["kwargs"] or "input_size" in cand.get("kwargs", {})
+        if not user_sized and not self.spec["input_shape"]:
+            small = self.small_input_size(model)
+            current = None
+            if small is not None:
+                current = [int(t) * int(p) for t, p in zip(model.tokens_spatial_shape, model.patch_stride)]
+            if small is not None and small != current:
+                try:
+                    model = self.construct(self.resolve(mode["module"], mode["attr"]), dict(kwargs, input_size=tuple(small)), torch, filled)
+                    kwargs["input_size"] = tuple(small)
+                except TypeError as exc:
+                    self.report["notes"].append(f"{cand['label']}: cannot shrink input_size ({exc}); verifying at full size (slow)")
+        if self.spec["input_shape"]:
+            shape = list(self.spec["input_shape"])
+        else:
+            if hasattr(model, "tokens_spatial_shape") and hasattr(model, "patch_stride"):
+                size = [int(t) * int(p) for t, p in zip(model.tokens_spatial_shape, model.patch_stride)]
+            else:
+                size = kwargs.get("input_size") or getattr(model, "input_size", None) or getattr(model, "img_size", None)
+                if isinstance(size, int):
+                    size = [size, size]
+            if not size:
+                raise ValueError("cannot tell the model's input size; give --input-shape or --kwargs '{\"input_size\": ...}'")
+            shape = [2, self.in_chans(model, torch), *[int(s) for s in size]]
+        notes = [f"built from {mode['how']}"]
+        named = {k: v for k, v in filled.items() if self.origin.get(k) is None}
+        if named:
+            notes.append(f"filled from names: {', '.join(f'{k}={v!r}' for k, v in named.items())}")
+        found = {k: v for k, v in filled.items() if self.origin.get(k) is not None}
+        if found:
+            notes.append(f"filled from the repo: {', '.join(f'{k}={v!r} ({self.origin[k]})' for k, v in found.items())}")
+        return {"module": mode["module"], "attr": mode["attr"], "kwargs": kwargs, "shape": shape, "model": model, "notes": notes}

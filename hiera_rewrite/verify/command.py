@@ -1,0 +1,129 @@
+"""``hiera-rewrite --verify PATH...``: rewrite in memory, verify each group, then write
+(or only report with ``--check``/``--diff``).  The file layer (walk, diff, checked
+atomic write) is :mod:`hiera_rewrite.files`, shared with the CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List
+
+from ..exit_codes import EXIT_CHANGED, EXIT_CLEAN, EXIT_ERROR, EXIT_VERIFY_FAILED
+from ..files import expand_paths, process_file, unified_diff, write_checked
+from .layout import group_files
+from .runner import UsageError, verify_group
+
+def run_cli(args, codes: List[str]) -> int:
+    """``hiera-rewrite --verify PATH...``: rewrite in memory, verify, then write (or just report)."""
+    try:
+        kwargs = json.loads(args.kwargs) if args.kwargs else {}
+        if not isinstance(kwargs, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        print(f"hiera-rewrite: --kwargs: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    input_shape = None
+    if args.input_shape:
+        try:
+            input_shape = [int(v) for v in args.input_shape.replace("x", ",").split(",") if v.strip()]
+        except ValueError:
+            print(f"hiera-rewrite: --input-shape {args.input_shape!r}: expected e.g. 2,3,64,64", file=sys.stderr)
+            return EXIT_ERROR
+    bench = {"batch": args.bench_batch}
+    if args.bench_size:
+        try:
+            bench["size"] = [int(v) for v in args.bench_size.replace("x", ",").split(",") if v.strip()]
+        except ValueError:
+            print(f"hiera-rewrite: --bench-size {args.bench_size!r}: expected e.g. 224,224 or 16,224,224", file=sys.stderr)
+            return EXIT_ERROR
+    if "-" in args.paths:
+        print("hiera-rewrite: --verify needs files (it imports them with their package), not stdin", file=sys.stderr)
+        return EXIT_ERROR
+
+    files, missing = expand_paths(args.paths)
+    errors = len(missing)
+    for message in missing:
+        print(message, file=sys.stderr)
+    results = []
+    for f in files:
+        name, result, message, tb = process_file((f, codes, args.line_length, args.traceback))
+        if message is not None:
+            if tb:
+                print(tb, file=sys.stderr, end="")
+            print(message, file=sys.stderr)
+            errors += 1
+            continue
+        if not args.quiet:
+            for r in result.reports:
+                print(f"{name}:{r.line}:{r.col}: {r.code} {r.message}", file=sys.stderr)
+        if args.diff and result.changed:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(unified_diff(name, result))
+            sys.stdout.flush()
+        results.append((name, result))
+
+    try:
+        groups = group_files(
+            [(n, r if r.changed else None) for n, r in results],
+            Path(args.package_root) if args.package_root else None,
+        )
+    except ValueError as exc:
+        print(f"hiera-rewrite: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    report_out = sys.stderr if args.diff else sys.stdout
+    passed: set = set()
+    failed = False
+    for group in groups:
+        if not group.results:
+            continue
+        try:
+            ok = verify_group(
+                group,
+                factories=args.factory or (),
+                kwargs=kwargs,
+                input_shape=input_shape,
+                cuda=args.verify_cuda,
+                bench=bench,
+                quiet=args.quiet,
+                out=report_out,
+            )
+        except UsageError as exc:
+            print(f"hiera-rewrite: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        if ok:
+            passed.update(group.results)
+        else:
+            failed = True
+    if not any(g.results for g in groups):
+        print("verify: nothing to verify (no file would change)", file=report_out)
+
+    changed = unchanged = 0
+    for name, result in results:
+        if not result.changed:
+            unchanged += 1
+            continue
+        if args.check or args.diff:
+            changed += 1
+        elif Path(name).resolve() not in passed:
+            print(f"{name}:1:1: not rewritten: verification failed", file=sys.stderr)
+        else:
+            problem = write_checked(name, result.output)
+            if problem is None:
+                changed += 1
+            else:
+                print(problem, file=sys.stderr)
+                errors += 1
+    exit_code = EXIT_ERROR if errors else (EXIT_CHANGED if changed else EXIT_CLEAN)
+    if failed:
+        exit_code = EXIT_VERIFY_FAILED
+    verb = "would be rewritten" if (args.check or args.diff) else "rewritten"
+    parts = [f"{changed} file{'s' if changed != 1 else ''} {verb}", f"{unchanged} unchanged"]
+    if failed:
+        parts.append("verification FAILED")
+    elif passed:
+        parts.append("verified")
+    if errors:
+        parts.append(f"{errors} error{'s' if errors != 1 else ''}")
+    print("hiera-rewrite: " + ", ".join(parts) + ".", file=sys.stderr)
+    return exit_code

@@ -1,0 +1,132 @@
+"""One case run and compared (worker side): every tensor leaf of what ``forward``
+returns (tuples, lists, dicts, nested) and every parameter gradient after a backward
+of a fixed weighted sum of the outputs."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+
+class Comparison:
+    """Runs a case and compares two runs (a mixin of the worker)."""
+
+    @staticmethod
+    def _flatten(value, prefix="out"):
+        if isinstance(value, (tuple, list)):
+            out = []
+            for i, v in enumerate(value):
+                out.extend(Comparison._flatten(v, f"{prefix}[{i}]"))
+            return out
+        if isinstance(value, dict):
+            out = []
+            for k in sorted(value, key=str):
+                out.extend(Comparison._flatten(value[k], f"{prefix}[{k!r}]"))
+            return out
+        return [(prefix, value)]
+
+    def run_case(self, model, x, kw, torch):
+        model.zero_grad(set_to_none=True)
+        kw = self._made(model, x, kw, torch)
+        torch.manual_seed(1)
+        leaves = self._flatten(model(x.clone(), **kw))
+        loss = None
+        for _, leaf in leaves:
+            if torch.is_tensor(leaf) and leaf.is_floating_point() and leaf.requires_grad:
+                w = torch.linspace(0.5, 1.5, leaf.numel(), dtype=leaf.dtype, device=leaf.device).view(leaf.shape)
+                term = (leaf * w).sum()
+                loss = term if loss is None else loss + term
+        if loss is not None:
+            loss.backward()
+        outs = [(name, leaf.detach().clone() if torch.is_tensor(leaf) else leaf) for name, leaf in leaves]
+        grads = {name: (p.grad.detach().clone() if p.grad is not None else None) for name, p in model.named_parameters()}
+        model.zero_grad(set_to_none=True)
+        return outs, grads
+
+    @staticmethod
+    def _errs(a, b, torch) -> Tuple[float, float]:
+        a64, b64 = a.detach().double().cpu(), b.detach().double().cpu()
+        if a64.numel() == 0:
+            return 0.0, 0.0
+        diff = (a64 - b64).abs()
+        if torch.isnan(a64).any() or torch.isnan(b64).any():
+            same_nan = torch.equal(torch.isnan(a64), torch.isnan(b64))
+            diff = torch.where(torch.isnan(a64) & torch.isnan(b64), torch.zeros_like(diff), diff)
+            if not same_nan:
+                return float("inf"), float("inf")
+        abs_err = float(diff.max())
+        scale = float(a64.abs().nan_to_num(0.0).max())
+        return abs_err, abs_err / max(scale, 1e-30)
+
+    def compare(self, config, label, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=None) -> List[Dict[str, Any]]:
+        """Rows for one case.  ``ref``: the original's float64 (outputs, grads) for an
+        accuracy comparison (lower precisions) instead of a direct one."""
+        rows = []
+        ref_outs = dict(ref[0]) if ref else {}
+        ref_grads = ref[1] if ref else {}
+
+        def judge(name, a, b, rel, reference) -> Tuple[bool, str]:
+            if reference is None or not torch.is_tensor(reference):
+                return rel <= tol, f"rel err {rel:.2e}"
+            e_orig = self._errs(reference, a, torch)[1]
+            e_new = self._errs(reference, b, torch)[1]
+            ok = e_new <= 2 * e_orig + tol
+            return ok, f"error vs float64 {e_new:.2e}, original's {e_orig:.2e}"
+
+        if len(outs_a) != len(outs_b):
+            rows.append({"config": config, "case": label, "what": "outputs", "shape": f"{len(outs_a)} vs {len(outs_b)}", "ok": False, "note": "different number of outputs"})
+            return rows
+        for (name, a), (_, b) in zip(outs_a, outs_b):
+            row = {"config": config, "case": label, "what": name, "ok": True}
+            if torch.is_tensor(a) and torch.is_tensor(b):
+                row["shape"] = str(tuple(a.shape)).replace(" ", "")
+                if a.shape != b.shape or a.dtype != b.dtype:
+                    row.update(ok=False, note=f"{tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}")
+                elif a.is_floating_point() or a.is_complex():
+                    row["abs"], row["rel"] = self._errs(a, b, torch)
+                    row["ok"], why = judge(name, a, b, row["rel"], ref_outs.get(name) if ref else None)
+                    if not row["ok"]:
+                        row["note"] = why
+                else:
+                    row["abs"] = float((a.long() - b.long()).abs().max()) if a.numel() else 0.0
+                    row["rel"] = None
+                    row["ok"] = bool(torch.equal(a, b))
+                    if not row["ok"]:
+                        row["note"] = "values differ"
+            else:
+                row["shape"] = type(a).__name__
+                row["ok"] = bool(a == b) if not (torch.is_tensor(a) or torch.is_tensor(b)) else False
+                if not row["ok"]:
+                    row["note"] = f"{a!r} vs {b!r}"[:80]
+            rows.append(row)
+        worst = (0.0, 0.0, "")
+        bad: List[str] = []
+        count = 0
+        for name, ga in grads_a.items():
+            gb = grads_b.get(name)
+            if ga is None or gb is None:
+                if (ga is None) != (gb is None):
+                    bad.append(f"{name}: gradient {'only after' if ga is None else 'lost by'} the rewrite")
+                continue
+            count += 1
+            if ga.shape != gb.shape:
+                bad.append(f"{name}: shape {tuple(ga.shape)} vs {tuple(gb.shape)}")
+                continue
+            abs_err, rel = self._errs(ga, gb, torch)
+            ok, why = judge(name, ga, gb, rel, ref_grads.get(name) if ref else None)
+            if not ok:
+                bad.append(f"{name}: {why}")
+            if rel >= worst[1]:
+                worst = (abs_err, rel, name)
+        rows.append(
+            {
+                "config": config,
+                "case": label,
+                "what": f"grads ({count} params)",
+                "shape": f"worst: {worst[2]}" if worst[2] else "-",
+                "abs": worst[0] if count else None,
+                "rel": worst[1] if count else None,
+                "ok": not bad,
+                "note": "; ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""),
+            }
+        )
+        return rows

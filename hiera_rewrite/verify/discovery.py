@@ -1,0 +1,202 @@
+"""Which models ``--verify`` builds (worker side).
+
+The *top-level models*: ``nn.Module`` classes of the files that no other class of the
+files instantiates as a part (``Unroll``, ``HieraBlock`` are parts; ``Hiera`` and the
+MAE are not), and their factories (functions returning one, also through other
+factories, and ``functools.partial(Class, ...)``).  Factories with the same non-size
+configuration are one *variant* (2-D, video...); the first variant of each class is
+built, the others and the 3-D form of a 2-D class only while a site is unreached.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from .arguments import OPAQUE, SIZE_KNOBS, callee, init_params, literal, size_rank
+
+
+_MODEL_ARGS = {"input_size", "in_chans", "img_size"}
+
+
+# a 2-D Hiera configuration made 3-D (video) as upstream's 16x224 models do: (time value, key)
+_VIDEO = {"input_size": 16, "q_stride": 1, "mask_unit_size": 1, "patch_kernel": 3, "patch_stride": 2, "patch_padding": 1}
+
+
+class Discovery:
+    """Finds the candidates on the original side (a mixin of the worker)."""
+
+    def discover(self, torch) -> List[Dict[str, Any]]:
+        """Candidates, in order: the first variant of each top-level model class, then
+        (``"later": True``) the other variants and the classes holding sites."""
+        nn = torch.nn
+        if self.spec["factories"]:
+            return [
+                {"module": f["module"], "attr": f["attr"], "label": f"{f['module']}:{f['attr']}", "factory": True, "kwargs": f["kwargs"], "cls": None, "later": False}
+                for f in self.spec["factories"]
+            ]
+        classes: List[Tuple[Any, Any, ast.ClassDef, bool]] = []  # (class, module, node, primary)
+        factories: List[Dict[str, Any]] = []
+        scanned: Set[str] = set()
+
+        def is_module_class(obj) -> bool:
+            return isinstance(obj, type) and issubclass(obj, nn.Module) and obj is not nn.Module
+
+        def scan(mod_name: str, primary: bool) -> None:
+            if mod_name in scanned:
+                return
+            scanned.add(mod_name)
+            try:
+                module = importlib.import_module(mod_name)
+            except Exception as exc:  # noqa: BLE001 -- the user's code may raise anything
+                missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+                why = f"cannot import {missing} (not installed)" if missing and not missing.startswith(mod_name.split(".")[0]) else f"{type(exc).__name__}: {exc}"
+                self.report["notes"].append(f"cannot import {mod_name}: {why}")
+                self.report["imports"].append({"module": mod_name, "error": why, "missing": why.endswith("(not installed)")})
+                return
+            source_file = getattr(module, "__file__", None)
+            if not source_file:
+                return
+            tree = ast.parse(Path(source_file).read_bytes())
+            funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+            for node in tree.body:
+                if isinstance(node, ast.ClassDef):
+                    obj = vars(module).get(node.name)
+                    if is_module_class(obj) and obj.__module__ == module.__name__:
+                        classes.append((obj, module, node, primary))
+            for order, name in enumerate(funcs):
+                if name.startswith("_"):
+                    continue
+                recipe = self._recipe(module, funcs, name, is_module_class)
+                if recipe is not None:
+                    cls, kw, opaque = recipe
+                    factories.append({"module": mod_name, "attr": name, "cls": cls, "recipe": kw, "opaque": opaque, "order": order})
+            for order, node in enumerate(tree.body, start=len(funcs)):  # hiera_tiny = partial(Hiera, ...)
+                recipe = self._partial_recipe(module, node, is_module_class)
+                if recipe is not None:
+                    name, cls, kw, opaque = recipe
+                    factories.append({"module": mod_name, "attr": name, "cls": cls, "recipe": kw, "opaque": opaque, "order": order})
+
+        for mod in self.spec["modules"]:
+            scan(mod["name"], mod["primary"])
+        for cls, _, _, _ in list(classes):  # base classes defined in other files of the tree
+            for base in cls.__mro__[1:]:
+                if is_module_class(base) and self.in_tree(sys.modules.get(base.__module__)):
+                    scan(base.__module__, False)
+
+        parts: Set[Any] = set()
+        direct: Dict[str, Set[str]] = {}
+        for cls, module, node, _ in classes:
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call):
+                    obj, _ = callee(call.func, module)
+                    if is_module_class(obj) and obj is not cls:
+                        parts.add(obj)
+                        direct.setdefault(cls.__name__, set()).add(obj.__name__)
+        # which classes each one builds, through its parts (for the not-proven hints)
+        contains = {name: set(held) for name, held in direct.items()}
+        for _ in range(len(contains)):
+            for name, held in contains.items():
+                held |= {n for h in list(held) for n in contains.get(h, ())}
+        self.report["contains"] = {name: sorted(held) for name, held in contains.items()}
+        tops = [c for c in classes if c[0] not in parts]
+        tops.sort(key=lambda c: (not (_MODEL_ARGS & set(init_params(c[0])[0])), not c[3]))
+        self.parts = [c[0] for c in classes if c[0] in parts]
+
+        first: List[Dict[str, Any]] = []
+        later: List[Dict[str, Any]] = []
+        for cls, module, _, _ in tops:
+            own = [f for f in factories if f["cls"] is cls]
+            variants: Dict[Any, List[Dict[str, Any]]] = {}
+            for f in own:
+                key = "opaque" if f["opaque"] else repr(sorted((k, repr(v)) for k, v in f["recipe"].items() if k not in SIZE_KNOBS))
+                variants.setdefault(key, []).append(f)
+            ordered = sorted(
+                variants.values(),
+                key=lambda fs: (fs[0]["opaque"], sum(v is OPAQUE for v in fs[0]["recipe"].values()), len(fs[0]["recipe"]) - len(set(fs[0]["recipe"]) & SIZE_KNOBS), fs[0]["order"]),
+            )
+            cands = []
+            for fs in ordered:
+                best = min(fs, key=lambda f: (size_rank(f["attr"]), f["order"]))
+                cands.append({"module": best["module"], "attr": best["attr"], "label": f"{best['module']}:{best['attr']} -> {cls.__name__}", "factory": True, "cls": cls, "recipe": best["recipe"], "opaque": best["opaque"], "kwargs": {}})
+            cands.append({"module": cls.__module__, "attr": cls.__qualname__, "label": f"{cls.__module__}:{cls.__qualname__} (class)", "factory": False, "cls": cls, "recipe": {}, "opaque": False, "kwargs": {}})
+            video = self._video(cls, [f["recipe"] for f in own])
+            if video is not None:
+                cands.append(dict(cands[-1], label=f"{cls.__module__}:{cls.__qualname__} (class, 3-D)", recipe=video))
+            first.append(dict(cands[0], later=False))
+            later.extend(dict(c, later=True) for c in cands[1:])
+        return first + later
+
+    @staticmethod
+    def _video(cls, recipes: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+        """A 3-D configuration of a 2-D Hiera-like class, unless a factory has one."""
+        params, _ = init_params(cls)
+        if not all(isinstance(params.get(k), (tuple, list)) and len(params[k]) == 2 for k in _VIDEO):
+            return None
+        if any(isinstance(r.get("input_size"), (tuple, list)) and len(r["input_size"]) == 3 for r in recipes):
+            return None
+        return {k: (t, *params[k]) for k, t in _VIDEO.items()}
+
+    def _partial_recipe(self, module, node: ast.stmt, is_module_class):
+        """(name, class, keyword arguments, opaque) of a module-level
+        ``name = functools.partial(Class, ...)``, or None."""
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            return None
+        call, name = node.value, node.targets[0].id
+        if name.startswith("_") or not isinstance(call, ast.Call) or not call.args:
+            return None
+        import functools  # noqa: PLC0415
+
+        if callee(call.func, module)[0] is not functools.partial:
+            return None
+        cls = callee(call.args[0], module)[0]
+        if not (is_module_class(cls) and self.in_tree(sys.modules.get(cls.__module__))):
+            return None
+        kw: Dict[str, Any] = {}
+        for k in call.keywords:
+            if k.arg is not None:
+                try:
+                    kw[k.arg] = literal(k.value, dict(vars(module)))
+                except Exception:  # noqa: BLE001
+                    kw[k.arg] = OPAQUE
+        return name, cls, kw, len(call.args) > 1
+
+    def _recipe(self, module, funcs, name, is_module_class, depth: int = 0):
+        """(class, keyword arguments, opaque) a factory returns, or None: values its code
+        computes are ``OPAQUE``; ``opaque`` when it passes positional arguments."""
+        node = funcs.get(name)
+        if node is None or depth > 5:
+            return None
+        env = dict(vars(module))
+        defaults = node.args.defaults
+        for arg, default in zip(node.args.args[len(node.args.args) - len(defaults):], defaults):
+            try:
+                env[arg.arg] = literal(default, dict(vars(module)))
+            except Exception:  # noqa: BLE001
+                pass
+        for sub in ast.walk(node):
+            if not (isinstance(sub, ast.Return) and isinstance(sub.value, ast.Call)):
+                continue
+            call = sub.value
+            obj, fname = callee(call.func, module)
+            inner = None
+            if is_module_class(obj) and getattr(obj, "__module__", None) and self.in_tree(sys.modules.get(obj.__module__)):
+                inner = (obj, {}, False)
+            elif fname in funcs and fname != name:
+                inner = self._recipe(module, funcs, fname, is_module_class, depth + 1)
+            if inner is None:
+                continue
+            kw = dict(inner[1])
+            opaque = inner[2] or bool(call.args)
+            for k in call.keywords:
+                if k.arg is None:
+                    continue
+                try:
+                    kw[k.arg] = literal(k.value, env)
+                except Exception:  # noqa: BLE001 -- kwargs["x"], a call...: only the factory knows
+                    kw[k.arg] = OPAQUE
+            return inner[0], kw, opaque
+        return None

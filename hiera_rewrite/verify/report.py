@@ -1,0 +1,165 @@
+"""``--verify``'s report: one table per model, the site table and the verdict.
+
+A site is *exercised* when a compared case ran each of its required regions on both
+sides (:mod:`.sites`); PASS needs every site exercised and every comparison equal.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from .sites import regions_run
+
+def _fmt(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2e}"
+
+
+def _table(rows: List[Tuple[str, ...]], out, indent: str = "  ") -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print(indent + "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1], file=out)
+
+
+def site_verdicts(report: Dict[str, Any], sites: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per site: the cases that ran it on both sides, whether all its regions ran,
+    and whether those cases' comparisons passed."""
+    case_ok: Dict[Tuple[str, str], bool] = {}
+    for model in report.get("models", []):
+        for row in model.get("rows", []):
+            key = (model["label"], "build" if row["case"] == "state_dict" else row["case"])
+            case_ok[key] = case_ok.get(key, True) and row["ok"]
+    verdicts = []
+    for site in sites:
+        required = [r for r in site["regions"] if r["orig_stmts"] or r["new_stmts"]]
+        seen = [False] * len(required)
+        cases: List[Tuple[str, str]] = []
+        new_lines: Set[int] = set()
+        for cov in report.get("coverage", []):
+            key = (cov["model"], cov["case"])
+            if key not in case_ok:  # not compared (the rewritten side failed to build)
+                continue
+            orig = set(cov["orig"].get(site["path"], ()))
+            new = set(cov["new"].get(site["path"], ()))
+            hits = regions_run(site, orig, new)
+            if any(hits):
+                cases.append(key)
+                seen = [a or b for a, b in zip(seen, hits)]
+                new_lines |= new
+        stmts = sorted({s for r in required for s in r["new_stmts"]})
+        run_stmts = sum(1 for lo, hi in stmts if any(line in new_lines for line in range(lo, hi + 1)))
+        verdicts.append(
+            {
+                "site": site,
+                "cases": cases,
+                "exercised": bool(required) and all(seen),
+                "definition_only": not required,
+                "ok": all(case_ok[c] for c in cases),
+                "stmts": (run_stmts, len(stmts)),
+            }
+        )
+    return verdicts
+
+
+def _hint(site: Dict[str, Any], report: Dict[str, Any]) -> str:
+    """Why no case reached the site, and the flag that would."""
+    owner_class = site.get("owner_class")
+    module = site.get("module") or "MODULE"
+    if not owner_class:
+        return f"no model built here calls {site['owner']}; name one that does with --factory MODULE:FUNC[:JSON]"
+    unimported = [i for i in report.get("imports", []) if i["module"] == site.get("module")]
+    if unimported:
+        return f"cannot import {unimported[0]['module']}: {unimported[0]['error']}"
+    contains = report.get("contains", {})
+    # the class's own builds and those of the models that would hold it
+    why = [f for f in report.get("failures", []) if f.get("class") == owner_class or owner_class in contains.get(f.get("class"), ())]
+    reason = "; ".join(f"{f['label']}: {f['error']}" for f in why[:2])
+    missing = [f.get("missing") for f in why if f.get("missing")]
+    if missing:
+        text = f"give the missing argument: --kwargs '{json.dumps({m: '...' for m in missing[0]})}' (given to every build that takes it)"
+    else:
+        text = f"reach it with --factory {module}:{owner_class}:'{{...}}' (or a factory of a model holding it), --kwargs JSON or --input-shape B,C,..."
+    return (f"{reason}; " if reason else "") + text
+
+
+def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> bool:
+    ok = True
+    for problem in report.get("errors", []):
+        print(f"  FAILED: {problem}", file=out)
+        ok = False
+    for model in report.get("models", []):
+        head = f"model {model['label']}"
+        if model.get("input"):
+            head += f"  input {tuple(model['input'])}"
+        print(head, file=out)
+        for note in model.get("notes", []):
+            print(f"  {note}", file=out)
+        if model.get("error"):
+            print(f"  FAILED: {model['error']}", file=out)
+            ok = False
+            continue
+        rows = [("config", "case", "compared", "shape", "max abs err", "max rel err", "result")]
+        for row in model["rows"]:
+            rows.append(
+                (
+                    row["config"],
+                    row["case"],
+                    row["what"],
+                    row["shape"],
+                    _fmt(row.get("abs")),
+                    _fmt(row.get("rel")),
+                    "pass" if row["ok"] else "FAIL" + (f": {row['note']}" if row.get("note") else ""),
+                )
+            )
+        _table(rows, out)
+        model_ok = all(row["ok"] for row in model["rows"]) and bool(model["rows"])
+        ok = ok and model_ok
+        print(f"  => {'PASS' if model_ok else 'FAIL'}  ({model.get('seconds', 0):.1f}s)", file=out)
+    for timing in report.get("timing", []):
+        for line in timing["lines"]:
+            print(line, file=out)
+    for failure in report.get("failures", []):
+        print(f"not built: {failure['label']}: {failure['error']}", file=out)
+    for note in report.get("notes", []):
+        print(f"  note: {note}", file=out)
+
+    verdicts = site_verdicts(report, sites)
+    unproven = [v for v in verdicts if not v["exercised"] and not v["definition_only"]]
+    if verdicts:
+        print("sites", file=out)
+        rows = [("site", "code", "in", "exercised by", "lines run", "result")]
+        for v in verdicts:
+            s = v["site"]
+            cases = [f"{m.split(' ')[0]} {c}" for m, c in v["cases"]]
+            by = cases[0] + (f" (+{len(cases) - 1})" if len(cases) > 1 else "") if cases else "-"
+            if v["definition_only"]:
+                result = "pass (definition only)" if v["ok"] else "FAIL"
+            elif not v["exercised"]:
+                result = "NOT PROVEN: " + ("only part of it ran" if cases else "no compared case ran it")
+            else:
+                result = "pass" if v["ok"] else "FAIL: a comparison of a case that ran it differs"
+            ran, total = v["stmts"]
+            rows.append((f"{s['path']}:{s['line']}", s["code"], s["owner"], by, f"{ran}/{total}", result))
+        _table(rows, out)
+        for v in unproven:
+            s = v["site"]
+            print(f"not proven: {s['path']}:{s['line']}:{s['col']} {s['code']} in {s['owner']}: {_hint(s, report)}", file=out)
+    failed_sites = [v for v in verdicts if v["exercised"] and not v["ok"]]
+    if failed_sites:
+        ok = False
+    missing = sorted({i["error"] for i in report.get("imports", []) if i["missing"]})
+    if not report.get("models") and not report.get("errors") and not missing:
+        print("  FAILED: no model could be built; name one with --factory module:function", file=out)
+        ok = False
+    proven = sum(1 for v in verdicts if v["exercised"] or v["definition_only"])
+    tally = f"{proven}/{len(verdicts)} sites exercised"
+    if ok and not unproven:
+        print(f"verify: PASSED ({tally}, every comparison equal)", file=out)
+        return True
+    if ok and missing:  # not a mismatch: install what the files import, then verify again
+        print(f"verify: NOT PROVEN ({tally}; {'; '.join(missing)})", file=out)
+    elif ok:
+        print(f"verify: NOT PROVEN ({tally}; {len(unproven)} never ran in a compared case)", file=out)
+    else:
+        print(f"verify: FAILED ({tally})", file=out)
+    return False

@@ -1,0 +1,226 @@
+"""Run one ``--verify`` group: copy both trees, start the worker, read its report.
+
+How the two trees are imported
+-------------------------------
+The files are grouped by *import root* (:mod:`.layout`: regular packages, namespace
+packages, repo-root absolute imports, installed-package layouts).  For each group the
+folders of the root holding the targets are copied twice into a fresh temp dir
+(``TMP/orig/...``, ``TMP/new/...``, same names; ``__pycache__``, VCS folders and files
+over 8 MB are not copied) and the rewritten bytes go into the ``new`` copy.  Both sides
+are imported in one fresh subprocess (:mod:`.worker`), one after the other under the
+same module names, with bytecode writing off; the user's own import root comes last on
+``sys.path`` for the rest of the repo (read only).  The user's files are only read; the
+temp dir is removed.
+
+Torch-free: torch is imported only in the worker.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from .layout import Group
+from .report import print_report
+from .sites import sites_of
+
+INSTALL_HINT = "pip install 'hiera-rewrite[verify]'"
+TORCH_MISSING = f"--verify needs torch, which is not installed here: {INSTALL_HINT}"
+
+# (device, dtype, tolerance).  float64 CPU: max|a-b| / max|a| <= 1e-9 between the two
+# sides.  Lower precisions on CUDA run different kernels on each side (that is the
+# point of the rewrite), so their difference is rounding noise, not a verdict; there
+# the rewritten model must be about as accurate as the original, both measured
+# against the original's float64 CPU result: err_new <= 2 * err_orig + tolerance.
+CPU_CONFIG = ("cpu", "float64", 1e-9)
+CUDA_CONFIGS = [("cuda", "float32", 1e-5), ("cuda", "bfloat16", 1e-2)]
+
+_SKIP_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".mypy_cache", ".pytest_cache", ".tox", ".venv", "venv", "node_modules", "site-packages"}
+_MAX_COPY_BYTES = 8 * 1024 * 1024
+_SOURCE_SUFFIXES = {".py", ".json", ".yaml", ".yml", ".txt", ".cfg", ".toml"}
+_PACKAGE = Path(__file__).resolve().parent.parent  # hiera_rewrite/, loaded in the worker by path
+
+
+class UsageError(ValueError):
+    """A bad --factory/--package-root: exit 2."""
+
+
+def _copy_tree(src: Path, dst: Path, only_py_and_packages: bool, sources_only: bool = False) -> None:
+    """Copy a folder (``only_py_and_packages``: its .py files and regular packages;
+    ``sources_only``: .py and small config files at any depth, for a whole repo)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(src.iterdir()):
+        if entry.is_symlink() and not entry.exists():
+            continue
+        if entry.is_dir():
+            if entry.name in _SKIP_DIRS or entry.name.startswith("."):
+                continue
+            if only_py_and_packages and not (entry / "__init__.py").is_file():
+                continue
+            _copy_tree(entry, dst / entry.name, False, sources_only)
+        elif entry.is_file():
+            if only_py_and_packages and entry.suffix != ".py":
+                continue
+            if sources_only and entry.suffix not in _SOURCE_SUFFIXES:
+                continue
+            if entry.suffix in (".pyc", ".pyo") or entry.stat().st_size > _MAX_COPY_BYTES:
+                continue
+            shutil.copyfile(entry, dst / entry.name)
+
+
+def _dependents(changed: List[Path]) -> List[Path]:
+    """Python files beside a changed file whose imports name that file's module."""
+    stems = {p.stem for p in changed}
+    found: List[Path] = []
+    for folder in sorted({p.parent for p in changed}):
+        for candidate in sorted(folder.glob("*.py")):
+            if candidate in changed or candidate.name == "__init__.py":
+                continue
+            try:
+                tree = ast.parse(candidate.read_bytes())
+            except (SyntaxError, ValueError):
+                continue
+            for node in ast.walk(tree):
+                names: List[str] = []
+                if isinstance(node, ast.ImportFrom):
+                    names = (node.module or "").split(".") + [a.name for a in node.names]
+                elif isinstance(node, ast.Import):
+                    names = [part for a in node.names for part in a.name.split(".")]
+                if stems & set(names):
+                    found.append(candidate)
+                    break
+    return found
+
+
+def torch_available() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _user_factories(group: Group, factories: Sequence[str]) -> List[Dict[str, Any]]:
+    out = []
+    for spec in factories:
+        mod, _, rest = spec.partition(":")
+        func, _, extra = rest.partition(":")
+        if not mod or not func:
+            raise UsageError(f"--factory {spec!r}: expected MODULE:FUNC or MODULE:FUNC:JSON")
+        try:
+            own_kwargs = json.loads(extra) if extra else {}
+            if not isinstance(own_kwargs, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            raise UsageError(f"--factory {spec!r}: keyword arguments after the second ':' must be a JSON object ({exc})") from None
+        if mod.endswith(".py") or os.sep in mod or "/" in mod:
+            path = Path(mod).resolve()
+            try:
+                mod = group.module(path)
+            except ValueError:
+                raise UsageError(f"--factory {spec!r}: {path} is not inside the import root {group.root}") from None
+        out.append({"module": mod, "attr": func, "kwargs": own_kwargs})
+    return out
+
+
+def verify_group(
+    group: Group,
+    *,
+    factories: Sequence[str] = (),
+    kwargs: Optional[Dict[str, Any]] = None,
+    input_shape: Optional[Sequence[int]] = None,
+    cuda: bool = False,
+    bench: Optional[Dict[str, Any]] = None,
+    quiet: bool = False,
+    out=None,
+) -> bool:
+    """Verify one group; print its report to ``out``.  True if every site is proven."""
+    out = out if out is not None else sys.stdout
+    changed = sorted(group.results)
+    print(f"verify: {group.label}: rewritten {', '.join(p.name for p in changed) or 'nothing'}", file=out)
+    if not torch_available():
+        print(f"verify: FAILED: {TORCH_MISSING}", file=out)
+        return False
+    user_factories = _user_factories(group, factories)
+    sites = []
+    for path in changed:
+        result = group.results[path]
+        for site in sites_of(group.names[path], result.source, result.output, result.reports):
+            sites.append(dict(site.to_json(), module=group.module(path)))
+    tmp = Path(tempfile.mkdtemp(prefix="hiera-rewrite-verify-"))
+    try:
+        sides: Dict[str, str] = {}
+        for side in ("orig", "new"):
+            base = tmp / side
+            for folder, name, only_py in group.copies():
+                _copy_tree(folder, base / name, only_py_and_packages=only_py, sources_only=bool(group.layout.alias))
+            sides[side] = str(base)
+            if side == "new":
+                for path, result in group.results.items():
+                    (base / group.rel(path)).write_bytes(result.output)
+
+        def copy_of(path: Path, side: str) -> str:
+            return str(Path(sides[side]) / group.rel(path))
+
+        scan = list(group.targets) + [p for p in _dependents(changed) if p not in group.targets]
+        spec = {
+            "sides": sides,
+            "flat_dirs": sorted({str(group.rel(p).parent) for p in group.targets}),
+            "project_dir": str(group.root),
+            "modules": [{"name": group.module(p), "primary": p in group.targets} for p in scan],
+            "traced": {side: {copy_of(p, side): group.names[p] for p in changed} for side in sides},
+            "sites": sites,
+            "factories": user_factories,
+            "kwargs": kwargs or {},
+            "input_shape": list(input_shape) if input_shape else None,
+            "configs": [list(CPU_CONFIG)] + ([list(c) for c in CUDA_CONFIGS] if cuda else []),
+            "quiet": quiet,
+            "bench": bench if cuda else None,
+            "report": str(tmp / "report.json"),
+        }
+        (tmp / "spec.json").write_text(json.dumps(spec))
+        # The worker is this package's own copy, loaded by path: nothing is added to
+        # sys.path (a user's module must not be shadowed by ours, nor ours by theirs).
+        boot = (
+            "import importlib.util, runpy, sys\n"
+            "sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"
+            "sys.dont_write_bytecode = True\n"
+            f"spec = importlib.util.spec_from_file_location('hiera_rewrite', {str(_PACKAGE / '__init__.py')!r}, submodule_search_locations=[{str(_PACKAGE)!r}])\n"
+            "package = importlib.util.module_from_spec(spec)\n"
+            "sys.modules['hiera_rewrite'] = package\n"
+            "spec.loader.exec_module(package)\n"
+            "runpy.run_module('hiera_rewrite.verify.worker', run_name='__main__', alter_sys=True)\n"
+        )
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        # The worker's output (progress, warnings) is relayed line by line to our
+        # stderr, so it streams live and also reaches a redirected sys.stderr.
+        proc = subprocess.Popen(
+            [sys.executable, "-c", boot, str(tmp / "spec.json")],
+            cwd=tmp,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        proc.wait()
+        report_path = tmp / "report.json"
+        if not report_path.is_file():
+            print(f"verify: FAILED: the verification worker died (exit {proc.returncode}) before reporting", file=out)
+            return False
+        report = json.loads(report_path.read_text())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return print_report(report, sites, out)

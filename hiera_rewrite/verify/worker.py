@@ -1,0 +1,357 @@
+"""The ``--verify`` worker: a fresh subprocess that imports both sides and compares them.
+
+Started by :mod:`.runner` (``runpy.run_module`` of this package's own copy, loaded by
+path; it imports the standard library, torch and its sibling modules), with a JSON spec:
+the two copies, the modules to scan, the files to trace and the sites to reach.
+
+1. Original side: import the modules, find the top-level models and their factories
+   (:mod:`.discovery`), build each small (:mod:`.arguments`), choose its input and cases
+   (:mod:`.inputs`) and run every case under a line tracer limited to the rewritten
+   files (:mod:`.tracing`).  The first variant of each top-level class is built;
+   further variants, then the classes holding a site, only while a site is still
+   unreached.
+2. Rewritten side: the modules are dropped from ``sys.modules``, the path swapped to
+   the rewritten copy, and each plan built again under the same names with the same
+   weights and inputs, traced the same way, and compared (:mod:`.compare`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from .arguments import Building, MissingArgs
+from .compare import Comparison
+from .discovery import Discovery
+from .inputs import Inputs
+from .tracing import Tracer
+
+
+INSTALL_HINT = "pip install 'hiera-rewrite[verify]'"
+
+
+_MAX_CANDIDATES = 12
+
+
+class Worker(Discovery, Building, Inputs, Comparison):
+    """One verification: both sides imported in turn, built, run, traced and compared."""
+
+    def __init__(self, spec: Dict[str, Any]) -> None:
+        self.spec = spec
+        self.report: Dict[str, Any] = {"models": [], "errors": [], "notes": [], "failures": [], "coverage": [], "imports": []}
+        self.t0 = time.time()
+        traced: Dict[str, str] = {}
+        for side_files in spec["traced"].values():
+            traced.update(side_files)
+        self.trace = Tracer(traced)
+        self.coverage: Dict[Tuple[str, str], Dict[str, Dict[str, Set[int]]]] = {}
+        self._repo: Optional[Dict[str, Tuple[Any, str]]] = None
+        self.origin: Dict[str, Optional[str]] = {}  # filled name -> where its value came from
+
+    def progress(self, message: str) -> None:
+        if not self.spec["quiet"]:
+            print(f"verify: [{time.time() - self.t0:5.1f}s] {message}", file=sys.stderr, flush=True)
+
+    def bucket(self, side: str, label: str, case: str) -> Dict[str, Set[int]]:
+        return self.coverage.setdefault((label, case), {"orig": {}, "new": {}})[side]
+
+    def enter(self, side: str) -> None:
+        base = self.spec["sides"][side]
+        entries = [base]
+        for rel in self.spec["flat_dirs"]:
+            entry = os.path.normpath(os.path.join(base, rel))
+            if entry not in entries:
+                entries.append(entry)
+        entries.append(self.spec["project_dir"])
+        self.path_entries = entries
+        sys.path[:0] = entries
+        importlib.invalidate_caches()
+        self.before = set(sys.modules)
+
+    def leave(self) -> None:
+        roots = [os.path.realpath(p) for p in self.path_entries]
+
+        def inside(mod) -> bool:
+            try:  # a namespace package's __path__ is recomputed from its parent's
+                locations = [getattr(mod, "__file__", None)] + list(getattr(mod, "__path__", []) or [])
+            except Exception:  # noqa: BLE001
+                return True
+            for loc in locations:
+                if isinstance(loc, str):
+                    real = os.path.realpath(loc)
+                    if any(real == r or real.startswith(r + os.sep) for r in roots):
+                        return True
+            return False
+
+        # decide for all first: deleting a parent first breaks its children's __path__
+        doomed = [name for name in list(sys.modules) if name not in self.before and (sys.modules[name] is None or inside(sys.modules[name]))]
+        for name in doomed:
+            sys.modules.pop(name, None)
+        for entry in self.path_entries:
+            while entry in sys.path:
+                sys.path.remove(entry)
+        importlib.invalidate_caches()
+
+    def in_tree(self, module) -> bool:
+        loc = getattr(module, "__file__", None) if module is not None else None
+        if not isinstance(loc, str):
+            return False
+        real = os.path.realpath(loc)
+        return any(real.startswith(os.path.realpath(p) + os.sep) for p in self.path_entries[:-1])
+
+    def unreached(self) -> List[Dict[str, Any]]:
+        """Sites some region of which (with original statements) no case ran yet."""
+        out = []
+        for site in self.spec["sites"]:
+            regions = [r for r in site["regions"] if r["orig_stmts"]]
+            for region in regions:
+                hit = False
+                for (_, _), sides in self.coverage.items():
+                    lines = sides["orig"].get(site["path"], set())
+                    if any(line in lines for lo, hi in region["orig_stmts"] for line in range(lo, hi + 1)):
+                        hit = True
+                        break
+                if not hit:
+                    out.append(site)
+                    break
+        return out
+
+    def forget(self, label: str) -> None:
+        """Drop the coverage of a build that failed: no comparison will use it."""
+        for key in [k for k in self.coverage if k[0] == label]:
+            del self.coverage[key]
+
+    def attempt(self, cand: Dict[str, Any], torch, configs, label: str) -> Optional[Dict[str, Any]]:
+        """Build and run one candidate on the original side; its plan, or None."""
+        errors = []
+        for mode in self.modes(cand):
+            t0 = time.time()
+            self.progress(f"building {label} ({mode['how']}, original)")
+            bucket = self.bucket("orig", label, "build")
+            try:
+                with self.trace(bucket):
+                    plan = self.plan_mode(cand, mode, torch)
+            except MissingArgs as exc:
+                errors.append({"error": f"needs {', '.join(exc.names)} (no default, no guess from its name)", "missing": exc.names})
+                self.forget(label)
+                continue
+            except Exception as exc:  # noqa: BLE001
+                errors.append({"error": f"cannot build ({mode['how']}): {type(exc).__name__}: {exc}"})
+                self.forget(label)
+                continue
+            model = plan.pop("model")
+            plan["state"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            plan["runs"] = {}
+            plan["label"] = label
+            gen = torch.Generator().manual_seed(3)
+            plan["x"] = torch.randn(*plan["shape"], generator=gen, dtype=torch.float64)
+            try:
+                base: Dict[str, Any] = {}
+                for i, (device, dtype, tol, cname) in enumerate(configs):
+                    model.to(device=device, dtype=dtype)
+                    x = plan["x"].to(device=device, dtype=dtype)
+                    if i == 0:
+                        base, arg_notes = self.forward_args(model, x, torch)
+                        plan["notes"].extend(arg_notes)
+                    for case, kw in self.cases(model, x, torch, base):
+                        self.progress(f"running {label} {case} [{cname}] (original)")
+                        if i == 0:
+                            with self.trace(self.bucket("orig", label, case)):
+                                plan["runs"][(cname, case)] = (kw, self.run_case(model, x, kw, torch))
+                        else:
+                            plan["runs"][(cname, case)] = (kw, self.run_case(model, x, kw, torch))
+            except Exception as exc:  # noqa: BLE001
+                errors.append({"error": f"the original model raised ({mode['how']}): {type(exc).__name__}: {exc}"})
+                self.forget(label)
+                continue
+            finally:
+                del model
+            plan["seconds"] = time.time() - t0
+            # --verify-cuda times the model at its own size: the first mode that is not shrunk
+            plan["bench_mode"] = next((m for m in self.modes(cand) if not m["how"].startswith("small")), mode)
+            return plan
+        for err in errors[-1:] if errors else []:
+            self.report["failures"].append(dict(err, label=cand["label"], **{"class": cand["cls"].__name__ if cand["cls"] else None}))
+        if len(errors) > 1:
+            self.report["notes"].append(f"{cand['label']}: " + "; ".join(e["error"] for e in errors[:-1]))
+        return None
+
+    def run(self) -> None:
+        try:
+            import torch
+        except Exception as exc:  # noqa: BLE001
+            self.report["errors"].append(f"cannot import torch ({type(exc).__name__}: {exc}): {INSTALL_HINT}")
+            return
+        torch.set_grad_enabled(True)
+        configs = []
+        for device, dtype, tol in self.spec["configs"]:
+            if device == "cuda" and not torch.cuda.is_available():
+                self.report["notes"].append(f"CUDA not available: {dtype} on cuda skipped")
+                continue
+            configs.append((device, getattr(torch, dtype), tol, f"{dtype} {device}"))
+
+        self.enter("orig")
+        plans = []
+        try:
+            cands = self.discover(torch)
+            tried = 0
+            labels: Set[str] = set()
+            for cand in cands:
+                if cand["later"]:
+                    missing = self.unreached()
+                    if not missing and plans:
+                        break
+                    owners = {s.get("owner_class") for s in missing}
+                    cls = cand["cls"]
+                    relevant = cls is not None and any(
+                        o and any(k.__name__ == o for k in cls.__mro__) for o in owners
+                    ) or not any(o and o not in {p.__name__ for p in self.parts} for o in owners)
+                    if plans and not relevant:
+                        continue
+                if tried >= _MAX_CANDIDATES:
+                    self.report["notes"].append(f"stopped after {tried} candidate models")
+                    break
+                tried += 1
+                label = cand["label"]
+                while label in labels:
+                    label += "'"
+                labels.add(label)
+                plan = self.attempt(cand, torch, configs, label)
+                if plan is not None:
+                    plans.append(plan)
+        finally:
+            self.leave()
+
+        ref_name = configs[0][3] if configs else None
+        benches = [(plan["label"], plan["bench_mode"], plan["shape"]) for plan in plans]
+        self.enter("new")
+        try:
+            for plan in plans:
+                self.run_new(plan, configs, ref_name, torch)
+        finally:
+            self.leave()
+        if self.spec.get("bench"):
+            self.time_steps(benches, torch)
+        for (label, case), sides in self.coverage.items():
+            self.report["coverage"].append(
+                {"model": label, "case": case, **{side: {k: sorted(v) for k, v in sides[side].items()} for side in ("orig", "new")}}
+            )
+
+    def run_new(self, plan, configs, ref_name, torch) -> None:
+        label = plan["label"]
+        entry = {"label": label, "input": plan["shape"], "rows": [], "notes": plan["notes"]}
+        t0 = time.time()
+        self.report["models"].append(entry)
+        try:
+            self.progress(f"building {label} (rewritten)")
+            with self.trace(self.bucket("new", label, "build")):
+                model = self.construct(self.resolve(plan["module"], plan["attr"]), dict(plan["kwargs"]), torch, {})
+            new_state = model.state_dict()
+            keys_a, keys_b = list(plan["state"]), list(new_state)
+            same = keys_a == keys_b and all(plan["state"][k].shape == new_state[k].shape for k in keys_a)
+            note = "" if same else f"missing {sorted(set(keys_a) - set(keys_b))[:3]}, unexpected {sorted(set(keys_b) - set(keys_a))[:3]}"
+            if same and keys_a != keys_b:
+                note = "different order"
+            entry["rows"].append({"config": "-", "case": "state_dict", "what": f"{len(keys_a)} tensors", "shape": "same names, shapes" if same else "differs", "ok": same, "note": note})
+            if not same:
+                return
+            for i, (device, dtype, tol, cname) in enumerate(configs):
+                model.load_state_dict(plan["state"])
+                model.to(device=device, dtype=dtype)
+                x = plan["x"].to(device=device, dtype=dtype)
+                for (cfg, case), (kw, (outs_a, grads_a)) in plan["runs"].items():
+                    if cfg != cname:
+                        continue
+                    self.progress(f"running {label} {case} [{cname}] (rewritten)")
+                    kw_b = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in kw.items()}
+                    try:
+                        if i == 0:
+                            with self.trace(self.bucket("new", label, case)):
+                                outs_b, grads_b = self.run_case(model, x, kw_b, torch)
+                        else:
+                            outs_b, grads_b = self.run_case(model, x, kw_b, torch)
+                    except Exception as exc:  # noqa: BLE001
+                        entry["rows"].append({"config": cname, "case": case, "what": "forward/backward", "shape": "-", "ok": False, "note": f"the rewritten model raised {type(exc).__name__}: {exc}"})
+                        continue
+                    ref = None
+                    if cname != ref_name:  # lower precision: judged by accuracy vs float64
+                        ref = plan["runs"].get((ref_name, case), (None, None))[1]
+                    entry["rows"].extend(self.compare(cname, case, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=ref))
+            del model
+        except Exception as exc:  # noqa: BLE001
+            entry["error"] = f"cannot build the rewritten model: {type(exc).__name__}: {exc}"
+        finally:
+            entry["seconds"] = plan["seconds"] + time.time() - t0
+            plan.clear()
+
+    def time_steps(self, benches, torch) -> None:
+        """--verify-cuda: a training step of each passing model, original vs rewritten, at the
+        model's own size in bfloat16 on CUDA, interleaved rounds (:mod:`.cuda`)."""
+        timing = self.report.setdefault("timing", [])
+        if not torch.cuda.is_available():
+            timing.append({"label": "-", "lines": ["timing skipped: CUDA not available"]})
+            return
+        from . import cuda as timer  # noqa: PLC0415 -- only with --verify-cuda
+
+        bench = self.spec["bench"]
+        passed = {m["label"] for m in self.report["models"] if not m.get("error") and m["rows"] and all(r["ok"] for r in m["rows"])}
+        for label, mode, verified_shape in benches[: bench.get("models", 2)]:
+            if label not in passed:
+                continue
+            models = {}
+            try:
+                for side in ("orig", "new"):
+                    self.enter(side)
+                    try:
+                        self.progress(f"building {label} at its own size for timing ({side})")
+                        models[side] = self.build(mode, torch, {})[0]
+                    finally:
+                        self.leave()
+                models["new"].load_state_dict(models["orig"].state_dict())
+                for model in models.values():
+                    model.to(device="cuda", dtype=torch.bfloat16)
+                model = models["orig"]
+                if bench.get("size"):
+                    size = list(bench["size"])
+                elif hasattr(model, "tokens_spatial_shape") and hasattr(model, "patch_stride"):
+                    size = [int(t) * int(p) for t, p in zip(model.tokens_spatial_shape, model.patch_stride)]
+                else:  # its own size is unknown: the verified one
+                    size = list(verified_shape[2:])
+                shape = [int(bench.get("batch", 16)), *verified_shape[1:2], *size]
+                self.progress(f"timing {label} {tuple(shape)} on {torch.cuda.get_device_name()}")
+                result = timer.time_training_steps(
+                    {"original": models["orig"], "rewritten": models["new"]},
+                    lambda: torch.randn(*shape, device="cuda", dtype=torch.bfloat16),
+                    baseline="original",
+                    rounds=int(bench.get("rounds", 8)),
+                    steps=int(bench.get("steps", 5)),
+                    torch=torch,
+                )
+                timing.append({"label": label, "lines": timer.format_timing(label, result, "bfloat16", shape), "result": {k: v for k, v in result.items() if k != "ratios"} | {"ratio": result["ratios"]["rewritten"]["median"]}})
+            except Exception as exc:  # noqa: BLE001 -- timing is extra: say why, keep the verdict
+                hint = "; try a smaller --bench-batch" if "out of memory" in str(exc) else ""
+                timing.append({"label": label, "lines": [f"timing of {label} skipped: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}{hint}"]})
+            finally:
+                models.clear()
+                torch.cuda.empty_cache()
+
+
+def main(spec_path: str) -> None:
+    spec = json.loads(Path(spec_path).read_text())
+    worker = Worker(spec)
+    try:
+        worker.run()
+    except Exception as exc:  # noqa: BLE001 -- report, never hide
+        import traceback
+
+        worker.report["errors"].append(f"verification crashed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    Path(spec["report"]).write_text(json.dumps(worker.report))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
