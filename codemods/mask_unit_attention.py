@@ -7,6 +7,7 @@ What it matches (by data flow, not by names):
     q = q.view(B, H, nw, S, Tq, D).max(dim=3).values     # optional q-pool (or .amax(dim=3))
     out = F.scaled_dot_product_attention(q, k, v, ...)   # optionally under hasattr(F, ...)
     y = out.transpose(1, 3).reshape(B, N, C)
+    # SDPA may get attn_mask=m (or m if C else None), m broadcasting to (B, H, nw, Tq, Tk)
 
 What it emits:
 
@@ -15,6 +16,8 @@ What it emits:
     q = q.unflatten(2, (S, Tq)).max(dim=2).values        # the user's own reduction
     out = F.scaled_dot_product_attention(q, k, v, ...)
     y = out.transpose(1, 2).reshape(B, N, C)
+    # attn_mask=None if m is None else m[(None,) * (5 - m.dim())]
+    #     .expand(-1, H, nw, -1, -1).transpose(1, 2).flatten(1, 2)     (B, nw*H, Tq, Tk)
 
 Two shapes of control flow around it are understood (timm's MaskUnitAttention has
 both):
@@ -124,10 +127,27 @@ class MaskUnitAttention(Rewrite):
     original did, and hands its output back in the 4-D order.  SDPA itself never
     reads self.scale (its default scale is head_dim ** -0.5, the same on 4-D input).
 
+    An `attn_mask=m` (or `m if C else None`) in the 5-D layout, e.g. a padding mask
+    `mask.reshape(B, -1, num_windows).permute(0, 2, 1)[:, None, :, None, :]`, is
+    brought to the 4-D layout at the call:
+    `m[(None,) * (5 - m.dim())].expand(-1, heads, num_windows, -1, -1).transpose(1, 2)
+    .flatten(1, 2)` (None stays None).  SDPA broadcast the mask against (B, heads,
+    num_windows, Tq, Tk); the 4-D mask holds at (b, w*heads + h, i, j) the element
+    the 5-D call read at (b, h, w, i, j) for every broadcastable shape, bool or
+    float; batch, Tq and Tk keep the mask's own sizes.  It is a view where
+    num_windows is 1 (global attention) and otherwise a copy of (B,
+    num_windows*heads, 1, T) for a padding mask, small beside the attention.  A kept
+    manual fallback that adds the same mask to its logits gets the same conversion.
+    Fully masked rows (a padded window): the 5-D original runs the math backend,
+    which returns zeros there on recent torch (its safe softmax, since 2.5; checked
+    on 2.14), as the 4-D call does; on older torch the math backend returned NaN
+    there, and such a row may then differ.  The manual fallback gives NaN there
+    before and after.
+
     Left alone, with a reason: a different permutation or reshape (windows merged
     into the batch in another order, a 3-D reshape), q/k/v used anywhere besides the
-    pool and SDPA, an `attn_mask` or non-zero `dropout_p` (mask layout / RNG order
-    would change), SDPA under a condition or in a loop this rewrite cannot follow,
+    pool and SDPA, an `attn_mask` built in the call or added in a fallback whose
+    scale needs a run-time check, a non-zero `dropout_p` (RNG order would change), SDPA under a condition or in a loop this rewrite cannot follow,
     a manual fallback with any op that is not provably batch-rank-agnostic, or whose
     scale the class itself sets to something other than a number (a property, a
     tensor class attribute, a store outside __init__).
@@ -200,6 +220,9 @@ class _Match:
         self.call = call
         self.manual_scales: List[cst.BaseExpression] = []  # scales the manual fallback multiplies by
         self.manual_check: Optional[str] = None  # the run-time test emitted into the fallback
+        self.mask_arg: Optional[cst.Arg] = None  # SDPA's attn_mask= (not None)
+        self.mask_name: Optional[str] = None  # the local name holding the 5-D mask
+        self.fallback_mask_reads: List[cst.Name] = []  # `attn + mask` in a kept manual fallback
 
     # -- the SDPA call --------------------------------------------------------------
     def qkv_arg_names(self) -> Tuple[str, str, str, List[cst.BaseExpression]]:
@@ -224,7 +247,8 @@ class _Match:
             elif key == "dropout_p" and _is_zero(arg.value):
                 continue
             elif key == "attn_mask":
-                raise Refuse("SDPA gets an attn_mask: its 5-D layout would need rewriting too")
+                self.mask_arg = arg
+                self.mask_name = _mask_name(arg.value)
             elif key == "dropout_p":
                 raise Refuse("SDPA gets a dropout_p that may be non-zero: the dropout RNG order would change")
             else:
@@ -307,6 +331,18 @@ class _Match:
         self.no_closure_reads(changed)
 
         new: Dict[cst.CSTNode, Replacement] = {}
+        call_code = code(self.call)
+        if self.mask_arg is not None:
+            self.not_reading(self.mask_arg.value, changed_out, "SDPA's attn_mask")
+            to_4d = self.mask_to_4d(q, heads, windows, items[permute_at + 1 :], changed)
+            call_code = code(self.call.with_changes(args=[
+                a.with_changes(value=cst.parse_expression(self.mask_value(a.value, to_4d))) if a is self.mask_arg else a
+                for a in self.call.args
+            ]))
+            for name in self.fallback_mask_reads:
+                line = enclosing_line(ctx, name)
+                assert line is not None
+                new[line] = ctx.statement(code(_replace_name(line, name, f"({to_4d})")), like=line)
         permute_line = items[permute_at].node
         new[permute_line] = ctx.statement(
             f"{target_code(permute_line)} {rewrap_code(permute_receiver)}.permute(3, 0, 2, 4, 1, 5).flatten(2, 3)",
@@ -321,8 +357,9 @@ class _Match:
         # row-major order of the 5-D code's (B, Tq, num_windows, heads, head_dim).
         for arg in restore.args:
             self.not_reading(arg, changed_out, "the output reshape")
+        receiver = call_code if restore.receiver is self.call else code(restore.receiver)
         new_restore = ctx.statement(
-            f"{_restore_prefix(restore.line)} {code(restore.receiver)}.transpose(1, 2)"
+            f"{_restore_prefix(restore.line)} {receiver}.transpose(1, 2)"
             f".reshape({', '.join(code(a) for a in restore.args)})",
             like=restore.line,
         )
@@ -330,17 +367,79 @@ class _Match:
             assign = single_assign(restore.line)
             if assign is None or not is_name(assign[0], region.out):
                 self.no_reads_after(restore.statement, {region.out}, "SDPA's output changes layout")
+        new_sdpa: Optional[cst.BaseStatement] = None
+        if restore.line is not sdpa_line and call_code != code(self.call):
+            new_sdpa = ctx.statement(f"{target_code(sdpa_line)} {call_code}", like=sdpa_line)
         if region.guard is not None:
-            body = [new_restore if s is restore.line else s for s in region.guard.body.body]  # type: ignore[union-attr]
+            body = [
+                new_restore if s is restore.line else new_sdpa if s is sdpa_line and new_sdpa is not None else s
+                for s in region.guard.body.body  # type: ignore[union-attr]
+            ]
             first = body[0].with_changes(leading_lines=list(region.guard.leading_lines) + list(body[0].leading_lines))
             new[region.guard] = cst.FlattenSentinel([first, *body[1:]])
             if restore.line is not sdpa_line:
                 new[restore.line] = new_restore
         else:
             new[restore.line] = new_restore
+            if new_sdpa is not None:
+                new[sdpa_line] = new_sdpa
         if region.manual is not None:
             new.update(self.manual_tensor_scale(region, restore, reshape_args, items, permute_at, changed, q, k, v))
         return new
+
+    def mask_to_4d(
+        self,
+        q: str,
+        heads: cst.BaseExpression,
+        windows: cst.BaseExpression,
+        between: List[_Item],
+        changed: Set[str],
+    ) -> str:
+        """The expression that brings the mask (a name) to q's 4-D layout.
+
+        SDPA broadcasts the mask against (B, heads, num_windows, Tq, Tk); the 4-D q is
+        (B, num_windows*heads, Tq, Tk) with index w*heads + h.  Prepending dims up to
+        5-D (as broadcasting does), expanding the heads and windows dims to their sizes,
+        swapping them and flattening them gives, at (b, w*heads + h, i, j), the
+        element the 5-D call read at (b, h, w, i, j); batch, Tq and Tk keep their own
+        sizes and broadcast alike in 4-D.  A view where num_windows is 1 or the mask
+        has size 1 along both; else a copy of (B, num_windows*heads, Tq', Tk'), Tq'
+        and Tk' the mask's own sizes (1 and T for a padding mask)."""
+        assert self.mask_name is not None
+        rebound = set().union(set(), *(item.assigned for item in between)) | changed
+
+        def readable(expr: cst.BaseExpression) -> Optional[str]:
+            if int_value(expr) == -1 or not arithmetic(expr) or names_in(self.ctx, expr) & rebound:
+                return None
+            roots = {_flag_root(leaf) for leaf in _leaves(expr) if isinstance(leaf, cst.Attribute)}
+            for root in roots - {None}:
+                for item in between:
+                    if _may_change(self.ctx, item.node, root) is not None:  # type: ignore[arg-type]
+                        return None
+            text = code(expr)
+            return text if isinstance(expr, (cst.Name, cst.Attribute, cst.Integer)) else f"({text})"
+
+        h, w = readable(heads), readable(windows)
+        if h is None and w is None:
+            raise Refuse(
+                "SDPA gets an attn_mask, and neither the heads nor the num_windows of the qkv reshape"
+                " can be read again at SDPA to bring it to the 4-D layout"
+            )
+        h = h or f"{q}.shape[1] // {w}"
+        w = w or f"{q}.shape[1] // {h}"
+        m = self.mask_name
+        return (
+            f"None if {m} is None else {m}[(None,) * (5 - {m}.dim())]"
+            f".expand(-1, {h}, {w}, -1, -1).transpose(1, 2).flatten(1, 2)"
+        )
+
+    def mask_value(self, value: cst.BaseExpression, to_4d: str) -> str:
+        """SDPA's attn_mask value with the mask name converted (a None stays None)."""
+        if isinstance(value, cst.IfExp):
+            if is_name(value.body, "None"):
+                return f"None if {code(value.test)} else ({to_4d})"
+            return f"({to_4d}) if {code(value.test)} else None"
+        return to_4d
 
     def manual_tensor_scale(
         self,
@@ -361,6 +460,11 @@ class _Match:
         check = scale_check(self.ctx, self.func, self.manual_scales)
         if check is None:
             return {}
+        if self.fallback_mask_reads:
+            raise Refuse(
+                f"the manual fallback adds the attn_mask (line {self.line(self.fallback_mask_reads[0])}) and its scale"
+                f" needs a run-time check (`{check}`): its 5-D views would need the 5-D mask"
+            )
         self.manual_check = check
         assert region.manual is not None and region.out is not None
         rebound = set().union(*(item.assigned for item in items[permute_at + 1 :]))
@@ -485,7 +589,11 @@ class _Match:
         for stmt in block.body:
             assign = single_assign(stmt) if isinstance(stmt, cst.SimpleStatementLine) else None
             if assign is None or not is_name(assign[0]):
-                raise Refuse(f"the manual-attention branch has a statement this rewrite cannot prove rank-agnostic: {code(stmt) if isinstance(stmt, cst.SimpleStatementLine) else 'a compound statement'}")
+                what = code(stmt) if isinstance(stmt, cst.SimpleStatementLine) else _header(stmt)
+                raise Refuse(
+                    "the manual-attention branch has a statement this rewrite cannot prove rank-agnostic:"
+                    f" `{what}` at line {self.line(stmt)}"
+                )
             target = assign[0].value  # type: ignore[attr-defined]
             why = self.rank_agnostic(assign[1], tensors)
             if why is not None:
@@ -505,6 +613,12 @@ class _Match:
         if isinstance(expr, cst.BinaryOperation):
             if isinstance(expr.operator, cst.MatrixMultiply):
                 return self.rank_agnostic(expr.left, tensors) or self.rank_agnostic(expr.right, tensors)
+            if isinstance(expr.operator, cst.Add) and self.mask_name is not None:
+                # the logits plus SDPA's own mask: the mask is brought to 4-D there too
+                for mask, other in ((expr.right, expr.left), (expr.left, expr.right)):
+                    if is_name(mask, self.mask_name) and self.rank_agnostic(other, tensors) is None:
+                        self.fallback_mask_reads.append(mask)  # type: ignore[arg-type]
+                        return None
             if isinstance(expr.operator, (cst.Multiply, cst.Divide)):
                 if self.rank_agnostic(expr.left, tensors) is None and self.scalar(expr.right):
                     self.manual_scales.append(expr.right)
@@ -875,6 +989,46 @@ def _emitted_4d(value: cst.BaseExpression) -> bool:
         return True
     reshape = method_call(permute[0], "reshape", "view")
     return qkv_sizes(reshape[1] if reshape else None) is not None
+
+
+def _mask_name(value: cst.BaseExpression) -> str:
+    """The local name SDPA's attn_mask reads: `m`, `m if C else None`, `None if C else m`."""
+    if isinstance(value, cst.IfExp):
+        sides = [value.body, value.orelse]
+        names = [s for s in sides if is_name(s) and not is_name(s, "None")]
+        if len(names) == 1 and any(is_name(s, "None") for s in sides):
+            return names[0].value  # type: ignore[attr-defined]
+    elif is_name(value) and value.value not in ("None", "True", "False"):  # type: ignore[attr-defined]
+        return value.value  # type: ignore[attr-defined]
+    raise Refuse(
+        f"SDPA's attn_mask is `{code(value)}`: not a name (or `name if C else None`) whose 5-D layout"
+        " this rewrite brings to 4-D"
+    )
+
+
+def _header(stmt: cst.BaseStatement) -> str:
+    """The first line of a compound statement, e.g. `if attn_mask is not None:`."""
+    lines = cst.Module(body=[]).code_for_node(stmt).splitlines()
+    return next(line.strip() for line in lines if line.strip() and not line.strip().startswith("#"))
+
+
+def _leaves(expr: cst.BaseExpression) -> List[cst.BaseExpression]:
+    if isinstance(expr, cst.UnaryOperation):
+        return _leaves(expr.expression)
+    if isinstance(expr, cst.BinaryOperation):
+        return _leaves(expr.left) + _leaves(expr.right)
+    return [expr]
+
+
+def _replace_name(root: cst.CSTNode, target: cst.Name, source: str) -> cst.CSTNode:
+    """``root`` with the Name node ``target`` replaced by the expression ``source``."""
+    replacement = cst.parse_expression(source)
+
+    class _Replace(cst.CSTTransformer):
+        def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
+            return replacement if original is target else updated
+
+    return root.visit(_Replace())
 
 
 def _is_zero(node: cst.BaseExpression) -> bool:

@@ -26,8 +26,8 @@ def test_cli_prints_skipped_reason(tmp_path):
         [sys.executable, "-m", "hiera_rewrite", "--check", str(target)], capture_output=True, text=True
     )
     assert run.returncode == 0, run.stderr
-    assert f"{target}:19:13: HR001 skipped: SDPA gets an attn_mask" in run.stderr
-    assert f"{target}:30:13: HR001 skipped: SDPA gets a dropout_p" in run.stderr
+    assert f"{target}:20:13: HR001 skipped: SDPA's attn_mask is `bias[:, None]`" in run.stderr
+    assert f"{target}:31:13: HR001 skipped: SDPA gets a dropout_p" in run.stderr
 
 
 SCALED_EXPLICIT = '''import torch

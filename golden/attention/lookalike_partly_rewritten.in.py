@@ -21,5 +21,5 @@ class HalfRewritten(nn.Module):
         y = y.transpose(1, 2).reshape(B, -1, C)
         qkv = self.qkv(y).reshape(B, -1, nw, 3, self.heads, self.head_dim).permute(3, 0, 4, 2, 1, 5)
         q, k, v = qkv.unbind(0)
-        z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
         return z.transpose(1, 3).reshape(B, -1, C)
