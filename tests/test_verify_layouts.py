@@ -506,3 +506,16 @@ class TokenDropper(nn.Module):
     assert len(message) == 1 and "TokenDropper.forward" in message[0], out
     assert """--kwargs '{"keep_order": "..."}'""" in message[0], out
     assert "verify: NOT PROVEN (3/4 sites exercised; 1 never ran in a compared case)" in out
+
+
+def test_configuration_from_a_call_site_in_the_training_script(tmp_path: Path, capsys):
+    """Factories deleted, class defaults 2-D, and the training script builds the model
+    for a one-channel keypoint grid: that call's configuration is the one verified."""
+    folder = write(tmp_path / "x" / "hiera", classifier_fork())
+    write(tmp_path / "x", {"train_pose.py": (
+        "from hiera.hiera import Hiera\n\n"
+        "model = Hiera(input_size=(64, 4, 32), in_chans=1, q_stride=(2, 1, 2), mask_unit_size=(4, 1, 4),\n"
+        "              patch_kernel=(3, 1, 3), patch_stride=(2, 1, 2), patch_padding=(1, 0, 1), num_classes=5)\n"
+    )})
+    out = assert_all_proven(folder, capsys)
+    assert "model hiera.hiera:Hiera (as at train_pose.py:3)  input (2, 1, 32, 2, 32)" in out

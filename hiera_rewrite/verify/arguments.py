@@ -161,10 +161,10 @@ class Config:
 _CONFIG_FILES = (".json", ".yaml", ".yml")
 
 
-_MAX_SCAN_FILES = 400
+MAX_SCAN_FILES = 400
 
 
-_MAX_SCAN_BYTES = 1024 * 1024
+MAX_SCAN_BYTES = 1024 * 1024
 
 
 def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
@@ -180,7 +180,7 @@ def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
     for folder, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in skip and not d.startswith("."))
         found.extend(Path(folder, n) for n in names if n.endswith((".py",) + _CONFIG_FILES))
-        if len(found) > _MAX_SCAN_FILES:
+        if len(found) > MAX_SCAN_FILES:
             break
     found.sort(key=lambda f: (f.suffix == ".py", size_rank(f.stem), len(f.parts), str(f)))
     values: Dict[str, Tuple[Any, str]] = {}
@@ -192,9 +192,9 @@ def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
                     values.setdefault(key, (value, where))
                     take(value, where)
 
-    for path in found[:_MAX_SCAN_FILES]:
+    for path in found[:MAX_SCAN_FILES]:
         try:
-            if path.stat().st_size > _MAX_SCAN_BYTES:
+            if path.stat().st_size > MAX_SCAN_BYTES:
                 continue
             text = path.read_text(errors="replace")
             where = os.path.relpath(path, root)

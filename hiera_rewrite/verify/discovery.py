@@ -11,12 +11,13 @@ built, the others and the 3-D form of a 2-D class only while a site is unreached
 from __future__ import annotations
 
 import ast
+import os
 import importlib
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from .arguments import OPAQUE, SIZE_KNOBS, callee, init_params, literal, size_rank
+from .arguments import MAX_SCAN_BYTES, MAX_SCAN_FILES, OPAQUE, SCAN_SKIP, SIZE_KNOBS, callee, init_params, literal, size_rank
 
 
 _MODEL_ARGS = {"input_size", "in_chans", "img_size"}
@@ -122,13 +123,54 @@ class Discovery:
             for fs in ordered:
                 best = min(fs, key=lambda f: (size_rank(f["attr"]), f["order"]))
                 cands.append({"module": best["module"], "attr": best["attr"], "label": f"{best['module']}:{best['attr']} -> {cls.__name__}", "factory": True, "cls": cls, "recipe": best["recipe"], "opaque": best["opaque"], "kwargs": {}})
+            # where the repo's scripts build it with literal keywords (a training script's
+            # Hiera(input_size=(64, 4, 32), in_chans=1, ...)): its configuration, built small
+            for where, recipe in self.call_sites().get(cls.__name__, [])[:2]:
+                if not any(c["recipe"] == recipe for c in cands):
+                    cands.append({"module": cls.__module__, "attr": cls.__qualname__, "label": f"{cls.__module__}:{cls.__qualname__} (as at {where})", "factory": False, "cls": cls, "recipe": recipe, "opaque": False, "kwargs": {}})
             cands.append({"module": cls.__module__, "attr": cls.__qualname__, "label": f"{cls.__module__}:{cls.__qualname__} (class)", "factory": False, "cls": cls, "recipe": {}, "opaque": False, "kwargs": {}})
-            video = self._video(cls, [f["recipe"] for f in own])
+            video = self._video(cls, [f["recipe"] for f in own] + [c["recipe"] for c in cands])
             if video is not None:
                 cands.append(dict(cands[-1], label=f"{cls.__module__}:{cls.__qualname__} (class, 3-D)", recipe=video))
             first.append(dict(cands[0], later=False))
             later.extend(dict(c, later=True) for c in cands[1:])
         return first + later
+
+    def call_sites(self) -> Dict[str, List[Tuple[str, Dict[str, Any]]]]:
+        """{class name: [(path:line, keywords)]}: calls ``Name(k=literal, ...)`` (no
+        positional arguments, every keyword a literal) in the repo's other Python files."""
+        if getattr(self, "_call_sites", None) is None:
+            found: Dict[str, List[Tuple[str, Dict[str, Any]]]] = {}
+            root = self.spec["project_dir"]
+            skip = {os.path.realpath(t) for t in self.spec.get("targets", [])}
+            paths: List[str] = []
+            for folder, dirs, names in os.walk(root):
+                dirs[:] = sorted(d for d in dirs if d not in SCAN_SKIP and not d.startswith("."))
+                paths.extend(os.path.join(folder, n) for n in sorted(names) if n.endswith(".py"))
+                if len(paths) > MAX_SCAN_FILES:
+                    break
+            for path in paths[:MAX_SCAN_FILES]:
+                if os.path.realpath(path) in skip:
+                    continue
+                try:
+                    if os.path.getsize(path) > MAX_SCAN_BYTES:
+                        continue
+                    tree = ast.parse(Path(path).read_bytes())
+                except (OSError, SyntaxError, ValueError):
+                    continue
+                for node in ast.walk(tree):
+                    if not isinstance(node, ast.Call) or node.args or not node.keywords:
+                        continue
+                    func = node.func
+                    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+                    try:
+                        kw = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+                    except (ValueError, SyntaxError, TypeError):
+                        continue
+                    if name and None not in kw:
+                        found.setdefault(name, []).append((f"{os.path.relpath(path, root)}:{node.lineno}", kw))
+            self._call_sites = found
+        return self._call_sites
 
     @staticmethod
     def _video(cls, recipes: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:

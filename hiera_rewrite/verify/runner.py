@@ -175,6 +175,7 @@ def verify_group(
             "sides": sides,
             "flat_dirs": sorted({str(group.rel(p).parent) for p in group.targets}),
             "project_dir": str(group.root),
+            "targets": [str(p) for p in group.targets],
             "modules": [{"name": group.module(p), "primary": p in group.targets} for p in scan],
             "traced": {side: {copy_of(p, side): group.names[p] for p in changed} for side in sides},
             "sites": sites,
