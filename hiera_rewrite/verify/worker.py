@@ -324,10 +324,14 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     size = list(verified_shape[2:])
                 shape = [int(bench.get("batch", 16)), *verified_shape[1:2], *size]
                 self.progress(f"timing {label} {tuple(shape)} on {torch.cuda.get_device_name()}")
+                # forward's required arguments, made again for this size (none: {})
+                probe = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+                extra = self._made(model, probe, self.forward_args(model, probe, torch)[0], torch)
                 result = timer.time_training_steps(
                     {"original": models["orig"], "rewritten": models["new"]},
                     lambda: torch.randn(*shape, device="cuda", dtype=torch.bfloat16),
                     baseline="original",
+                    forward_kwargs=extra,
                     rounds=int(bench.get("rounds", 8)),
                     steps=int(bench.get("steps", 5)),
                     torch=torch,
