@@ -1,0 +1,98 @@
+"""verify's constructor arguments, without a worker process: the values a repo itself
+uses (argparse defaults, JSON and YAML configs), which arguments are configuration
+objects, and the order in which a missing value is filled."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hiera_rewrite.verify.arguments import Building, Config, MissingArgs, MissingKey, config_params, repo_values
+
+SCRIPT = '''\
+import argparse
+p = argparse.ArgumentParser()
+p.add_argument("--model-name", default="hiera_base_224")
+p.add_argument("--lr", type=float, default=1e-3)
+p.add_argument("-b", "--batch-size", dest="batch", type=int, default=64)
+p.add_argument("--no-default")
+p.add_argument("--computed", default=len("abc"))
+'''
+
+
+def test_repo_values_from_argparse_json_and_yaml(tmp_path: Path):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "hiera_tiny.json").write_text(json.dumps({"model": {"input_size": [64, 4, 32], "in_chans": 1}}))
+    (tmp_path / "configs" / "hiera_large.json").write_text(json.dumps({"model": {"input_size": [224, 224], "in_chans": 3, "depth": 7}}))
+    (tmp_path / "configs" / "pose.yaml").write_text("model:\n  mask_unit_size: [4, 1, 4]\n  in_chans: 5\n")
+    (tmp_path / "node_modules").mkdir()
+    (tmp_path / "node_modules" / "x.json").write_text(json.dumps({"mask_unit_size": 1}))
+    values = repo_values(str(tmp_path), {"node_modules"})
+    assert values["model_name"] == ("hiera_base_224", "train.py --model_name")
+    assert values["batch"] == (64, "train.py --batch")
+    assert values["lr"][0] == 1e-3
+    assert "no_default" not in values and "computed" not in values  # only literal defaults
+    # the smallest model's config first: tiny before large (and before the YAML)
+    assert values["input_size"] == ([64, 4, 32], "configs/hiera_tiny.json")
+    assert values["in_chans"] == (1, "configs/hiera_tiny.json")
+    assert values["depth"] == (7, "configs/hiera_large.json")
+    pytest.importorskip("yaml")
+    assert values["mask_unit_size"] == ([4, 1, 4], "configs/pose.yaml")
+
+
+class Takes:
+    def __init__(self, cfg, stages=(1, 2), opt=None, size: int = 3):
+        self.a = cfg.embed_dim
+        self.b = stages[:1]  # a sized default is data, not a configuration
+        self.c = opt["x"] if opt is not None else None
+        self.d = size
+
+
+def test_config_params():
+    assert config_params(Takes) == ["cfg", "opt"]
+
+
+def test_config_object_access():
+    asked = []
+
+    def fill(key):
+        asked.append(key)
+        if key == "unknown":
+            raise MissingKey(key)
+        return 8
+
+    values = {"in_chans": 1, "model": {"depth": 2}}
+    cfg = Config(values, fill)
+    assert cfg.in_chans == 1 and cfg["in_chans"] == 1
+    assert cfg.model.depth == 2
+    assert cfg.embed_dim == 8 and values["embed_dim"] == 8  # filled once, replayed on the other side
+    assert cfg.get("mlp_ratio", 4.0) == 4.0  # the code's own default is kept
+    assert getattr(cfg, "unknown", "dflt") == "dflt"  # an unfillable key behaves as absent
+    with pytest.raises(MissingArgs):
+        cfg.unknown
+    assert asked == ["embed_dim", "unknown", "unknown"]
+
+
+class _Filler(Building):
+    def __init__(self, user, repo):
+        self.spec = {"kwargs": user}
+        self._repo = repo
+        self.origin = {}
+
+
+def test_fill_order():
+    repo = {"embed_dim": (96, "train.py --embed_dim"), "stages": ((2, 3, 16), "cfg.json"), "input_size": ((256,), "cfg.json"),
+            "model_name": ("hiera_x", "train.py --model_name")}
+    filler = _Filler({"in_chans": 2}, repo)
+    filled = {}
+    assert filler.fill("in_chans", filled) == 2 and filler.origin["in_chans"] == "--kwargs"
+    assert filler.fill("embed_dim", filled) == 8  # a size: small, not the repo's 96
+    assert filler.fill("stages", filled) == (1, 1, 1)  # as many stages as the repo's
+    assert filler.fill("input_size", filled) == (256,) and filler.origin["input_size"] == "cfg.json"
+    assert filler.fill("model_name", filled) == "hiera_x"
+    assert filler.fill("q_stride", filled) == (2, 2) and filler.origin["q_stride"] is None  # from its name
+    with pytest.raises(MissingArgs):
+        filler.fill("checkpoint", filled)
