@@ -342,3 +342,15 @@ def test_verify_says_which_forward_arguments_it_tried(tmp_path: Path, capsys):
     assert "forward needs meta; the original raised with every candidate tried: meta=None: TypeError" in out, out
     assert "meta=False: TypeError" in out and "meta=0: TypeError" in out
     assert "verify: NOT PROVEN" in out or "verify: FAILED" in out
+
+
+def test_verify_reads_an_image_size_int_as_the_models_own_dims(tmp_path: Path, capsys):
+    """A model stating its size as ``image_size=32`` (an int) with a Conv1d: a 1-D input."""
+    target = make_fixture(tmp_path, "relative")
+    model = target.parent / "model.py"
+    text = model.read_text().replace("input_size=(32,)", "image_size=32").replace("self.input_size = input_size", "self.image_size = image_size")
+    assert "self.image_size = image_size" in text
+    model.write_text(text)
+    code, out, err = run_cli(["--verify", "--check", target], capsys)
+    assert code == cli.EXIT_CHANGED, out + err
+    assert "input (2, 4, 32)" in out and "verify: PASSED (1/1 sites exercised" in out

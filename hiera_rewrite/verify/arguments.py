@@ -518,9 +518,7 @@ class Building:
             if hasattr(model, "tokens_spatial_shape") and hasattr(model, "patch_stride"):
                 size = [int(t) * int(p) for t, p in zip(model.tokens_spatial_shape, model.patch_stride)]
             else:
-                size = kwargs.get("input_size") or getattr(model, "input_size", None) or getattr(model, "img_size", None)
-                if isinstance(size, int):
-                    size = [size, size]
+                size = self.stated_size(model, kwargs, torch)
             if not size:
                 raise ValueError("cannot tell the model's input size; give --input-shape or --kwargs '{\"input_size\": ...}'")
             shape = [2, self.in_chans(model, torch), *[int(s) for s in size]]

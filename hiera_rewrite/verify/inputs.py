@@ -22,6 +22,8 @@ _MASK_RATIO = 0.5
 
 
 _MAX_ARG_TRIES = 12
+# where models state their input size, by convention
+_SIZE_NAMES = ("input_size", "img_size", "image_size", "input_shape", "image_shape", "seq_len", "sequence_length", "num_samples", "resolution")
 
 
 class _Made:
@@ -56,6 +58,26 @@ class Inputs:
             unit = math.lcm(int(m), int(q) ** max(stages - 1, 0))
             size.append(min(unit * 2, t) * int(p) if t >= unit else t * int(p))
         return size
+
+    @staticmethod
+    def stated_size(model, kwargs: Dict[str, Any], torch) -> Optional[List[int]]:
+        """The input size a model states in one of the usual names (its keyword arguments,
+        its attributes, a timm-style ``patch_embed.img_size``); an int is one size per
+        spatial dim of its first convolution (a Conv1d: 1-D)."""
+        holders = [kwargs, getattr(model, "__dict__", {}), getattr(getattr(model, "patch_embed", None), "__dict__", {})]
+        size = None
+        for name in _SIZE_NAMES:
+            for holder in holders:
+                value = holder.get(name) if isinstance(holder, dict) else None
+                if isinstance(value, int) and not isinstance(value, bool) or isinstance(value, (tuple, list)) and value and all(isinstance(v, int) for v in value):
+                    size = value
+                    break
+            if size is not None:
+                break
+        if isinstance(size, int):
+            dims = next((len(m.kernel_size) for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)), 2)
+            size = [size] * dims
+        return list(size) if size else None
 
     @staticmethod
     def in_chans(model, torch) -> int:
