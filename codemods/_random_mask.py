@@ -386,3 +386,16 @@ def random_mask_guard(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Opt
         once = [s.index for s in flow.assigning(mask)] == [made.index] and not flow.compound_assigned.get(mask)
         return MadeMask(stmt, found[0], args, made, once)
     return None
+
+
+def get_random_mask_call(ctx: PlanContext, func: cst.FunctionDef) -> Optional[cst.Call]:
+    """The first `<x>.get_random_mask(...)` call in ``func``, if any."""
+    found: List[cst.Call] = []
+
+    class _Calls(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            if method_call(node, "get_random_mask") is not None:
+                found.append(node)
+
+    ctx.visit(_Calls(), func)
+    return found[0] if found else None

@@ -253,8 +253,14 @@ class _Match:
                 raise Refuse("SDPA gets a dropout_p that may be non-zero: the dropout RNG order would change")
             else:
                 raise Refuse(f"SDPA gets a keyword this rewrite does not know: {key}=")
-        if set(names) != set(slots) or not all(is_name(v) for v in names.values()):
-            raise Refuse("q, k and v are not plain local names")
+        if set(names) != set(slots):
+            raise Refuse("SDPA does not get all of query, key and value")
+        for slot in slots:
+            if not is_name(names[slot]):
+                raise Refuse(
+                    f"SDPA's {slot} is `{code(names[slot])}`, not a plain local name: q, k and v are not"
+                    " the 5-D layout's unpack"
+                )
         q, k, v = (names[s].value for s in slots)  # type: ignore[attr-defined]
         if len({q, k, v}) != 3:
             raise Refuse("q, k and v are not three distinct names")
@@ -770,13 +776,22 @@ class _Match:
         pool_line: Optional[cst.SimpleStatementLine] = None
         for name in (q, k, v):
             at = last(name, len(items))
+            nearest = at
             comp = self.component(items, at, name)
             if comp is None and name == q and at is not None:
                 pool_item, pool_line = at, self.pool_line(items[at], q)
                 at = last(name, pool_item)
                 comp = self.component(items, at, name)
+            if comp is None and nearest is not None:
+                stmt = items[nearest].node
+                what = code(stmt) if isinstance(stmt, cst.SimpleStatementLine) else _header(stmt)
+                pooled = " nor a q-pool of the unpacked q" if name == q else ""
+                raise Refuse(
+                    f"{name} is bound by `{what}` at line {self.line(stmt)}, not unpacked from a qkv tensor"
+                    f" (qkv[0], qkv.unbind(0), ...){pooled}"
+                )
             if comp is None:
-                raise Refuse(f"{name} is not unpacked from a qkv tensor (qkv[0], qkv.unbind(0), ...)")
+                raise Refuse(f"{name} is not bound before SDPA in this function (not unpacked from a qkv tensor)")
             sources.add(comp)
             where.append(at)  # type: ignore[arg-type]
         qkv = sources.qkv()
@@ -798,7 +813,8 @@ class _Match:
             assign = single_assign(node)
             if assign is not None and is_name(assign[0], q):
                 return node
-        raise Refuse(f"{q} is reassigned by something other than a q-pool max")
+        what = code(node) if isinstance(node, cst.SimpleStatementLine) else _header(node)
+        raise Refuse(f"{q} is reassigned by `{what}` at line {self.line(node)}, not by a q-pool max")
 
     def qkv_definition(
         self, items: List[_Item], qkv: str, first_unpack: int, last_unpack: int
@@ -854,7 +870,7 @@ class _Match:
         assign = single_assign(line)
         reduced = reduction_values(assign[1]) if assign and is_name(assign[0], q) else None
         if reduced is None:
-            raise Refuse(f"{q} is reassigned by something other than a q-pool max")
+            raise Refuse(f"{q} is reassigned by `{code(line)}` at line {self.line(line)}, not by a q-pool max")
         spelling, pooled, dim = reduced
         args = pool_view_args(pooled, q)
         if args is None or dim not in (3, -3):

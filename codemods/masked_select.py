@@ -33,7 +33,7 @@ from hiera_rewrite.flow import FunctionFlow, Stmt
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._match import code, is_name, method_call, single_assign, target_code
-from ._random_mask import count_call, random_mask_guard
+from ._random_mask import count_call, get_random_mask_call, random_mask_guard
 from .decoder_fill import planned_fill
 from ._mask import (
     with_fallback,
@@ -333,6 +333,9 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
                 continue
             encoded = _encoder_call(ctx, defined, flow, stmt, latent.value, unit_mask.value)  # type: ignore[attr-defined]
             if encoded is None:
+                unguarded = _unguarded_random_mask(ctx, defined, flow, stmt, latent.value)  # type: ignore[attr-defined]
+                if unguarded is not None:
+                    ctx.refuse(call[1], unguarded)
                 continue
             toggled = lambda arg: (  # noqa: E731
                 isinstance(arg, cst.UnaryOperation)
@@ -470,6 +473,32 @@ def _encoder_call(
             return None
         return line, encoder.name.value, passed[0].value, code(made.owner), [p.value for p in passed[1:]]  # type: ignore[union-attr, arg-type]
     return None
+
+
+def _unguarded_random_mask(
+    ctx: PlanContext, defined: Dict[str, cst.FunctionDef], flow: FunctionFlow, decode: Stmt, latent: str
+) -> Optional[str]:
+    """Why the counts are not passed where the encoder method whose output is decoded
+    (`latent, mask = self.<encoder>(...)`) makes its mask with get_random_mask, but not
+    as `if mask is None: mask = self.get_random_mask(x, ratio)`; else None (no MAE)."""
+    found = [s for s in flow.assigning(latent) if s.index < decode.index]
+    assign = single_assign(found[-1].line) if found and found[-1].line.body else None
+    call = assign[1] if assign is not None else None
+    if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and is_name(call.func.value, "self")):
+        return None
+    encoder = defined.get(call.func.attr.value)
+    made = get_random_mask_call(ctx, encoder) if encoder is not None else None
+    if encoder is None or made is None:
+        return None
+    params = [p.name.value for p in encoder.params.params]
+    if any(random_mask_guard(ctx, encoder, p) is not None for p in params):
+        return None
+    line = next((a for a in ctx.ancestors(made) if isinstance(a, cst.SimpleStatementLine)), None)
+    return (
+        f"{encoder.name.value} makes its mask by `{code(line or made)}` at line {ctx.position(made).line}, not by"
+        " `if mask is None: mask = self.get_random_mask(x, mask_ratio)`: the masked counts are not passed"
+        " (the loss and label selection count the mask themselves: host syncs)"
+    )
 
 
 def _returns(ctx: PlanContext, func: cst.FunctionDef) -> List[cst.Return]:

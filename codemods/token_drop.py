@@ -36,7 +36,7 @@ from hiera_rewrite.flow import enclosing_function, enclosing_line, statement_nam
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, refusing_as, register
 
 from ._match import code, int_value, is_name, method_call, positional, single_assign, target_code
-from ._random_mask import count_call, helper_source, kept_count, random_mask_guard
+from ._random_mask import count_call, get_random_mask_call, helper_source, kept_count, random_mask_guard
 from ._mask import (
     with_fallback,
     emitted_fallback,
@@ -290,13 +290,30 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     if func is None or line is None or len(call.args) < 2:
         raise NotThisIdiom()
     mask_arg = call.args[1]
+    made_here = get_random_mask_call(ctx, func)
     if mask_arg.keyword is not None or mask_arg.star or not is_name(mask_arg.value):
+        if made_here is not None and not mask_arg.star:
+            if mask_arg.keyword is not None:
+                passed = f"passes the mask as `{mask_arg.keyword.value}={code(mask_arg.value)}`, not as the second positional argument"
+            else:
+                passed = f"passes `{code(mask_arg.value)}` as the mask, not a plain name"
+            raise Refuse(
+                f"the encoder call {passed}: the kept count is not passed (the encoder counts the mask itself:"
+                " one host sync)"
+            )
         raise NotThisIdiom()
     mask = mask_arg.value.value  # type: ignore[attr-defined]
     if any(a.star or a.keyword is not None and a.keyword.value == COUNT for a in call.args):
         raise NotThisIdiom()
     flow = ctx.flow(func)
     made = random_mask_guard(ctx, func, mask)
+    if made is None and made_here is not None:
+        made_line = enclosing_line(ctx, made_here)
+        raise Refuse(
+            f"{mask} is made by `{code(made_line or made_here)}` at line {ctx.position(made_here).line}, not by"
+            f" `if {mask} is None: {mask} = self.get_random_mask(x, mask_ratio)`: the kept count is not passed"
+            " (the encoder counts the mask itself: one host sync)"
+        )
     if made is None or not is_name(made.owner, "self"):
         raise NotThisIdiom()
     guard = made.guard
