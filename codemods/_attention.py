@@ -349,6 +349,13 @@ def scale_check(ctx: PlanContext, func: cst.FunctionDef, scales: Sequence[cst.Ba
     return " and ".join(checks)
 
 
+def shadowed_builtins(ctx: PlanContext, func: cst.FunctionDef, *names: str) -> List[str]:
+    """Those of ``names`` (builtins emitted code calls) that ``func``, a function
+    around it or the module's top level binds."""
+    bound = _bound_names(ctx, func)
+    return [n for n in names if n in bound or "*" in bound]
+
+
 def _bound_names(ctx: PlanContext, func: cst.FunctionDef) -> Set[str]:
     """Names bound in ``func``, the functions around it and the module's top level."""
     bound = set(top_level_bindings(ctx))

@@ -16,7 +16,7 @@ What it emits:
     q = q.unflatten(2, (S, Tq)).max(dim=2).values        # the user's own reduction
     out = F.scaled_dot_product_attention(q, k, v, ...)
     y = out.transpose(1, 2).reshape(B, N, C)
-    # attn_mask=None if m is None else m[(None,) * (5 - m.dim())]
+    # attn_mask=None if m is None else <m, a bool m as 0/-inf>[(None,) * (5 - m.dim())]
     #     .expand(-1, H, nw, -1, -1).transpose(1, 2).flatten(1, 2)     (B, nw*H, Tq, Tk)
 
 Two shapes of control flow around it are understood (timm's MaskUnitAttention has
@@ -57,6 +57,7 @@ from ._attention import (
     scalar_problem,
     scale_check,
     sdpa_calls,
+    shadowed_builtins,
     softmax_operand,
     transposed_last,
 )
@@ -131,13 +132,18 @@ class MaskUnitAttention(Rewrite):
     `mask.reshape(B, -1, num_windows).permute(0, 2, 1)[:, None, :, None, :]`, is
     brought to the 4-D layout at the call:
     `m[(None,) * (5 - m.dim())].expand(-1, heads, num_windows, -1, -1).transpose(1, 2)
-    .flatten(1, 2)` (None stays None).  SDPA broadcast the mask against (B, heads,
+    .flatten(1, 2)` (None stays None), a bool mask first made the additive mask
+    SDPA's math backend makes of it (0 where True, -inf where False, in q's dtype):
+    with a bool mask cuDNN fills fully masked rows with other values than the math
+    backend's zeros (H200, torch 2.11, bf16/fp16; with the additive mask both give
+    zeros, outputs and gradients equal to bf16 rounding).  SDPA broadcast the mask against (B, heads,
     num_windows, Tq, Tk); the 4-D mask holds at (b, w*heads + h, i, j) the element
     the 5-D call read at (b, h, w, i, j) for every broadcastable shape, bool or
     float; batch, Tq and Tk keep the mask's own sizes.  It is a view where
     num_windows is 1 (global attention) and otherwise a copy of (B,
     num_windows*heads, 1, T) for a padding mask, small beside the attention.  A kept
-    manual fallback that adds the same mask to its logits gets the same conversion.
+    manual fallback that adds the same mask to its logits gets the same layout
+    change (a bool mask stays bool there: it adds 0/1, as before).
     Fully masked rows (a padded window): the 5-D original runs the math backend,
     which returns zeros there on recent torch (its safe softmax, since 2.5; checked
     on 2.14), as the 4-D call does; on older torch the math backend returned NaN
@@ -340,15 +346,17 @@ class _Match:
         call_code = code(self.call)
         if self.mask_arg is not None:
             self.not_reading(self.mask_arg.value, changed_out, "SDPA's attn_mask")
-            to_4d = self.mask_to_4d(q, heads, windows, items[permute_at + 1 :], changed)
+            to_4d = self.mask_to_4d(q, heads, windows, items[permute_at + 1 :], changed, additive=True)
             call_code = code(self.call.with_changes(args=[
                 a.with_changes(value=cst.parse_expression(self.mask_value(a.value, to_4d))) if a is self.mask_arg else a
                 for a in self.call.args
             ]))
+            # the fallback adds the mask as it is (a bool mask adds 0/1): its layout only
+            layout = self.mask_to_4d(q, heads, windows, items[permute_at + 1 :], changed, additive=False)
             for name in self.fallback_mask_reads:
                 line = enclosing_line(ctx, name)
                 assert line is not None
-                new[line] = ctx.statement(code(_replace_name(line, name, f"({to_4d})")), like=line)
+                new[line] = ctx.statement(code(_replace_name(line, name, f"({layout})")), like=line)
         permute_line = items[permute_at].node
         new[permute_line] = ctx.statement(
             f"{target_code(permute_line)} {rewrap_code(permute_receiver)}.permute(3, 0, 2, 4, 1, 5).flatten(2, 3)",
@@ -400,8 +408,10 @@ class _Match:
         windows: cst.BaseExpression,
         between: List[_Item],
         changed: Set[str],
+        additive: bool,
     ) -> str:
-        """The expression that brings the mask (a name) to q's 4-D layout.
+        """The expression that brings the mask (a name) to q's 4-D layout; with
+        ``additive``, a bool mask also becomes the float mask SDPA makes of it.
 
         SDPA broadcasts the mask against (B, heads, num_windows, Tq, Tk); the 4-D q is
         (B, num_windows*heads, Tq, Tk) with index w*heads + h.  Prepending dims up to
@@ -433,9 +443,17 @@ class _Match:
             )
         h = h or f"{q}.shape[1] // {w}"
         w = w or f"{q}.shape[1] // {h}"
+        if additive and shadowed_builtins(self.ctx, self.func, "float"):
+            raise Refuse("SDPA's attn_mask needs float(\"-inf\") in the emitted code, but the file binds float")
         m = self.mask_name
+        # A bool mask becomes the additive mask SDPA's math backend makes of it (0 where
+        # True, -inf where False, in q's dtype): with a bool mask, cuDNN gives fully
+        # masked rows other values than the math backend's zeros (H200, bf16/fp16).
+        source = m
+        if additive:
+            source = f"({m} if {m}.is_floating_point() else {q}.new_zeros({m}.shape).masked_fill(~{m}, float(\"-inf\")))"
         return (
-            f"None if {m} is None else {m}[(None,) * (5 - {m}.dim())]"
+            f"None if {m} is None else {source}[(None,) * (5 - {m}.dim())]"
             f".expand(-1, {h}, {w}, -1, -1).transpose(1, 2).flatten(1, 2)"
         )
 

@@ -129,19 +129,23 @@ def golden_example():
                 kind,
             )
         )
-    # the manual fallback gives NaN on fully masked rows (before and after): partly masked only
-    fallback = PaddedClips(
-        [
-            FusedFlagMaskAttention(8, 8, 2, window_size=2, use_mask_unit_attn=True, fused=False),
-            FusedFlagMaskAttention(8, 8, 2, use_mask_unit_attn=False, fused=False),
-        ],
-        "float",
-    )
+    # the manual fallback gives NaN on fully masked rows (before and after): partly
+    # masked only; it adds a bool mask as 0/1, as before
+    fallbacks = [
+        PaddedClips(
+            [
+                FusedFlagMaskAttention(8, 8, 2, window_size=2, use_mask_unit_attn=True, fused=False),
+                FusedFlagMaskAttention(8, 8, 2, use_mask_unit_attn=False, fused=False),
+            ],
+            kind,
+        )
+        for kind in ("float", "bool")
+    ]
 
     class All(nn.Module):
         def __init__(self):
             super().__init__()
-            self.parts = nn.ModuleList(models + [fallback])
+            self.parts = nn.ModuleList(models + fallbacks)
 
         def forward(self, x):
             out = []

@@ -45,7 +45,13 @@ class PaddedMaskUnitAttention(nn.Module):
                 (
                     None
                     if attn_mask is None
-                    else attn_mask[(None,) * (5 - attn_mask.dim())]
+                    else (
+                        attn_mask
+                        if attn_mask.is_floating_point()
+                        else q.new_zeros(attn_mask.shape).masked_fill(
+                            ~attn_mask, float("-inf")
+                        )
+                    )[(None,) * (5 - attn_mask.dim())]
                     .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
                     .transpose(1, 2)
                     .flatten(1, 2)
@@ -82,7 +88,11 @@ class EveryBlockMaskAttention(PaddedMaskUnitAttention):
             attn_mask=(
                 None
                 if mask is None
-                else mask[(None,) * (5 - mask.dim())]
+                else (
+                    mask
+                    if mask.is_floating_point()
+                    else q.new_zeros(mask.shape).masked_fill(~mask, float("-inf"))
+                )[(None,) * (5 - mask.dim())]
                 .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
                 .transpose(1, 2)
                 .flatten(1, 2)
@@ -118,7 +128,11 @@ class FusedFlagMaskAttention(PaddedMaskUnitAttention):
                 attn_mask=(
                     None
                     if bias is None
-                    else bias[(None,) * (5 - bias.dim())]
+                    else (
+                        bias
+                        if bias.is_floating_point()
+                        else q.new_zeros(bias.shape).masked_fill(~bias, float("-inf"))
+                    )[(None,) * (5 - bias.dim())]
                     .expand(-1, self.heads, num_windows, -1, -1)
                     .transpose(1, 2)
                     .flatten(1, 2)
@@ -182,19 +196,23 @@ def golden_example():
                 kind,
             )
         )
-    # the manual fallback gives NaN on fully masked rows (before and after): partly masked only
-    fallback = PaddedClips(
-        [
-            FusedFlagMaskAttention(8, 8, 2, window_size=2, use_mask_unit_attn=True, fused=False),
-            FusedFlagMaskAttention(8, 8, 2, use_mask_unit_attn=False, fused=False),
-        ],
-        "float",
-    )
+    # the manual fallback gives NaN on fully masked rows (before and after): partly
+    # masked only; it adds a bool mask as 0/1, as before
+    fallbacks = [
+        PaddedClips(
+            [
+                FusedFlagMaskAttention(8, 8, 2, window_size=2, use_mask_unit_attn=True, fused=False),
+                FusedFlagMaskAttention(8, 8, 2, use_mask_unit_attn=False, fused=False),
+            ],
+            kind,
+        )
+        for kind in ("float", "bool")
+    ]
 
     class All(nn.Module):
         def __init__(self):
             super().__init__()
-            self.parts = nn.ModuleList(models + [fallback])
+            self.parts = nn.ModuleList(models + fallbacks)
 
         def forward(self, x):
             out = []
