@@ -339,7 +339,10 @@ class _Match:
                 raise Refuse(f"{node.value} is read at line {self.line(node)} besides the pool and SDPA")
         for value in sdpa_extra:
             self.not_reading(value, changed_out, "an SDPA keyword argument")
-        self.no_reads_after(region.top, changed, "its layout changes")
+        # A name the attention's output rebinds (qkv under the input's own name, x) is
+        # read after it as that output, which the restore checks below.
+        rebound_by_out = {region.out} if region.out is not None else set()
+        self.no_reads_after(region.top, changed - rebound_by_out, "its layout changes")
         self.no_closure_reads(changed)
 
         new: Dict[cst.CSTNode, Replacement] = {}
@@ -359,7 +362,7 @@ class _Match:
                 new[line] = ctx.statement(code(_replace_name(line, name, f"({layout})")), like=line)
         permute_line = items[permute_at].node
         new[permute_line] = ctx.statement(
-            f"{target_code(permute_line)} {rewrap_code(permute_receiver)}.permute(3, 0, 2, 4, 1, 5).flatten(2, 3)",
+            f"{_layout_target(permute_line)} {rewrap_code(permute_receiver)}.permute(3, 0, 2, 4, 1, 5).flatten(2, 3)",
             like=permute_line,
         )
         if pool_line is not None:
@@ -382,8 +385,16 @@ class _Match:
             if assign is None or not is_name(assign[0], region.out):
                 self.no_reads_after(restore.statement, {region.out}, "SDPA's output changes layout")
         new_sdpa: Optional[cst.BaseStatement] = None
-        if restore.line is not sdpa_line and call_code != code(self.call):
-            new_sdpa = ctx.statement(f"{target_code(sdpa_line)} {call_code}", like=sdpa_line)
+        if restore.line is not sdpa_line and (call_code != code(self.call) or _shape_annotation(sdpa_line)):
+            new_sdpa = ctx.statement(f"{_layout_target(sdpa_line)} {call_code}", like=sdpa_line)
+        # Other annotations of q, k, v, qkv on the path (`q: Float[Tensor, "B H nw T D"]`)
+        for item in items[permute_at + 1 :]:
+            line = item.node
+            if isinstance(line, cst.SimpleStatementLine) and line is not pool_line and _shape_annotation(line):
+                small = line.body[0]
+                if is_name(small.target) and small.target.value in changed:  # type: ignore[attr-defined]
+                    value = f" = {code(small.value)}" if small.value is not None else ""  # type: ignore[attr-defined]
+                    new[line] = ctx.statement(f"{_layout_target(line).rstrip(' =')}{value}", like=line)
         if region.guard is not None:
             body = [
                 new_restore if s is restore.line else new_sdpa if s is sdpa_line and new_sdpa is not None else s
@@ -903,7 +914,7 @@ class _Match:
         # for tied maxima and saves only indices (an in-place op on q stays legal).
         reduce = ".amax(dim=2)" if spelling == "amax" else ".max(dim=2).values"
         return self.ctx.statement(
-            f"{target_code(line)} {q}.unflatten(2, ({code(args[3])}, {code(args[4])})){reduce}",
+            f"{_layout_target(line)} {q}.unflatten(2, ({code(args[3])}, {code(args[4])})){reduce}",
             like=line,
         )
 
@@ -1037,6 +1048,34 @@ def _mask_name(value: cst.BaseExpression) -> str:
     raise Refuse(
         f"SDPA's attn_mask is `{code(value)}`: not a name (or `name if C else None`) whose 5-D layout"
         " this rewrite brings to 4-D"
+    )
+
+
+def _shape_annotation(line: cst.SimpleStatementLine) -> Optional[cst.Subscript]:
+    """The annotation of an annotated assignment (or declaration) when it is a
+    subscript with a string in it, a shape (jaxtyping's `Float[Tensor, "B H nw T D"]`)."""
+    small = line.body[0] if len(line.body) == 1 else None
+    if not isinstance(small, cst.AnnAssign):
+        return None
+    annotation = small.annotation.annotation
+    if not isinstance(annotation, cst.Subscript) or len(annotation.slice) < 2:
+        return None
+    strings = [e for e in annotation.slice if isinstance(e.slice, cst.Index) and isinstance(e.slice.value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))]
+    first = annotation.slice[0].slice
+    return annotation if strings and isinstance(first, cst.Index) else None
+
+
+def _layout_target(line: cst.SimpleStatementLine) -> str:
+    """``target: annotation =`` of a line whose value changes layout: a shape annotation
+    becomes its array type, after a comment that keeps the old one (it is documentation)."""
+    annotation = _shape_annotation(line)
+    if annotation is None:
+        return target_code(line)
+    small = line.body[0]
+    array = annotation.slice[0].slice.value  # type: ignore[union-attr]
+    return (
+        f"# was {code(annotation)}: the shape of the 5-D layout, which this line no longer has\n"
+        f"{code(small.target)}: {code(array)} ="  # type: ignore[union-attr]
     )
 
 
