@@ -258,6 +258,17 @@ def _token_drop(
     if not is_name(tokens):
         raise Refuse("the tokens indexed by the mask are not a local name")
     if mask not in flow.params or flow.assigning(mask):
+        here = flow.stmt_of(line).index
+        bindings = [st for st in flow.assigning(mask) if st.index < here and st.line.body]
+        if bindings:
+            # e.g. `mask = mask_from_indices(ids_keep, n).bool()`: True once per distinct
+            # index, so ids_keep.shape[1] per row only where no row repeats one;
+            # `mask = 1 - mask` keeps n minus a count the function is not given
+            last = bindings[-1].line
+            raise Refuse(
+                f"{mask} is rebuilt by `{code(last)}` at line {ctx.position(last).line}: how many units it keeps"
+                " in each row is not proven (not the function's own mask argument)"
+            )
         raise Refuse(f"{mask} is not the function's own mask argument (reassigned or not a parameter)")
     clash = free_names(flow, COUNT, INDEX)
     if clash:
