@@ -94,3 +94,50 @@ def test_manual_tensor_scale_path_needs_heads_or_windows():
     assert result.output == MANUAL_UNREADABLE_SPLIT
     (report,) = [r for r in result.reports if r.code == "HR001"]
     assert "neither the heads nor the num_windows of the qkv reshape can be read again" in report.message
+
+
+def _module_of(source: str, name: str):
+    namespace: dict = {"__name__": name}
+    exec(compile(source, name, "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("cls", ["InplaceQ", "UserFunctionQ"])
+def test_unbind_unpack_would_raise_where_q_is_modified_in_place(cls):
+    """The in-place guard of HR001's unbind unpack is needed: in the look-alike the
+    select unpack runs, `qkv.unbind(0)` raises; the tool leaves the select form."""
+    torch = pytest.importorskip("torch")
+    source = (GOLDEN / "lookalike_unbind_inplace.in.py").read_text()
+    assert rewrite_bytes(source.encode()).output == source.encode()
+    unpack = "q, k, v = qkv[0], qkv[1], qkv[2]"
+    assert source.count(unpack) == 3
+    original = _module_of(source, "select_form")
+    unbound = _module_of(source.replace(unpack, "q, k, v = qkv.unbind(0)"), "unbind_form")
+    x = torch.randn(2, 16, 8, dtype=torch.float64)
+    torch.manual_seed(0)
+    original[cls](8, 2).double()(x).sum().backward()
+    torch.manual_seed(0)
+    with pytest.raises(RuntimeError, match=r"Output 0 of Unbind\w* is a view and is being modified inplace"):
+        unbound[cls](8, 2).double()(x).sum().backward()
+
+
+def test_base_modified_in_place_is_refused():
+    """`y.mul_` after `qkv = y.permute(...)` changes q, k, v of the original; the 4-D
+    qkv is a copy that would not see it (a wrong rewrite before this refusal)."""
+    torch = pytest.importorskip("torch")
+    source = (GOLDEN / "lookalike_unbind_inplace.in.py").read_text()
+    result = rewrite_bytes(source.encode())
+    assert result.output == source.encode()
+    # what the refused rewrite would emit differs from the original
+    naive = source.replace(
+        "qkv = y.permute(3, 0, 4, 2, 1, 5)", "qkv = y.permute(3, 0, 2, 4, 1, 5).flatten(2, 3)"
+    ).replace("x.transpose(1, 3).reshape(B, -1, C)\n\n\nclass", "x.transpose(1, 3).reshape(B, -1, C)\n\n\nclass")
+    head, tail = naive.split("class BaseModified", 1)
+    naive = head + "class BaseModified" + tail.replace("x.transpose(1, 3)", "x.transpose(1, 2)")
+    a, b = _module_of(source, "orig"), _module_of(naive, "naive")
+    torch.manual_seed(0)
+    m1 = a["BaseModified"](8, 2).double()
+    m2 = b["BaseModified"](8, 2).double()
+    m2.load_state_dict(m1.state_dict())
+    x = torch.randn(2, 16, 8, dtype=torch.float64)
+    assert not torch.allclose(m1(x), m2(x))

@@ -22,7 +22,7 @@ class ClsWindowAttention(nn.Module):
             .permute(3, 0, 2, 4, 1, 5)
             .flatten(2, 3)
         )
-        q, k, v = qkv[0], qkv[1], qkv[2]
+        q, k, v = qkv.unbind(0)
         x = F.scaled_dot_product_attention(q, k, v)
         x = x.transpose(1, 2).reshape(B, -1, C)
         x = torch.cat([cls_token, x], dim=1)

@@ -20,7 +20,7 @@ class EncoderAttention(nn.Module):
             .permute(3, 0, 2, 4, 1, 5)
             .flatten(2, 3)
         )
-        q, k, v = qkv[0], qkv[1], qkv[2]
+        q, k, v = qkv.unbind(0)
         x = F.scaled_dot_product_attention(q, k, v)
         return x.transpose(1, 2).reshape(B, -1, C)
 

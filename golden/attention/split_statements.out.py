@@ -34,7 +34,7 @@ class SameNameSplit(Attention):
         num_windows = N // (self.q_stride * self.window_size)
         qkv = self.qkv(x).reshape(B, -1, num_windows, 3, self.heads, self.head_dim)
         qkv = qkv.permute(3, 0, 2, 4, 1, 5).flatten(2, 3)
-        q, k, v = qkv[0], qkv[1], qkv[2]
+        q, k, v = qkv.unbind(0)
         x = F.scaled_dot_product_attention(q, k, v)
         x = x.transpose(1, 2).reshape(B, -1, C)
         return self.proj(x)

@@ -28,7 +28,7 @@ class MaskUnitAttention(nn.Module):
             .permute(3, 0, 2, 4, 1, 5)
             .flatten(2, 3)
         )
-        q, k, v = qkv[0], qkv[1], qkv[2]
+        q, k, v = qkv.unbind(0)
 
         if self.q_stride > 1:
             # pool the query over its stride (the slowest part of T)

@@ -8,7 +8,7 @@ class UnitAttention(nn.Module):    def __init__(self, dim, heads, q_stride=1, w
         self.proj = nn.Linear(dim, dim)    def forward(self, x):
         B, N, C = x.shape  # café: tokens of every mask unit are contiguous        num_windows = N // (self.q_stride * self.window_size)
         qkv = (            self.qkv(x)            .reshape(B, -1, num_windows, 3, self.heads, self.head_dim)            .permute(3, 0, 2, 4, 1, 5)            .flatten(2, 3)        )
-        q, k, v = qkv[0], qkv[1], qkv[2]        if self.q_stride > 1:
+        q, k, v = qkv.unbind(0)        if self.q_stride > 1:
             q = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values
         x = F.scaled_dot_product_attention(q, k, v)        x = x.transpose(1, 2).reshape(B, -1, C)  # résultat: (B, N, C)
         return self.proj(x)

@@ -21,7 +21,7 @@ class UnitAttention(nn.Module):
             .permute(3, 0, 2, 4, 1, 5)
             .flatten(2, 3)
         )
-        q, k, v = qkv[0], qkv[1], qkv[2]
+        q, k, v = qkv.unbind(0)
         if self.q_stride > 1:
             q = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values
         x = F.scaled_dot_product_attention(q, k, v)
