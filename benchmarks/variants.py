@@ -76,9 +76,12 @@ _PRED_GATHER_NEW = """\
                 ).flatten(),
             )
 """
+# HR003 and HR005 emit index_select themselves now (the label selections too): the
+# gathers these edits replaced are gone (count 0: the edit checks that, changes nothing).
 _INDEX_SELECT: List[Edit] = [
-    ("hiera.py", _ENCODER_GATHER_OLD, _ENCODER_GATHER_NEW, 1),
-    ("hiera_mae.py", _PRED_GATHER_OLD, _PRED_GATHER_NEW, 1),
+    ("hiera.py", _ENCODER_GATHER_OLD, _ENCODER_GATHER_NEW, 0),
+    ("hiera_mae.py", _PRED_GATHER_OLD, _PRED_GATHER_NEW, 0),
+    ("hiera_mae.py", ".gather(\n", ".gather(\n", 0),
 ]
 _SORT_OLD = "mask.logical_not().byte().argsort(dim=1, stable=True)"
 _SORT_NEW = "mask.byte().argsort(dim=1, descending=True, stable=True)"

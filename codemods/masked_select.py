@@ -11,7 +11,7 @@ it emits (the method gains ``num_masked=None``):
         label = label[mask]                  # the original
     else:
         masked_tokens = <the ascending True indices of each row, num_masked of them>
-        label = label.gather(1, <masked_tokens expanded to (B, n, F)>).flatten(0, 1)
+        label = label.flatten(0, 1).index_select(0, (masked_tokens + <b * N>[:, None]).flatten())
 
 Calls inside the method to methods of the same class that gain ``num_masked`` pass it
 on when they pass the same mask -- and, at run time, only when the callee is the
@@ -66,10 +66,13 @@ class MaskedSelect(Rewrite):
 
     With a (B, N) bool mask that selects the same number of tokens in every row,
     `t[mask]` is the rows of t at the True positions, row by row, in ascending
-    token order.  The rewrite gathers exactly those rows with `gather` along the
-    token axis (the index expanded, so autograd saves only the small (B, n) index),
-    using a stable argsort of `~mask`
-    sliced to a Python-int count, and flattens (B, n, F) to (B * n, F): the same
+    token order.  The rewrite selects exactly those rows with `index_select` on
+    t flattened to (B * N, F), at the flat rows b*N + masked_tokens[b] (the indices
+    from a stable argsort of `~mask` sliced to a Python-int count): the same
+    copy as a `gather` along the token axis, and each row is selected once, so the
+    backward is the same bit for bit, but autograd saves only the (B, n) int64 row
+    index, not t (the prediction, (B, N, F), for the loss's `pred[mask]`).  The
+    result is (B * n, F): the same
     tensor, same shape, same row order, so `forward_loss` still returns
     `(loss, pred[mask], label[mask])` as before.
 
@@ -121,8 +124,9 @@ class MaskedSelect(Rewrite):
                         "a mask from the caller: rows may select different counts, so select as before",
                         [
                             f"{INDEX} = {ascending_true(mask, COUNT)}",
-                            f"{target_code(line)} {source}.gather(1, {INDEX}.reshape({INDEX}.shape + (1,) * "
-                            f"({source}.dim() - 2)).expand(-1, -1, *{source}.shape[2:])).flatten(0, 1)",
+                            f"{target_code(line)} {source}.flatten(0, 1).index_select(0, ({INDEX} + torch.arange("
+                            f"0, {source}.shape[0] * {source}.shape[1], {source}.shape[1], device={INDEX}.device)"
+                            "[:, None]).flatten())",
                         ],
                     )
                 _calls_in_lines(ctx, _pass_count_on(ctx, cls, func, methods, lambda arg: is_name(arg, mask)), edits)

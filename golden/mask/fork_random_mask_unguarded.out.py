@@ -102,11 +102,24 @@ class TinyHiera(nn.Module):
                 )
                 x = (
                     x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                    .gather(
-                        2,
-                        kept_windows[:, None, :, None].expand(
-                            -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                        ),
+                    .flatten(0, 2)
+                    .index_select(
+                        0,
+                        (
+                            kept_windows[:, None, :]
+                            + torch.arange(
+                                0,
+                                x.shape[1],
+                                mask.shape[-1],
+                                device=kept_windows.device,
+                            )[None, :, None]
+                            + torch.arange(
+                                0,
+                                x.shape[0] * x.shape[1],
+                                x.shape[1],
+                                device=kept_windows.device,
+                            )[:, None, None]
+                        ).flatten(),
                     )
                     .view(x.shape[0], -1, x.shape[-1])
                 )
@@ -157,12 +170,18 @@ class TinyMAE(TinyHiera):
             masked_tokens = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
             )
-            label = label.gather(
-                1,
-                masked_tokens.reshape(
-                    masked_tokens.shape + (1,) * (label.dim() - 2)
-                ).expand(-1, -1, *label.shape[2:]),
-            ).flatten(0, 1)
+            label = label.flatten(0, 1).index_select(
+                0,
+                (
+                    masked_tokens
+                    + torch.arange(
+                        0,
+                        label.shape[0] * label.shape[1],
+                        label.shape[1],
+                        device=masked_tokens.device,
+                    )[:, None]
+                ).flatten(),
+            )
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
@@ -184,12 +203,18 @@ class TinyMAE(TinyHiera):
             masked_tokens = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
             )
-            label = label.gather(
-                1,
-                masked_tokens.reshape(
-                    masked_tokens.shape + (1,) * (label.dim() - 2)
-                ).expand(-1, -1, *label.shape[2:]),
-            ).flatten(0, 1)
+            label = label.flatten(0, 1).index_select(
+                0,
+                (
+                    masked_tokens
+                    + torch.arange(
+                        0,
+                        label.shape[0] * label.shape[1],
+                        label.shape[1],
+                        device=masked_tokens.device,
+                    )[:, None]
+                ).flatten(),
+            )
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
@@ -212,12 +237,18 @@ class TinyMAE(TinyHiera):
             masked_tokens = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
             )
-            label = label.gather(
-                1,
-                masked_tokens.reshape(
-                    masked_tokens.shape + (1,) * (label.dim() - 2)
-                ).expand(-1, -1, *label.shape[2:]),
-            ).flatten(0, 1)
+            label = label.flatten(0, 1).index_select(
+                0,
+                (
+                    masked_tokens
+                    + torch.arange(
+                        0,
+                        label.shape[0] * label.shape[1],
+                        label.shape[1],
+                        device=masked_tokens.device,
+                    )[:, None]
+                ).flatten(),
+            )
 
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
@@ -319,12 +350,18 @@ class TinyMAE(TinyHiera):
             masked_tokens = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
             )
-            pred = pred.gather(
-                1,
-                masked_tokens.reshape(
-                    masked_tokens.shape + (1,) * (pred.dim() - 2)
-                ).expand(-1, -1, *pred.shape[2:]),
-            ).flatten(0, 1)
+            pred = pred.flatten(0, 1).index_select(
+                0,
+                (
+                    masked_tokens
+                    + torch.arange(
+                        0,
+                        pred.shape[0] * pred.shape[1],
+                        pred.shape[1],
+                        device=masked_tokens.device,
+                    )[:, None]
+                ).flatten(),
+            )
         loss = (pred - label) ** 2
 
         return loss.mean(), pred, label

@@ -105,11 +105,24 @@ class TinyHiera(nn.Module):
                 )
                 x = (
                     x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                    .gather(
-                        2,
-                        kept_windows[:, None, :, None].expand(
-                            -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                        ),
+                    .flatten(0, 2)
+                    .index_select(
+                        0,
+                        (
+                            kept_windows[:, None, :]
+                            + torch.arange(
+                                0,
+                                x.shape[1],
+                                mask.shape[-1],
+                                device=kept_windows.device,
+                            )[None, :, None]
+                            + torch.arange(
+                                0,
+                                x.shape[0] * x.shape[1],
+                                x.shape[1],
+                                device=kept_windows.device,
+                            )[:, None, None]
+                        ).flatten(),
                     )
                     .view(x.shape[0], -1, x.shape[-1])
                 )
@@ -165,12 +178,18 @@ class TinyMAE(TinyHiera):
             masked_tokens = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
             )
-            label = label.gather(
-                1,
-                masked_tokens.reshape(
-                    masked_tokens.shape + (1,) * (label.dim() - 2)
-                ).expand(-1, -1, *label.shape[2:]),
-            ).flatten(0, 1)
+            label = label.flatten(0, 1).index_select(
+                0,
+                (
+                    masked_tokens
+                    + torch.arange(
+                        0,
+                        label.shape[0] * label.shape[1],
+                        label.shape[1],
+                        device=masked_tokens.device,
+                    )[:, None]
+                ).flatten(),
+            )
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
@@ -192,12 +211,18 @@ class TinyMAE(TinyHiera):
             masked_tokens = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
             )
-            label = label.gather(
-                1,
-                masked_tokens.reshape(
-                    masked_tokens.shape + (1,) * (label.dim() - 2)
-                ).expand(-1, -1, *label.shape[2:]),
-            ).flatten(0, 1)
+            label = label.flatten(0, 1).index_select(
+                0,
+                (
+                    masked_tokens
+                    + torch.arange(
+                        0,
+                        label.shape[0] * label.shape[1],
+                        label.shape[1],
+                        device=masked_tokens.device,
+                    )[:, None]
+                ).flatten(),
+            )
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
@@ -220,12 +245,18 @@ class TinyMAE(TinyHiera):
             masked_tokens = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
             )
-            label = label.gather(
-                1,
-                masked_tokens.reshape(
-                    masked_tokens.shape + (1,) * (label.dim() - 2)
-                ).expand(-1, -1, *label.shape[2:]),
-            ).flatten(0, 1)
+            label = label.flatten(0, 1).index_select(
+                0,
+                (
+                    masked_tokens
+                    + torch.arange(
+                        0,
+                        label.shape[0] * label.shape[1],
+                        label.shape[1],
+                        device=masked_tokens.device,
+                    )[:, None]
+                ).flatten(),
+            )
 
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
@@ -356,12 +387,18 @@ class TinyMAE(TinyHiera):
             masked_tokens = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
             )
-            selected = tokens.gather(
-                1,
-                masked_tokens.reshape(
-                    masked_tokens.shape + (1,) * (tokens.dim() - 2)
-                ).expand(-1, -1, *tokens.shape[2:]),
-            ).flatten(0, 1)
+            selected = tokens.flatten(0, 1).index_select(
+                0,
+                (
+                    masked_tokens
+                    + torch.arange(
+                        0,
+                        tokens.shape[0] * tokens.shape[1],
+                        tokens.shape[1],
+                        device=masked_tokens.device,
+                    )[:, None]
+                ).flatten(),
+            )
         return selected
 
 

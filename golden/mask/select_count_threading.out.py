@@ -20,12 +20,18 @@ class Other(nn.Module):
             masked_tokens = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
             )
-            rows = x.gather(
-                1,
-                masked_tokens.reshape(
-                    masked_tokens.shape + (1,) * (x.dim() - 2)
-                ).expand(-1, -1, *x.shape[2:]),
-            ).flatten(0, 1)
+            rows = x.flatten(0, 1).index_select(
+                0,
+                (
+                    masked_tokens
+                    + torch.arange(
+                        0,
+                        x.shape[0] * x.shape[1],
+                        x.shape[1],
+                        device=masked_tokens.device,
+                    )[:, None]
+                ).flatten(),
+            )
         return rows
 
 
@@ -50,12 +56,18 @@ class Loss(nn.Module):
             masked_tokens = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
             )
-            label = x.gather(
-                1,
-                masked_tokens.reshape(
-                    masked_tokens.shape + (1,) * (x.dim() - 2)
-                ).expand(-1, -1, *x.shape[2:]),
-            ).flatten(0, 1)
+            label = x.flatten(0, 1).index_select(
+                0,
+                (
+                    masked_tokens
+                    + torch.arange(
+                        0,
+                        x.shape[0] * x.shape[1],
+                        x.shape[1],
+                        device=masked_tokens.device,
+                    )[:, None]
+                ).flatten(),
+            )
         return label - label.mean(dim=-1, keepdim=True) if norm else label
 
     def weights(
@@ -68,12 +80,18 @@ class Loss(nn.Module):
             masked_tokens = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
             )
-            picked = w.gather(
-                1,
-                masked_tokens.reshape(
-                    masked_tokens.shape + (1,) * (w.dim() - 2)
-                ).expand(-1, -1, *w.shape[2:]),
-            ).flatten(0, 1)
+            picked = w.flatten(0, 1).index_select(
+                0,
+                (
+                    masked_tokens
+                    + torch.arange(
+                        0,
+                        w.shape[0] * w.shape[1],
+                        w.shape[1],
+                        device=masked_tokens.device,
+                    )[:, None]
+                ).flatten(),
+            )
         return picked
 
     def forward_loss(
@@ -98,12 +116,18 @@ class Loss(nn.Module):
             masked_tokens = (
                 mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
             )
-            pred = pred.gather(
-                1,
-                masked_tokens.reshape(
-                    masked_tokens.shape + (1,) * (pred.dim() - 2)
-                ).expand(-1, -1, *pred.shape[2:]),
-            ).flatten(0, 1)
+            pred = pred.flatten(0, 1).index_select(
+                0,
+                (
+                    masked_tokens
+                    + torch.arange(
+                        0,
+                        pred.shape[0] * pred.shape[1],
+                        pred.shape[1],
+                        device=masked_tokens.device,
+                    )[:, None]
+                ).flatten(),
+            )
         return (((pred - label) ** 2).mean(-1) * w).mean(), pred, label, visible, self.other.gather(x, mask)
 
     def forward(self, x, pred, mask):

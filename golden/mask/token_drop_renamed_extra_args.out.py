@@ -38,11 +38,24 @@ class GeneralizedHiera(nn.Module):
                 )
                 x = (
                     x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                    .gather(
-                        2,
-                        kept_windows[:, None, :, None].expand(
-                            -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                        ),
+                    .flatten(0, 2)
+                    .index_select(
+                        0,
+                        (
+                            kept_windows[:, None, :]
+                            + torch.arange(
+                                0,
+                                x.shape[1],
+                                mask.shape[-1],
+                                device=kept_windows.device,
+                            )[None, :, None]
+                            + torch.arange(
+                                0,
+                                x.shape[0] * x.shape[1],
+                                x.shape[1],
+                                device=kept_windows.device,
+                            )[:, None, None]
+                        ).flatten(),
                     )
                     .view(x.shape[0], -1, x.shape[-1])
                 )
@@ -70,11 +83,21 @@ class SignHiera(GeneralizedHiera):
             )
             x = (
                 x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                .gather(
-                    2,
-                    kept_windows[:, None, :, None].expand(
-                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                    ),
+                .flatten(0, 2)
+                .index_select(
+                    0,
+                    (
+                        kept_windows[:, None, :]
+                        + torch.arange(
+                            0, x.shape[1], mask.shape[-1], device=kept_windows.device
+                        )[None, :, None]
+                        + torch.arange(
+                            0,
+                            x.shape[0] * x.shape[1],
+                            x.shape[1],
+                            device=kept_windows.device,
+                        )[:, None, None]
+                    ).flatten(),
                 )
                 .view(x.shape[0], -1, x.shape[-1])
             )

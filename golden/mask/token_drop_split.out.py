@@ -29,11 +29,21 @@ class SplitHiera(nn.Module):
             )
             x = (
                 x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                .gather(
-                    2,
-                    kept_windows[:, None, :, None].expand(
-                        -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                    ),
+                .flatten(0, 2)
+                .index_select(
+                    0,
+                    (
+                        kept_windows[:, None, :]
+                        + torch.arange(
+                            0, x.shape[1], mask.shape[-1], device=kept_windows.device
+                        )[None, :, None]
+                        + torch.arange(
+                            0,
+                            x.shape[0] * x.shape[1],
+                            x.shape[1],
+                            device=kept_windows.device,
+                        )[:, None, None]
+                    ).flatten(),
                 )
                 .flatten()
             )
@@ -60,14 +70,24 @@ class ViewInline(SplitHiera):
                 hidden_states.view(
                     hidden_states.shape[0], -1, mask.shape[-1], hidden_states.shape[-1]
                 )
-                .gather(
-                    2,
-                    kept_windows[:, None, :, None].expand(
-                        -1,
-                        hidden_states.shape[1] // mask.shape[-1],
-                        -1,
-                        hidden_states.shape[-1],
-                    ),
+                .flatten(0, 2)
+                .index_select(
+                    0,
+                    (
+                        kept_windows[:, None, :]
+                        + torch.arange(
+                            0,
+                            hidden_states.shape[1],
+                            mask.shape[-1],
+                            device=kept_windows.device,
+                        )[None, :, None]
+                        + torch.arange(
+                            0,
+                            hidden_states.shape[0] * hidden_states.shape[1],
+                            hidden_states.shape[1],
+                            device=kept_windows.device,
+                        )[:, None, None]
+                    ).flatten(),
                 )
                 .view(x.shape[0], -1, x.shape[-1])
             )

@@ -29,11 +29,24 @@ class Unsqueezed(nn.Module):
                 )
                 x = (
                     x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                    .gather(
-                        2,
-                        kept_windows[:, None, :, None].expand(
-                            -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                        ),
+                    .flatten(0, 2)
+                    .index_select(
+                        0,
+                        (
+                            kept_windows[:, None, :]
+                            + torch.arange(
+                                0,
+                                x.shape[1],
+                                mask.shape[-1],
+                                device=kept_windows.device,
+                            )[None, :, None]
+                            + torch.arange(
+                                0,
+                                x.shape[0] * x.shape[1],
+                                x.shape[1],
+                                device=kept_windows.device,
+                            )[:, None, None]
+                        ).flatten(),
                     )
                     .view(x.shape[0], -1, x.shape[-1])
                 )
@@ -57,11 +70,24 @@ class Repeated(Unsqueezed):
                 )
                 x = (
                     x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                    .gather(
-                        2,
-                        kept_windows[:, None, :, None].expand(
-                            -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                        ),
+                    .flatten(0, 2)
+                    .index_select(
+                        0,
+                        (
+                            kept_windows[:, None, :]
+                            + torch.arange(
+                                0,
+                                x.shape[1],
+                                mask.shape[-1],
+                                device=kept_windows.device,
+                            )[None, :, None]
+                            + torch.arange(
+                                0,
+                                x.shape[0] * x.shape[1],
+                                x.shape[1],
+                                device=kept_windows.device,
+                            )[:, None, None]
+                        ).flatten(),
                     )
                     .view(x.shape[0], -1, x.shape[-1])
                 )
@@ -83,11 +109,24 @@ class UnsqueezeTwoRepeat(Unsqueezed):
                 )
                 x = (
                     x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                    .gather(
-                        2,
-                        kept_windows[:, None, :, None].expand(
-                            -1, x.shape[1] // mask.shape[-1], -1, x.shape[-1]
-                        ),
+                    .flatten(0, 2)
+                    .index_select(
+                        0,
+                        (
+                            kept_windows[:, None, :]
+                            + torch.arange(
+                                0,
+                                x.shape[1],
+                                mask.shape[-1],
+                                device=kept_windows.device,
+                            )[None, :, None]
+                            + torch.arange(
+                                0,
+                                x.shape[0] * x.shape[1],
+                                x.shape[1],
+                                device=kept_windows.device,
+                            )[:, None, None]
+                        ).flatten(),
                     )
                     .view(x.shape[0], -1, x.shape[-1])
                 )
