@@ -39,7 +39,7 @@ class KqvAttention(nn.Module):
         )
         # was Float[Tensor, "B H nw T D"]: the shape of the 5-D layout, which this line no longer has
         q: Tensor
-        q, k, v = x[0], x[1], x[2]
+        q, k, v = x.unbind(0)
         if self.q_stride > 1:
             # was Float[Tensor, "B H nw Tq D"]: the shape of the 5-D layout, which this line no longer has
             q: Tensor = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)
