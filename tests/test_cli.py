@@ -31,7 +31,9 @@ assert GOLDEN_OUT != GOLDEN_IN
 SCRIPT = Path(sys.executable).parent / "hiera-rewrite"
 
 # The statements HR001 replaces in the golden input (one marker per statement).
-REWRITTEN_MARKERS = [b".permute(3, 0, 4, 2, 1, 5)", b".max(dim=3).values", b"x.transpose(1, 3)"]
+# the statements HR001 replaces, in order: the qkv permute, the unpack (now qkv.unbind(0)),
+# the q-pool, the restore
+REWRITTEN_MARKERS = [b".permute(3, 0, 4, 2, 1, 5)", b"q, k, v = qkv[0], qkv[1], qkv[2]", b".max(dim=3).values", b"x.transpose(1, 3)"]
 
 CLEAN = b'"""Nothing to rewrite here."""\nimport torch\n\n\ndef f(x):\n    return x.max(dim=1)\n'
 
