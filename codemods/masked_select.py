@@ -1,4 +1,4 @@
-"""HR005: loss and label selection `t[mask]` -> static-shape gather, same rows, same order.
+"""HR005: loss and label selection `t[mask]` -> static-shape index_select, same rows, same order.
 
 In a method whose tensor argument ``mask`` (a ``(B, N)`` bool mask, True = selected)
 selects rows of a ``(B, N, F)`` tensor:
@@ -58,7 +58,7 @@ KEPT = "num_kept"
 class MaskedSelect(Rewrite):
     code = "HR005"
     name = "masked-select"
-    message = "loss/label selection: t[mask] -> static-shape gather of the masked tokens (same rows, same order)"
+    message = "loss/label selection: t[mask] -> static-shape index_select of the masked tokens (same rows, same order)"
     explanation = """
     The MAE loss selects the masked tokens of the prediction and of the pixel
     labels with boolean indexing, `pred[mask]` and `label[mask]`: a data-dependent

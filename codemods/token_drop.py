@@ -1,4 +1,4 @@
-"""HR003: encoder token drop by a gather with a static kept count.
+"""HR003: encoder token drop by an index_select with a static kept count.
 
 In the encoder forward it matches
 
@@ -64,7 +64,7 @@ FLAG = "__super_forward_takes_num_kept"
 class EncoderTokenDrop(Rewrite):
     code = "HR003"
     name = "encoder-token-drop"
-    message = "encoder token drop: boolean-mask indexing -> gather of the kept windows (static shape, no sync)"
+    message = "encoder token drop: boolean-mask indexing -> index_select of the kept windows (static shape, no sync)"
     explanation = """
     Hiera drops masked mask units with
     `x[mask[..., None].tile(1, self.mu_size, x.shape[2])].view(B, -1, C)`.  Boolean
