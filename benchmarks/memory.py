@@ -28,19 +28,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from opcount import Contenders  # noqa: E402
+from opcount import Contenders, model_site  # noqa: E402
 
 GiB = 2**30
-
-
-def _site(roots: List[str]) -> str:
-    frame = sys._getframe(2)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if any(name.startswith(r) for r in roots):
-            return f"{Path(name).name}:{getattr(frame.f_code, 'co_qualname', frame.f_code.co_name)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "(outside the model)"
 
 
 def saved_tensors(torch, model, x, ratio: float, roots: List[str]) -> Dict[str, Any]:
@@ -58,7 +48,7 @@ def saved_tensors(torch, model, x, ratio: float, roots: List[str]) -> Dict[str, 
         except Exception:  # a tensor without storage (e.g. a subclass): count its elements
             ptr, nbytes = id(t), t.numel() * t.element_size()
         if ptr not in params and ptr not in seen:
-            seen[ptr] = (nbytes, str(t.dtype).replace("torch.", ""), _site(roots), tuple(t.shape))
+            seen[ptr] = (nbytes, str(t.dtype).replace("torch.", ""), model_site(sys._getframe(1), roots, line=True), tuple(t.shape))
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):

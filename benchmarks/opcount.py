@@ -43,12 +43,13 @@ import bench  # noqa: E402  (cells, the rewritten package, hiera-optim's shim)
 COPY_OPS = {"copy_", "clone", "_to_copy", "contiguous"}
 
 
-def _site(frame, roots: List[str]) -> str:
-    """``file:function`` of the innermost frame in the model's own code."""
+def model_site(frame, roots: List[str], line: bool = False) -> str:
+    """``file:function`` (``:line`` with ``line``) of the innermost frame in the model's own code."""
     while frame is not None:
         name = frame.f_code.co_filename
         if any(name.startswith(r) for r in roots):
-            return f"{Path(name).name}:{getattr(frame.f_code, 'co_qualname', frame.f_code.co_name)}"
+            where = f"{Path(name).name}:{getattr(frame.f_code, 'co_qualname', frame.f_code.co_name)}"
+            return f"{where}:{frame.f_lineno}" if line else where
         frame = frame.f_back
     return "(outside the model)"
 
@@ -73,7 +74,7 @@ def count_step(torch, model, x, ratio: float, roots: List[str], cuda: bool) -> D
             kind = "view" if func.is_view else ("copy" if name in COPY_OPS else "compute")
             kinds[p][kind] += 1
             if p == "forward":
-                aten_sites[(_site(sys._getframe(1), roots), name, kind)] += 1
+                aten_sites[(model_site(sys._getframe(1), roots), name, kind)] += 1
             return func(*args, **(kwargs or {}))
 
     class Calls(TorchFunctionMode):
@@ -83,7 +84,7 @@ def count_step(torch, model, x, ratio: float, roots: List[str], cuda: bool) -> D
                 getters[name] += 1
             else:
                 calls[name] += 1
-                call_sites[(_site(sys._getframe(1), roots), name)] += 1
+                call_sites[(model_site(sys._getframe(1), roots), name)] += 1
             return func(*args, **(kwargs or {}))
 
     with Calls(), Aten():
