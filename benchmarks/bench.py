@@ -425,6 +425,27 @@ class Run:
     timing: str = ""  # "interleaved with a,b,c" | "alone (...)"
     notes: List[str] = dataclasses.field(default_factory=list)
     error: Optional[str] = None
+    profile: Optional[Dict[str, Any]] = None  # --profile: GPU time of one step by kernel kind
+
+
+# kernel kinds of a profiled step, first match wins (names as CUPTI reports them)
+KERNEL_KINDS = [
+    ("attention", ("flash", "fmha", "sdpa", "attention", "attn")),
+    ("gemm", ("gemm", "nvjet", "xmma", "cutlass", "cublas", "splitk")),
+    ("sort", ("sort", "radix")),
+    ("triton", ("triton",)),
+    ("memcpy/memset", ("memcpy", "memset")),
+    ("aten elementwise/reduce", ("elementwise", "reduce", "vectorized", "unrolled", "index", "scatter",
+                                 "gather", "cat", "layer_norm", "softmax", "gelu", "fill")),
+]
+
+
+def kernel_kind(name: str) -> str:
+    low = name.lower()
+    for kind, keys in KERNEL_KINDS:
+        if any(k in low for k in keys):
+            return kind
+    return "other"
 
 
 @dataclasses.dataclass
@@ -751,6 +772,46 @@ class Bench:
             run.ms, run.ms_min, run.ms_max, run.ms_q1, run.ms_q3 = s["median"], s["min"], s["max"], s["q1"], s["q3"]
             if self.cuda:
                 run.peak_gib = max(live.warm_peak, live.step_peak) / 2**30
+        if self.args.profile and self.cuda:
+            for live in lives:  # after the timed rounds: the profiler costs nothing above
+                self.profile_step(live)
+
+    def profile_step(self, live: Live) -> None:
+        """GPU time of one more step by kernel kind (``--profile``): what is the same
+        math in every contender (GEMMs, attention) and what the code around it costs."""
+        torch = self.torch
+        from torch.profiler import ProfilerActivity, profile
+
+        try:
+            torch.manual_seed(self.args.seed + 5000)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                t = time.perf_counter()
+                live.step()
+                torch.cuda.synchronize()
+                wall = (time.perf_counter() - t) * 1e3
+            kinds: Dict[str, List[float]] = {}
+            top: Dict[str, List[float]] = {}
+            for e in prof.events():
+                if e.device_type != torch.autograd.DeviceType.CUDA:
+                    continue
+                us = e.time_range.elapsed_us()
+                k = kinds.setdefault(kernel_kind(e.name), [0, 0.0])
+                k[0] += 1
+                k[1] += us / 1e3
+                t_ = top.setdefault(e.name[:80], [0, 0.0])
+                t_[0] += 1
+                t_[1] += us / 1e3
+            busy = sum(v[1] for v in kinds.values())
+            live.run.profile = dict(
+                wall_ms=round(wall, 3), gpu_busy_ms=round(busy, 3), kernels=int(sum(v[0] for v in kinds.values())),
+                by_kind={k: [int(v[0]), round(v[1], 3)] for k, v in sorted(kinds.items(), key=lambda kv: -kv[1][1])},
+                top=[[n, int(v[0]), round(v[1], 3)] for n, v in sorted(top.items(), key=lambda kv: -kv[1][1])[:12]])
+            log(f"  profile {live.run.contender} {MODE_LABEL[live.run.mode]}: wall {wall:.2f} ms, GPU busy "
+                f"{busy:.2f} ms, {live.run.profile['kernels']} kernels; "
+                + ", ".join(f"{k} {v[1]:.2f} ms/{v[0]}" for k, v in live.run.profile["by_kind"].items()))
+        except Exception as exc:  # the profiler must not cost the timings
+            live.run.notes.append(f"--profile failed: {type(exc).__name__}: {exc}"[:200])
 
     def finish(self, live: Live, cell: Cell, x, ref_model) -> Run:
         """Loss check of the last timed step against FAIR eager on the mask it used."""
@@ -1056,6 +1117,20 @@ def markdown(runs: List[Run], env: Dict[str, Any], cells: Dict[str, Cell],
             if pk:
                 lines.append(f"- base eager peak {pk[0]:.2f} GiB vs <= {TARGET_PEAK_GIB:.1f} GiB: "
                              f"{'MET' if pk[0] <= TARGET_PEAK_GIB else 'MISSED'}")
+    prof = [r for r in runs if r.profile]
+    if prof:
+        kinds = [k for k, _ in KERNEL_KINDS] + ["other"]
+        lines.append("")
+        lines.append("### one profiled step (--profile, after the timed rounds): GPU ms by kernel kind (kernels)")
+        lines.append("")
+        lines.append("| cell | mode | contender | wall ms | GPU busy ms | kernels | " + " | ".join(kinds) + " |")
+        lines.append("|---|---|---|---|---|---|" + "---|" * len(kinds))
+        for r in prof:
+            p_ = r.profile
+            bk = p_.get("by_kind", {})
+            lines.append(f"| {r.cell} | {MODE_LABEL[r.mode]} | {r.contender} | {p_['wall_ms']:.2f} | {p_['gpu_busy_ms']:.2f} | "
+                         f"{p_['kernels']} | " + " | ".join(f"{bk[k][1]:.2f} ({bk[k][0]})" if k in bk else "—" for k in kinds)
+                         + " |")
     bad = [r for r in runs if r.loss_rel is not None and r.loss_rel > env.get("loss_tol", 2e-2)]
     lines.append("")
     lines.append(
@@ -1144,6 +1219,9 @@ def parse_args(argv=None):
     p.add_argument("--warm-only", action="store_true",
                    help="build, compile and warm every contender, time nothing: fills inductor's on-disk caches "
                         "(FX graph, AOTAutograd) so a later process compiles the same graphs in seconds")
+    p.add_argument("--profile", action="store_true",
+                   help="after the timed rounds, profile one more step of each contender (CUDA): GPU time by "
+                        "kernel kind (GEMM, attention, Triton, sort, ...) in the JSON and the log")
     p.add_argument("--sequential", action="store_true",
                    help="time each contender alone, one after another (the pre-issue-15 order), instead of "
                         "interleaved rounds with every contender's compiled graphs alive side by side")

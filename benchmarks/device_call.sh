@@ -6,6 +6,10 @@
 #                                      # memory + opcount on CUDA (with the variant)
 #   bash benchmarks/device_call.sh 2   # compile + ro, rewritten vs hiera-optim: tiny, large, base_q3
 #   bash benchmarks/device_call.sh 3   # compile + ro, rewritten vs hiera-optim: small, video, base_q1
+#   bash benchmarks/device_call.sh 4   # the whole compile + ro matrix on a host of 2 or 4 GPUs (nvidia-h200-x2/-x4):
+#                                      # headline base with FAIR compile too, then every other cell rewritten vs
+#                                      # hiera-optim; one timing process per GPU (each interleaves its own groups),
+#                                      # --profile (GPU ms by kernel kind of one step per contender)
 #
 # Phase A fills inductor's on-disk caches (FX graph + AOTAutograd) with parallel
 # `bench.py --warm-only` processes, one per (cell, contender, mode) group, on the 16
@@ -17,7 +21,7 @@
 # bench.log (both phases' summaries), headline/matrix_eager/compile_ro_partN .json, memory.txt/.json,
 # opcount.txt/.json; the bench.md tables are printed last (the tool returns the output's end).
 set -u
-PART=${1:?usage: device_call.sh 1|2|3}
+PART=${1:?usage: device_call.sh 1|2|3|4}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 START=$(date +%s)
@@ -36,9 +40,22 @@ case $PART in
      ;;
   2) WARM_LIMIT=210; CELLS=tiny,large,base_q3 ;;
   3) WARM_LIMIT=210; CELLS=small,video,base_q1 ;;
+  4) WARM_LIMIT=230
+     NGPU=$(nvidia-smi -L | wc -l)
+     case $NGPU in  # per GPU: the cells its timing process runs (phase B ~150-250 s each)
+       4) GPU_CELLS=("base" "large,tiny" "base_q1,small" "video,base_q3") ;;
+       2) GPU_CELLS=("base,large,tiny" "base_q1,small,video,base_q3") ;;
+       *) echo "part 4 needs 2 or 4 GPUs (found $NGPU)"; exit 2 ;;
+     esac
+     # cell-major, so GPU i % NGPU spreads each cell's warm-ups (their memory) over the GPUs
+     WARM=("base compile fair")
+     for c in base tiny small large base_q1 base_q3 video; do
+       for m in compile ro; do WARM+=("$c $m rewritten" "$c $m optim"); done
+     done
+     ;;
   *) echo "unknown part $PART"; exit 2 ;;
 esac
-if [ "$PART" != 1 ]; then
+if [ "$PART" != 1 ] && [ "$PART" != 4 ]; then
   WARM=()
   for c in ${CELLS//,/ }; do
     for m in compile ro; do WARM+=("$c $m rewritten" "$c $m optim"); done
@@ -47,16 +64,21 @@ fi
 rm -rf /tmp/warm_*.log /tmp/b_*
 
 # ---- phase A: fill the compile caches in parallel ----------------------------------------
-THREADS=$(( 16 / ${#WARM[@]} )); [ "$THREADS" -lt 1 ] && THREADS=1
+CORES=$(nproc)
+THREADS=$(( CORES / ${#WARM[@]} )); [ "$THREADS" -lt 1 ] && THREADS=1
 pids=()
 i=0
 for w in "${WARM[@]}"; do
   set -- $w
+  # inductor's caches are keyed by the graph and the device model, not the index: a
+  # warm-up on any GPU serves the timing process of another (all see their GPU as cuda:0)
+  [ "$PART" = 4 ] && export CUDA_VISIBLE_DEVICES=$(( i % NGPU ))
   TORCHINDUCTOR_COMPILE_THREADS=$THREADS timeout "$WARM_LIMIT" python3 benchmarks/bench.py --warm-only \
     --warmup 1 --steps 1 --budget-s "$WARM_LIMIT" --cells "$1" --modes "$2" --contenders "$3" \
     > "/tmp/warm_$i.log" 2>&1 &
   pids+=($!); i=$((i + 1))
 done
+unset CUDA_VISIBLE_DEVICES
 if [ "$PART" = 1 ]; then
   # counts and allocator bytes, not timings: they may share the machine with phase A
   # (opcount's kernel counts and GPU busy ms hold; its wall ms is contended here)
@@ -85,6 +107,18 @@ if [ "$PART" = 1 ]; then
   bench headline $(( LIMIT - $(elapsed) - 100 )) --cells headline --modes eager,compile,ro \
     --variant all --variant-modes eager
   bench matrix_eager $(( LIMIT - $(elapsed) - 10 )) --cells tiny,small,large,base_q1,base_q3,video --modes eager
+elif [ "$PART" = 4 ]; then
+  # one timing process per GPU, side by side (separate GPUs; the host has cores to spare)
+  bpids=()
+  for g in $(seq 0 $(( NGPU - 1 ))); do
+    cells=${GPU_CELLS[$g]}
+    contenders=rewritten,optim
+    [ "$cells" = base ] && contenders=fair,rewritten,optim
+    CUDA_VISIBLE_DEVICES=$g bench "compile_ro_gpu$g" $(( LIMIT - $(elapsed) - 15 )) --cells "$cells" \
+      --modes compile,ro --contenders "$contenders" --profile &
+    bpids+=($!)
+  done
+  wait "${bpids[@]}"
 else
   bench "compile_ro_part$PART" $(( LIMIT - $(elapsed) - 15 )) --cells "$CELLS" --modes compile,ro \
     --contenders rewritten,optim
