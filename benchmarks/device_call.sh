@@ -42,14 +42,20 @@ case $PART in
   3) WARM_LIMIT=210; CELLS=small,video,base_q1 ;;
   4) WARM_LIMIT=230
      NGPU=$(nvidia-smi -L | wc -l)
-     case $NGPU in  # per GPU: the cells its timing process runs (phase B ~150-250 s each)
+     # per GPU: the cells its timing processes run, ';'-separated (phase B ~150-250 s each);
+     # on one GPU name them: GPU_CELLS="base,small,video" bash benchmarks/device_call.sh 4
+     if [ -n "${GPU_CELLS:-}" ]; then IFS=';' read -r -a GPU_CELLS <<< "$GPU_CELLS"
+     else case $NGPU in
        4) GPU_CELLS=("base" "large,tiny" "base_q1,small" "video,base_q3") ;;
        2) GPU_CELLS=("base,large,tiny" "base_q1,small,video,base_q3") ;;
-       *) echo "part 4 needs 2 or 4 GPUs (found $NGPU)"; exit 2 ;;
-     esac
+       *) echo "part 4 on $NGPU GPU(s): give GPU_CELLS"; exit 2 ;;
+     esac; fi
+     NGPU=${#GPU_CELLS[@]}
+     ALL_CELLS=$(IFS=,; echo "${GPU_CELLS[*]}")
      # cell-major, so GPU i % NGPU spreads each cell's warm-ups (their memory) over the GPUs
-     WARM=("base compile fair")
-     for c in base tiny small large base_q1 base_q3 video; do
+     WARM=()
+     case ",$ALL_CELLS," in *,base,*) WARM+=("base compile fair") ;; esac
+     for c in ${ALL_CELLS//,/ }; do
        for m in compile ro; do WARM+=("$c $m rewritten" "$c $m optim"); done
      done
      ;;
@@ -108,14 +114,20 @@ if [ "$PART" = 1 ]; then
     --variant all --variant-modes eager
   bench matrix_eager $(( LIMIT - $(elapsed) - 10 )) --cells tiny,small,large,base_q1,base_q3,video --modes eager
 elif [ "$PART" = 4 ]; then
-  # one timing process per GPU, side by side (separate GPUs; the host has cores to spare)
+  # one timing sequence per GPU, side by side (separate GPUs; the host has cores to spare);
+  # the headline base first and alone with FAIR compile too, the other cells rewritten vs hiera-optim
   bpids=()
   for g in $(seq 0 $(( NGPU - 1 ))); do
-    cells=${GPU_CELLS[$g]}
-    contenders=rewritten,optim
-    [ "$cells" = base ] && contenders=fair,rewritten,optim
-    CUDA_VISIBLE_DEVICES=$g bench "compile_ro_gpu$g" $(( LIMIT - $(elapsed) - 15 )) --cells "$cells" \
-      --modes compile,ro --contenders "$contenders" --profile &
+    ( export CUDA_VISIBLE_DEVICES=$g
+      rest=",${GPU_CELLS[$g]},"
+      case $rest in *,base,*)
+        bench "compile_ro_gpu${g}_base" $(( LIMIT - $(elapsed) - 15 )) --cells base --modes compile,ro \
+          --contenders fair,rewritten,optim --profile
+        rest=${rest/,base,/,} ;;
+      esac
+      rest=${rest#,}; rest=${rest%,}
+      [ -n "$rest" ] && bench "compile_ro_gpu$g" $(( LIMIT - $(elapsed) - 15 )) --cells "$rest" \
+        --modes compile,ro --contenders rewritten,optim --profile ) &
     bpids+=($!)
   done
   wait "${bpids[@]}"
