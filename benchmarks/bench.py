@@ -553,7 +553,11 @@ class Bench:
             return "CUDA context broken by an earlier error"
         if mode == "ro" and not self.cuda and args.compile_backend == "inductor":
             return "reduce-overhead (CUDA graphs) needs CUDA"
-        est = self.warm_seen.get(mode, (2.0 if args.tiny else 10.0) if mode == "eager" else (10.0 if args.tiny else 120.0))
+        est = self.warm_seen.get(mode)
+        if est is None and mode == "ro" and "compile" in self.warm_seen:
+            est = 3 * self.warm_seen["compile"]  # same graphs: a cold compile, or caches hit for both
+        if est is None:
+            est = (2.0 if args.tiny else 10.0) if mode == "eager" else (10.0 if args.tiny else 120.0)
         if time.perf_counter() - T0 + est > args.budget_s:
             return f"--budget-s {args.budget_s:.0f} would be exceeded (estimate {est:.0f}s)"
         return None

@@ -9,7 +9,8 @@
 #   bash benchmarks/device_call.sh 4   # the whole compile + ro matrix on a host of 2 or 4 GPUs (nvidia-h200-x2/-x4):
 #                                      # headline base with FAIR compile too, then every other cell rewritten vs
 #                                      # hiera-optim; one timing process per GPU (each interleaves its own groups),
-#                                      # --profile (GPU ms by kernel kind of one step per contender)
+#                                      # --profile (GPU ms by kernel kind of one step per contender);
+#                                      # on one GPU: GPU_CELLS="base,small,video" [RO_CELLS=..] [EAGER_CELLS=..]
 #
 # Phase A fills inductor's on-disk caches (FX graph + AOTAutograd) with parallel
 # `bench.py --warm-only` processes, one per (cell, contender, mode) group, on the 16
@@ -58,6 +59,9 @@ case $PART in
      for c in ${ALL_CELLS//,/ }; do
        for m in compile ro; do WARM+=("$c $m rewritten" "$c $m optim"); done
      done
+     # RO_CELLS: cells timed in reduce-overhead only (their compile group ran in an earlier call);
+     # EAGER_CELLS: cells timed in eager, all three contenders, last (no compile, no warm-up process)
+     for c in ${RO_CELLS//,/ }; do WARM+=("$c ro rewritten" "$c ro optim"); done
      ;;
   *) echo "unknown part $PART"; exit 2 ;;
 esac
@@ -131,6 +135,10 @@ elif [ "$PART" = 4 ]; then
     bpids+=($!)
   done
   wait "${bpids[@]}"
+  [ -n "${RO_CELLS:-}" ] && CUDA_VISIBLE_DEVICES=0 bench ro_only $(( LIMIT - $(elapsed) - 15 )) --cells "$RO_CELLS" \
+    --modes ro --contenders rewritten,optim --profile
+  [ -n "${EAGER_CELLS:-}" ] && CUDA_VISIBLE_DEVICES=0 bench eager $(( LIMIT - $(elapsed) - 5 )) --cells "$EAGER_CELLS" \
+    --modes eager --profile
 else
   bench "compile_ro_part$PART" $(( LIMIT - $(elapsed) - 15 )) --cells "$CELLS" --modes compile,ro \
     --contenders rewritten,optim
