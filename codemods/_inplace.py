@@ -461,9 +461,11 @@ class InplaceFlow:
 
     def _class_module(self, cls: cst.ClassDef, attr: str) -> Optional[str]:
         values: List[cst.BaseExpression] = []
+        # a subclass's self.attr may be set by its bases: those defined in this file
+        classes = self._class_and_bases(cls)
         for target in self.ctx.nodes(cst.AssignTarget):
             t = target.target  # type: ignore[attr-defined]
-            if _is_self_attr(t) and t.attr.value == attr and cls in set(self.ctx.ancestors(target)):
+            if _is_self_attr(t) and t.attr.value == attr and classes & {id(a) for a in self.ctx.ancestors(target)}:
                 stmt = self.ctx.parent(target)
                 if not isinstance(stmt, cst.Assign) or len(stmt.targets) != 1:
                     return None
@@ -496,9 +498,41 @@ class InplaceFlow:
                 elif q.startswith("torch.nn.") and q.count(".") == 2 and q.rsplit(".", 1)[-1][:1].isupper():
                     if q.rsplit(".", 1)[-1] in ALIAS_MODULES:
                         verdict = "alias"
+                    if q == "torch.nn.Sequential":
+                        # runs the modules it is given (any of them the fork's own), and
+                        # returns its input itself when empty
+                        verdict = "alias"
+                        for a in value.args:
+                            if a.keyword is not None or not isinstance(a.value, cst.Call):
+                                return None
+                            pending.append(a.value)
                 else:
                     return None
         return verdict
+
+    def _class_and_bases(self, cls: cst.ClassDef) -> Set[int]:
+        """ids of ``cls`` and of its bases (transitively) that are classes of this file,
+        named by a plain name bound once at module level."""
+        top = {}
+        for stmt in self.ctx.module.body:
+            if isinstance(stmt, cst.ClassDef):
+                top.setdefault(stmt.name.value, []).append(stmt)
+        found: Set[int] = set()
+        pending = [cls]
+        while pending:
+            current = pending.pop()
+            if id(current) in found:
+                continue
+            found.add(id(current))
+            for base in current.bases:
+                if isinstance(base.value, cst.Name) and len(top.get(base.value.value, [])) == 1:
+                    if not self._module_binds_other(base.value.value):
+                        pending.append(top[base.value.value][0])
+        return found
+
+    def _module_binds_other(self, name: str) -> bool:
+        """``name`` is bound at module level by something besides its class statement."""
+        return self._bindings().get(name, 0) > 1
 
     def _line(self, node: cst.CSTNode) -> int:
         return self.ctx.position(node).line

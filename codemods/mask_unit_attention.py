@@ -108,6 +108,11 @@ class MaskUnitAttention(Rewrite):
     n = tq*num_windows + w.  The fused kernels write their output in that
     (B, Tq, heads, head_dim) memory layout, so the restore is a free view and the
     projection's saved input is the attention output itself, not a second copy.
+    Those kernels (and CPU's flash kernel) also save their output for backward, so
+    where an in-place op, or code that may do one (a module of the fork's own), can
+    reach the restored output, or it is returned to a caller, the restore gets
+    `.clone()` (the copy the original made): an in-place op on the view would make
+    backward raise "modified by an inplace operation" where the original ran.
 
     Same parameters, same state_dict, same outputs and gradients (up to float
     rounding of the SDPA kernel).  One thing differs, on purpose: the
@@ -195,6 +200,11 @@ class MaskUnitAttention(Rewrite):
                     f"{self.message}; the manual fallback runs on 5-D views where"
                     f" `{match.manual_check}` fails (a tensor scale, checked at run time)"
                 )
+            if match.clone_reason is not None:
+                message = (
+                    f"{message or self.message}; the restored output gets .clone(): {match.clone_reason}"
+                    " (in the 4-D layout it can be a view of SDPA's output, which SDPA saves for backward)"
+                )
             ctx.add_site(call, edits, message)
 
 
@@ -243,6 +253,7 @@ class _Match:
         self.mask_name: Optional[str] = None  # the local name holding the 5-D mask
         self.fallback_mask_reads: List[cst.Name] = []  # `attn + mask` in a kept manual fallback
         self.flow: Optional[InplaceFlow] = None  # for the unbind unpack, made when needed
+        self.clone_reason: Optional[str] = None  # why the restored output gets .clone()
 
     # -- the SDPA call --------------------------------------------------------------
     def qkv_arg_names(self) -> Tuple[str, str, str, List[cst.BaseExpression]]:
@@ -394,9 +405,10 @@ class _Match:
         for arg in restore.args:
             self.not_reading(arg, changed_out, "the output reshape")
         receiver = call_code if restore.receiver is self.call else code(restore.receiver)
+        clone = ".clone()" if self.restored_may_change(restore) else ""
         new_restore = ctx.statement(
             f"{_restore_prefix(restore.line)} {receiver}.transpose(1, 2)"
-            f".reshape({', '.join(code(a) for a in restore.args)})",
+            f".reshape({', '.join(code(a) for a in restore.args)}){clone}",
             like=restore.line,
         )
         if region.out is not None:
@@ -430,6 +442,27 @@ class _Match:
         if region.manual is not None:
             new.update(self.manual_tensor_scale(region, restore, reshape_args, items, permute_at, changed, q, k, v))
         return new
+
+    def restored_may_change(self, restore: _Restore) -> bool:
+        """Whether the restored output needs `.clone()`: an in-place op (or code that
+        may do one) reaches it, or it is returned (a caller may modify it in place).
+
+        The 5-D restore `.transpose(1, 3).reshape(...)` copies the math backend's
+        output; the 4-D one is a view of SDPA's output wherever the kernel writes it in
+        (B, Tq, heads, head_dim) order (the fused kernels, CPU's flash kernel), and
+        those kernels save their output for backward: an in-place op on the view
+        would raise "modified by an inplace operation" in backward where the original
+        ran.  The clone is the copy the original made."""
+        value = _restore_value(restore.line)
+        assert value is not None
+        if self.flow is None:
+            self.flow = InplaceFlow(self.ctx)
+        outcome = self.flow.follow(self.func, restore.line, seed_nodes=[value])
+        if outcome.hazards:
+            self.clone_reason = outcome.hazards[0].replace(WHAT, "it")
+        elif outcome.returned:
+            self.clone_reason = "it is returned, and a caller may modify it in place"
+        return self.clone_reason is not None
 
     def mask_to_4d(
         self,

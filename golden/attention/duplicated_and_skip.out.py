@@ -22,7 +22,7 @@ class EncoderAttention(nn.Module):
         )
         q, k, v = qkv.unbind(0)
         x = F.scaled_dot_product_attention(q, k, v)
-        return x.transpose(1, 2).reshape(B, -1, C)
+        return x.transpose(1, 2).reshape(B, -1, C).clone()
 
 
 class DecoderAttention(EncoderAttention):
@@ -36,7 +36,12 @@ class DecoderAttention(EncoderAttention):
             .flatten(2, 3)
         )
         q, k, v = qkv.unbind(0)
-        y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, -1, C)
+        y = (
+            F.scaled_dot_product_attention(q, k, v)
+            .transpose(1, 2)
+            .reshape(B, -1, C)
+            .clone()
+        )
         return y
 
 

@@ -26,7 +26,7 @@ class MultiScaleAttention(nn.Module):
         if self.pool_stride > 1:
             query = query.unflatten(2, (self.pool_stride, -1)).max(dim=2).values
         attended = sdpa(query=query, key=key, value=value)
-        hidden_states = attended.transpose(1, 2).reshape(batch, -1, width)
+        hidden_states = attended.transpose(1, 2).reshape(batch, -1, width).clone()
         if gate is not None:
             hidden_states = hidden_states * gate
         if return_pre_proj:

@@ -94,7 +94,7 @@ class WindowedOrGlobal(nn.Module):
         else:
             x = F.scaled_dot_product_attention(q, k, v)
         if self.windowed:
-            x = x.transpose(1, 2).reshape(B, -1, C)
+            x = x.transpose(1, 2).reshape(B, -1, C).clone()
         else:
             x = x.transpose(1, 2).reshape(B, -1, C)
         return x
