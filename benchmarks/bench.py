@@ -557,7 +557,8 @@ class Bench:
         if est is None and mode == "ro" and "compile" in self.warm_seen:
             est = 3 * self.warm_seen["compile"]  # same graphs: a cold compile, or caches hit for both
         if est is None:
-            est = (2.0 if args.tiny else 10.0) if mode == "eager" else (10.0 if args.tiny else 120.0)
+            est = (2.0 if args.tiny else 10.0) if mode == "eager" else (
+                10.0 if args.tiny else (args.expect_warm_s or 120.0))
         if time.perf_counter() - T0 + est > args.budget_s:
             return f"--budget-s {args.budget_s:.0f} would be exceeded (estimate {est:.0f}s)"
         return None
@@ -1223,6 +1224,9 @@ def parse_args(argv=None):
     p.add_argument("--warm-only", action="store_true",
                    help="build, compile and warm every contender, time nothing: fills inductor's on-disk caches "
                         "(FX graph, AOTAutograd) so a later process compiles the same graphs in seconds")
+    p.add_argument("--expect-warm-s", type=float, default=None,
+                   help="--budget-s's estimate of a compiled group's warm-up before this process has seen one "
+                        "(default 120 s; device_call.sh gives 40 after its --warm-only processes filled the caches)")
     p.add_argument("--profile", action="store_true",
                    help="after the timed rounds, profile one more step of each contender (CUDA): GPU time by "
                         "kernel kind (GEMM, attention, Triton, sort, ...) in the JSON and the log")

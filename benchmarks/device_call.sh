@@ -108,7 +108,7 @@ log "phase A done (warm-up processes: ${#WARM[@]}, $THREADS compile threads each
 bench() {  # out-name, budget, bench.py args...
   local name=$1 budget=$2; shift 2
   log "phase B: bench.py $* (budget ${budget}s)"
-  python3 benchmarks/bench.py "$@" --budget-s "$budget" --out "/tmp/b_$name" > "/tmp/b_$name.log" 2>&1
+  python3 benchmarks/bench.py "$@" --budget-s "$budget" --expect-warm-s 40 --out "/tmp/b_$name" > "/tmp/b_$name.log" 2>&1
   log "bench.py $name rc $?"
   cp "/tmp/b_$name/bench.json" "$OUT/$name.json" 2>/dev/null
   grep -hE "^\[bench " "/tmp/b_$name.log" >> "$OUT/bench.log"
