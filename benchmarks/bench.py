@@ -811,7 +811,8 @@ class Bench:
             live.run.profile = dict(
                 wall_ms=round(wall, 3), gpu_busy_ms=round(busy, 3), kernels=int(sum(v[0] for v in kinds.values())),
                 by_kind={k: [int(v[0]), round(v[1], 3)] for k, v in sorted(kinds.items(), key=lambda kv: -kv[1][1])},
-                top=[[n, int(v[0]), round(v[1], 3)] for n, v in sorted(top.items(), key=lambda kv: -kv[1][1])[:12]])
+                top=[[n, int(v[0]), round(v[1], 3)] for n, v in sorted(top.items(), key=lambda kv: -kv[1][1])[:12]],
+                sort_kernels=[[n, int(v[0]), round(v[1], 3)] for n, v in top.items() if kernel_kind(n) == "sort"])
             log(f"  profile {live.run.contender} {MODE_LABEL[live.run.mode]}: wall {wall:.2f} ms, GPU busy "
                 f"{busy:.2f} ms, {live.run.profile['kernels']} kernels; "
                 + ", ".join(f"{k} {v[1]:.2f} ms/{v[0]}" for k, v in live.run.profile["by_kind"].items()))
