@@ -20,6 +20,7 @@ import libcst as cst
 from hiera_rewrite.flow import statement_names
 from hiera_rewrite.rewrite import PlanContext, Refuse
 
+from ._inplace import WHAT, InplaceFlow
 from ._match import code, dim_arg, int_args, int_value, is_name, method_call, positional, single_assign
 
 SDPA_NAMES = {
@@ -29,6 +30,26 @@ SDPA_NAMES = {
 SOFTMAX_NAMES = {"torch.nn.functional.softmax", "torch.softmax"}
 FIVE_D_PERMUTE = [3, 0, 4, 2, 1, 5]
 FOUR_D_PERMUTE = [3, 0, 2, 4, 1, 5]
+
+
+# SDPA's 4-D output put back in token order can be a view of it (the fused kernels and
+# CPU's flash kernel write (B, Tq, heads, head_dim) order), and those kernels save their
+# output for backward; the 5-D restore copied.
+CLONE_WHY = "in the 4-D layout it can be a view of SDPA's output, which SDPA saves for backward"
+
+
+def restore_clone_reason(
+    flow: InplaceFlow, func: cst.FunctionDef, stmt: cst.CSTNode, value: cst.BaseExpression
+) -> Optional[str]:
+    """Why the restored attention output ``value`` (made by the statement ``stmt``)
+    needs `.clone()`: an in-place op, or code that may do one, can reach it, or it is
+    returned (a caller may modify it in place).  None: nothing can."""
+    outcome = flow.follow(func, stmt, seed_nodes=[value])
+    if outcome.hazards:
+        return outcome.hazards[0].replace(WHAT, "it")
+    if outcome.returned:
+        return "it is returned, and a caller may modify it in place"
+    return None
 
 
 # -- calls ------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from hiera_rewrite.flow import FunctionFlow, enclosing_function, enclosing_line,
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._attention import (
+    CLONE_WHY,
     FIVE_D_PERMUTE,
     QkvSources,
     all_loads,
@@ -57,6 +58,7 @@ from ._attention import (
     pool_view_args,
     qkv_sizes,
     restore_chain,
+    restore_clone_reason,
     scalar,
     scalar_problem,
     scale_check,
@@ -65,6 +67,7 @@ from ._attention import (
     top_level_bindings,
     transposed_last,
 )
+from ._inplace import InplaceFlow
 from ._match import (
     code,
     int_args,
@@ -101,7 +104,11 @@ class ExplicitAttention(Rewrite):
     other way, to (B, num_windows*heads, T, head_dim)), the q-pool becomes `q.unflatten(2, (q_stride, Tq)).amax(dim=2)`,
     SDPA gets the same `scale=`, and the output (B*num_windows, heads, Tq, head_dim)
     is put back as (B, Tq*num_windows, C) with token n = tq*num_windows + w, the
-    order the 5-D code produced.
+    order the 5-D code produced.  Where num_windows or Tq is 1 (global attention)
+    that is a view of SDPA's output, which the fused and CPU flash kernels save for
+    backward: where an in-place op, or code that may do one, can reach the restored
+    output, or it is returned, the restore gets `.clone()` (the copy the original's
+    reshape made), so backward does not raise "modified by an inplace operation".
 
     SDPA does not return the attention probabilities.  When the code returns them
     only under a flag (`(out, attn) if output_attentions else (out, None)`), the
@@ -142,7 +149,7 @@ class ExplicitAttention(Rewrite):
             found = ctx.attempt(line, lambda: _Match(ctx, line).edits())
             if found is None:
                 continue
-            edits, (flag, check) = found
+            edits, (flag, check, clone) = found
             if flag is not None:
                 message = (
                     f"explicit mask-unit attention -> 4-D SDPA under `else` of `if {flag}:`"
@@ -156,6 +163,8 @@ class ExplicitAttention(Rewrite):
                 )
             else:
                 message = "explicit mask-unit attention: 5-D matmul-softmax -> 4-D SDPA (probabilities never read)"
+            if clone is not None:
+                message += f"; the restored output gets .clone(): {clone} ({CLONE_WHY})"
             ctx.add_site(line, edits, message)
 
 
@@ -261,10 +270,16 @@ class _Match:
         # SDPA's scale= takes a number, and a tensor scale (a subclass's per-head
         # temperature) broadcasts against the 5-D dims: checked at run time.
         check = scale_check(ctx, func, [parts["scale"]] if parts["scale"] is not None else [])
+        # The 4-D restore is a view of SDPA's saved output where num_windows or Tq is 1
+        # (global attention): an in-place op on it would make backward raise.
+        last = body[chain_end]
+        restored = last.body[0].value if isinstance(last.body[0], cst.Return) else single_assign(last)[1]  # type: ignore[attr-defined, index]
+        clone = restore_clone_reason(InplaceFlow(ctx), func, last, restored)
         edits = self.emit(
-            body, region, permute_at, unpack_at, pool_at, pool_parts, start, chain_end, parts, receiver, sdpa, flag, check
+            body, region, permute_at, unpack_at, pool_at, pool_parts, start, chain_end, parts, receiver, sdpa, flag, check,
+            clone is not None,
         )
-        return edits, (flag, check)
+        return edits, (flag, check, clone)
 
     def check_pair(self) -> None:
         """Silent when the attention is one side of an `if` whose other side calls SDPA."""
@@ -561,7 +576,7 @@ class _Match:
         return self.ctx.span(node).start.line
 
     # -- emitting -------------------------------------------------------------------------
-    def emit(self, body, region, permute_at, unpack_at, pool_at, pool_parts, start, chain_end, parts, receiver, sdpa, flag, check):
+    def emit(self, body, region, permute_at, unpack_at, pool_at, pool_parts, start, chain_end, parts, receiver, sdpa, flag, check, clone):
         ctx = self.ctx
         permute_line = body[permute_at]
         batch = code(parts["restore_args"][0])
@@ -579,15 +594,16 @@ class _Match:
             pool_src = f"{q} = {q}.unflatten(2, ({code(pool_parts['stride'])}, {code(pool_parts['tq'])})).amax(dim=2)\n"
         call = f"{sdpa}({q}, {k}, {v}, scale={scale_code})"
         restore_args = ", ".join(code(a) for a in parts["restore_args"])
+        tail = ".clone()" if clone else ""
         out = parts["out"]
         last = body[chain_end]
         if out is None:
             sdpa_src = None
-            restore_src = f"return {call}.unflatten(0, ({batch}, -1)).permute(0, 3, 1, 2, 4).reshape({restore_args})\n"
+            restore_src = f"return {call}.unflatten(0, ({batch}, -1)).permute(0, 3, 1, 2, 4).reshape({restore_args}){tail}\n"
         else:
             sdpa_src = f"{out} = {call}\n"
             restore_src = (
-                f"{target_code(last)} {out}.unflatten(0, ({batch}, -1)).permute(0, 3, 1, 2, 4).reshape({restore_args})\n"
+                f"{target_code(last)} {out}.unflatten(0, ({batch}, -1)).permute(0, 3, 1, 2, 4).reshape({restore_args}){tail}\n"
             )
         edits: Dict[cst.CSTNode, Replacement] = {}
 

@@ -43,6 +43,7 @@ from hiera_rewrite.flow import FunctionFlow, enclosing_function, enclosing_line,
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._attention import (
+    CLONE_WHY,
     FIVE_D_PERMUTE,
     FOUR_D_PERMUTE,
     QkvSources,
@@ -53,6 +54,7 @@ from ._attention import (
     pool_view_args,
     qkv_sizes,
     restore_chain,
+    restore_clone_reason,
     scalar,
     scalar_problem,
     scale_check,
@@ -202,8 +204,7 @@ class MaskUnitAttention(Rewrite):
                 )
             if match.clone_reason is not None:
                 message = (
-                    f"{message or self.message}; the restored output gets .clone(): {match.clone_reason}"
-                    " (in the 4-D layout it can be a view of SDPA's output, which SDPA saves for backward)"
+                    f"{message or self.message}; the restored output gets .clone(): {match.clone_reason} ({CLONE_WHY})"
                 )
             ctx.add_site(call, edits, message)
 
@@ -444,24 +445,17 @@ class _Match:
         return new
 
     def restored_may_change(self, restore: _Restore) -> bool:
-        """Whether the restored output needs `.clone()`: an in-place op (or code that
-        may do one) reaches it, or it is returned (a caller may modify it in place).
-
-        The 5-D restore `.transpose(1, 3).reshape(...)` copies the math backend's
-        output; the 4-D one is a view of SDPA's output wherever the kernel writes it in
-        (B, Tq, heads, head_dim) order (the fused kernels, CPU's flash kernel), and
-        those kernels save their output for backward: an in-place op on the view
-        would raise "modified by an inplace operation" in backward where the original
-        ran.  The clone is the copy the original made."""
+        """Whether the restored output needs `.clone()` (see restore_clone_reason): the
+        5-D restore `.transpose(1, 3).reshape(...)` copied the math backend's output;
+        the 4-D one can be a view of the saved output of a fused (or CPU flash)
+        kernel, and an in-place op on it would make backward raise "modified by an
+        inplace operation" where the original ran.  The clone is the copy the
+        original made."""
         value = _restore_value(restore.line)
         assert value is not None
         if self.flow is None:
             self.flow = InplaceFlow(self.ctx)
-        outcome = self.flow.follow(self.func, restore.line, seed_nodes=[value])
-        if outcome.hazards:
-            self.clone_reason = outcome.hazards[0].replace(WHAT, "it")
-        elif outcome.returned:
-            self.clone_reason = "it is returned, and a caller may modify it in place"
+        self.clone_reason = restore_clone_reason(self.flow, self.func, restore.line, value)
         return self.clone_reason is not None
 
     def mask_to_4d(

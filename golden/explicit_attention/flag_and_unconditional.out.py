@@ -95,6 +95,7 @@ class NoWeights(nn.Module):
             .unflatten(0, (B, -1))
             .permute(0, 3, 1, 2, 4)
             .reshape(B, -1, C)
+            .clone()
         )
 
 
