@@ -196,7 +196,8 @@ def test_verify_reports_a_model_it_cannot_build(tmp_path: Path, capsys):
     )
     assert code == EXIT_VERIFY_FAILED, out + err
     assert "not built: mypkg.models.model:no_such_factory: cannot build (as given): AttributeError" in out
-    assert "verify: FAILED" in out
+    assert "no model could be built; name one with --factory module:function" in out
+    assert "verify: NOT PROVEN (0/1 sites exercised; 1 never ran in a compared case)" in out  # not a mismatch
 
 
 def test_verify_explicit_factory_kwargs_and_input_shape(tmp_path: Path, capsys):
@@ -328,8 +329,9 @@ def test_verify_with_diff_on_a_folder(tmp_path: Path, capsysbinary):
 
 
 def test_verify_says_which_forward_arguments_it_tried(tmp_path: Path, capsys):
-    """A required forward argument no candidate fits: the site is not proven and the
-    message lists what was tried with the original's error for each."""
+    """A required forward argument no candidate fits: the model is not built and the
+    message lists what was tried with the original's error for each; the attention it
+    holds is then built directly, as the model's __init__ constructs it, and proves the site."""
     target = make_fixture(tmp_path, "relative")
     model = target.parent / "model.py"
     text = model.read_text()
@@ -338,10 +340,13 @@ def test_verify_says_which_forward_arguments_it_tried(tmp_path: Path, capsys):
     assert "meta[\"scale\"]" in text
     model.write_text(text)
     code, out, err = run_cli(["--verify", "--check", target], capsys)
-    assert code == EXIT_VERIFY_FAILED, out + err
-    assert "forward needs meta; the original raised with every candidate tried: meta=None: TypeError" in out, out
+    assert code == cli.EXIT_CHANGED, out + err
+    assert "not built: mypkg.models.model:TinyNet (class): the original model raised (its configuration): ValueError: " \
+        "forward needs meta; the original raised with every candidate tried: meta=None: TypeError" in out, out
     assert "meta=False: TypeError" in out and "meta=0: TypeError" in out
-    assert "verify: NOT PROVEN" in out or "verify: FAILED" in out
+    site = [line for line in out.splitlines() if "WindowAttention.forward" in line]
+    assert site and "component WindowAttention(dim=8, dim_out=8, heads=1, q_stride=2, window_size=2) forward(x)" in site[0], out
+    assert "verify: PASSED (1/1 sites exercised" in out
 
 
 def test_verify_reads_an_image_size_int_as_the_models_own_dims(tmp_path: Path, capsys):

@@ -5,7 +5,9 @@ reads from ``**kwargs``, a key of a configuration object (``cfg.embed_dim``) -- 
 from the user's ``--kwargs``, a small value from the name for sizes, the repo's own
 values (argparse defaults in its scripts, its JSON/YAML configs), else a small
 Hiera-consistent value from the name.  :class:`Building` builds a candidate small
-(few blocks, small dims, the smallest valid input size) and records how.
+(few blocks, small dims, the smallest valid input size) and records how; a
+*component* (a class holding a site no model reached) as the files construct it, then
+with the branches its defaults switch off switched on.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import ast
 import importlib
 import inspect
 import json
+import math
 import os
 import re
 import sys
@@ -33,6 +36,10 @@ SIZE_KNOBS = {
 
 
 NO_DEFAULT = object()
+
+
+# a component's integer knobs whose 0/1 default switches a branch off (q-pool, windows)
+_BRANCH_KNOBS = ("stride", "window", "unit", "pool")
 
 
 class _Opaque:
@@ -486,6 +493,47 @@ class Building:
             mode["required"] = sorted(required - set(mode["kwargs"])) if mode["attr"] == direct["attr"] else []
         return out
 
+    def component_modes(self, cand: Dict[str, Any]) -> List[Dict[str, Any]]:
+        """The ways to build a component, each its own case: as each place of the files
+        constructs it (the rest: its defaults, required ones from their names), then the
+        first of those with the branches its defaults switch off switched on (a bool
+        default negated, a stride/window/unit size of 0 or 1 made 2)."""
+        cls = cand["cls"]
+        params, required = init_params(cls)
+        try:
+            annotations = {p.name: p.annotation for p in inspect.signature(cls).parameters.values()}
+        except (TypeError, ValueError):
+            annotations = {}
+        user = {k: v for k, v in self.spec["kwargs"].items() if k in params}
+        direct = {"module": cls.__module__, "attr": cls.__qualname__}
+        out: List[Dict[str, Any]] = []
+        for where, recipe in cand["recipes"] or [("", {})]:
+            kwargs, filled = dict(recipe, **user), {}
+            for name in [n for n in params if n in required and n not in kwargs]:
+                try:
+                    value = self.fill(name, filled)
+                except MissingArgs:
+                    continue  # build() asks again and reports it
+                if annotations.get(name) in (int, "int") and isinstance(value, (tuple, list)) and all(isinstance(v, int) for v in value):
+                    value = math.prod(value)  # a flattened stride/size (upstream's q_stride=4 for 2x2)
+                kwargs[name] = filled[name] = value
+            out.append(dict(direct, kwargs=kwargs, filled=filled, how=f"the call in {where}" if where else "its defaults"))
+        on: Dict[str, Any] = {}
+        for name, default in params.items():
+            if name in out[0]["kwargs"]:
+                continue
+            if isinstance(default, bool):
+                on[name] = not default
+            elif isinstance(default, int) and default in (0, 1) and any(w in name.lower() for w in _BRANCH_KNOBS):
+                on[name] = 2
+        if on:
+            out.append(dict(out[0], kwargs=dict(out[0]["kwargs"], **on), how=out[0]["how"] + ", branches on: " + ", ".join(f"{k}={v!r}" for k, v in on.items())))
+        for mode in out:
+            mode["required"] = sorted(required - set(mode["kwargs"]))
+            shown = ", ".join(f"{k}={getattr(v, '__name__', None) or repr(v)}" for k, v in sorted(mode["kwargs"].items(), key=lambda kv: list(params).index(kv[0]) if kv[0] in params else len(params)))
+            mode["label"] = f"component {cls.__name__}({shown})"
+        return out
+
     def build(self, mode: Dict[str, Any], torch, filled: Dict[str, Any]):
         kwargs = dict(mode["kwargs"])
         filled.update(mode.get("filled", {}))
@@ -497,7 +545,7 @@ class Building:
         return self.construct(ctor, kwargs, torch, filled), kwargs
 
     def plan_mode(self, cand: Dict[str, Any], mode: Dict[str, Any], torch) -> Dict[str, Any]:
-        """Original side: build, shrink the input, choose inputs."""
+        """Original side: build, shrink the input, the input shapes to try."""
         filled: Dict[str, Any] = {}
         model, kwargs = self.build(mode, torch, filled)
         user_sized = "input_size" in self.spec["kwargs"] or "input_size" in cand.get("kwargs", {})
@@ -513,15 +561,15 @@ class Building:
                 except TypeError as exc:
                     self.report["notes"].append(f"{cand['label']}: cannot shrink input_size ({exc}); verifying at full size (slow)")
         if self.spec["input_shape"]:
-            shape = list(self.spec["input_shape"])
+            shapes = [list(self.spec["input_shape"])]
         else:
             if hasattr(model, "tokens_spatial_shape") and hasattr(model, "patch_stride"):
                 size = [int(t) * int(p) for t, p in zip(model.tokens_spatial_shape, model.patch_stride)]
             else:
                 size = self.stated_size(model, kwargs, torch)
-            if not size:
+            shapes = [[2, self.in_chans(model, torch), *[int(s) for s in size]]] if size else self.token_shapes(model, torch)
+            if not shapes:
                 raise ValueError("cannot tell the model's input size; give --input-shape or --kwargs '{\"input_size\": ...}'")
-            shape = [2, self.in_chans(model, torch), *[int(s) for s in size]]
         notes = [f"built from {mode['how']}"]
         named = {k: v for k, v in filled.items() if self.origin.get(k) is None}
         if named:
@@ -529,4 +577,4 @@ class Building:
         found = {k: v for k, v in filled.items() if self.origin.get(k) is not None}
         if found:
             notes.append(f"filled from the repo: {', '.join(f'{k}={v!r} ({self.origin[k]})' for k, v in found.items())}")
-        return {"module": mode["module"], "attr": mode["attr"], "kwargs": kwargs, "shape": shape, "model": model, "notes": notes}
+        return {"module": mode["module"], "attr": mode["attr"], "kwargs": kwargs, "shapes": shapes, "model": model, "notes": notes}

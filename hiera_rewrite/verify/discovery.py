@@ -6,6 +6,11 @@ MAE are not), and their factories (functions returning one, also through other
 factories, and ``functools.partial(Class, ...)``).  Factories with the same non-size
 configuration are one *variant* (2-D, video...); the first variant of each class is
 built, the others and the 3-D form of a 2-D class only while a site is unreached.
+
+*Components*, for the sites no model reached: the innermost ``nn.Module`` class holding
+each, with the arguments of the places in the files that construct it
+(``MaskUnitAttention(dim, dim_out, heads, q_stride, ...)`` in ``HieraBlock.__init__``:
+the literal and module-level values; the rest from its defaults and their names).
 """
 
 from __future__ import annotations
@@ -27,6 +32,20 @@ _MODEL_ARGS = {"input_size", "in_chans", "img_size"}
 _VIDEO = {"input_size": 16, "q_stride": 1, "mask_unit_size": 1, "patch_kernel": 3, "patch_stride": 2, "patch_padding": 1}
 
 
+def _is_module_class(obj, nn) -> bool:
+    return isinstance(obj, type) and issubclass(obj, nn.Module) and obj is not nn.Module
+
+
+def _local_names(func: ast.AST) -> Set[str]:
+    """Names a function binds (its parameters and assignments): they have no value here."""
+    names: Set[str] = set()
+    args = getattr(func, "args", None)
+    if args is not None:
+        names |= {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a is not None}
+    names |= {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return names
+
+
 class Discovery:
     """Finds the candidates on the original side (a mixin of the worker)."""
 
@@ -44,7 +63,7 @@ class Discovery:
         scanned: Set[str] = set()
 
         def is_module_class(obj) -> bool:
-            return isinstance(obj, type) and issubclass(obj, nn.Module) and obj is not nn.Module
+            return _is_module_class(obj, nn)
 
         def scan(mod_name: str, primary: bool) -> None:
             if mod_name in scanned:
@@ -62,6 +81,7 @@ class Discovery:
             if not source_file:
                 return
             tree = ast.parse(Path(source_file).read_bytes())
+            self.trees.append((module, tree))
             funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
             for node in tree.body:
                 if isinstance(node, ast.ClassDef):
@@ -135,6 +155,77 @@ class Discovery:
             first.append(dict(cands[0], later=False))
             later.extend(dict(c, later=True) for c in cands[1:])
         return first + later
+
+    def components(self, sites: List[Dict[str, Any]], torch) -> List[Dict[str, Any]]:
+        """A candidate per class holding one of ``sites`` (the innermost ``nn.Module``
+        class), with the arguments of up to two places of the files that construct it."""
+        out: List[Dict[str, Any]] = []
+        for site in sites:
+            name, module = site.get("owner_class"), sys.modules.get(site["module"])
+            cls = vars(module).get(name) if module is not None and name else None
+            if not _is_module_class(cls, torch.nn) or any(c["cls"] is cls for c in out):
+                continue
+            recipes: List[Tuple[str, Dict[str, Any]]] = []
+            for where, recipe in self.constructions(cls):
+                if all(recipe != r for _, r in recipes):
+                    recipes.append((where, recipe))
+            out.append({"module": cls.__module__, "attr": cls.__qualname__, "label": f"component {cls.__name__}", "factory": False,
+                        "cls": cls, "recipes": recipes[:2], "kwargs": {}, "component": True})
+        return out
+
+    def constructions(self, cls) -> List[Tuple[str, Dict[str, Any]]]:
+        """(where, keyword arguments) of each call of ``cls`` in the scanned modules: the
+        arguments that are literals or module-level values (none of the calling
+        function's own names, no call); the others are left to the class's defaults."""
+        import inspect  # noqa: PLC0415
+
+        try:
+            params = list(inspect.signature(cls).parameters.values())
+        except (TypeError, ValueError):
+            return []
+        positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        found: List[Tuple[str, Dict[str, Any]]] = []
+        for module, tree in self.trees:
+            env = dict(vars(module))
+            scopes: List[Tuple[ast.AST, str]] = [(tree, "<module>")]
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef):
+                    scopes.extend((f, f"{node.name}.{f.name}") for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)))
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node in tree.body:
+                    scopes.append((node, node.name))
+            for scope, qual in scopes:
+                local = _local_names(scope) if scope is not tree else set()
+                calls = [n for n in ast.walk(scope) if isinstance(n, ast.Call)] if scope is not tree else [
+                    n for stmt in tree.body if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for n in ast.walk(stmt) if isinstance(n, ast.Call)]
+                for call in calls:
+                    if callee(call.func, module)[0] is not cls or any(isinstance(a, ast.Starred) for a in call.args) or len(call.args) > len(positional):
+                        continue
+                    bound = list(zip(positional, call.args)) + [(k.arg, k.value) for k in call.keywords if k.arg is not None]
+                    recipe: Dict[str, Any] = {}
+                    for name, expr in bound:
+                        value = self._value_here(expr, env, local)
+                        if value is not OPAQUE:
+                            recipe[name] = value
+                    found.append((f"{qual} ({Path(module.__file__).name}:{call.lineno})", recipe))
+        return found
+
+    def _value_here(self, expr: ast.AST, env: Dict[str, Any], local: Set[str]) -> Any:
+        """An argument's value where it is a literal or a module-level value that is the
+        same on both sides (not a class or function of the user's files), else OPAQUE."""
+        if any(isinstance(n, (ast.Call, ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield)) for n in ast.walk(expr)):
+            return OPAQUE
+        if any(isinstance(n, ast.Name) and n.id in local for n in ast.walk(expr)):
+            return OPAQUE
+        try:
+            value = literal(expr, env)
+        except Exception:  # noqa: BLE001
+            return OPAQUE
+        leaves = list(value) if isinstance(value, (tuple, list)) else [value]
+        for leaf in leaves:
+            owner = getattr(leaf, "__module__", None) if not isinstance(leaf, (int, float, str, bytes, type(None))) else None
+            if owner and self.in_tree(sys.modules.get(owner)):
+                return OPAQUE
+        return value
 
     def call_sites(self) -> Dict[str, List[Tuple[str, Dict[str, Any]]]]:
         """{class name: [(path:line, keywords)]}: calls ``Name(k=literal, ...)`` (no

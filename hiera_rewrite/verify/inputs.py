@@ -1,7 +1,9 @@
 """What ``--verify`` feeds a model (worker side).
 
 The input follows the model: ``(B, in_chans, *input_size)`` at the smallest size its
-mask units accept (1-D, 2-D, 3-D grids alike).  ``forward``'s other required arguments
+mask units accept (1-D, 2-D, 3-D grids alike); a module with no stated size (a
+component: an attention, a block) gets the first of a few token sequences
+``(B, N, C)`` with which the original runs.  ``forward``'s other required arguments
 get values built from the model (token and mask-unit masks, values from their names),
 the first with which the original runs.  The cases: ``forward(x)``; with a mask from
 ``get_random_mask`` (and intermediates) where ``forward`` takes one; that case with the
@@ -22,6 +24,7 @@ _MASK_RATIO = 0.5
 
 
 _MAX_ARG_TRIES = 12
+_MAX_TOKENS = 4096
 # where models state their input size, by convention
 _SIZE_NAMES = ("input_size", "img_size", "image_size", "input_shape", "image_shape", "seq_len", "sequence_length", "num_samples", "resolution")
 
@@ -78,6 +81,54 @@ class Inputs:
             dims = next((len(m.kernel_size) for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)), 2)
             size = [size] * dims
         return list(size) if size else None
+
+    @staticmethod
+    def token_shapes(model, torch) -> List[List[int]]:
+        """Inputs to try for a module with no stated size: ``(2, N, C)`` with ``C`` the
+        features of its first ``Linear``/``LayerNorm`` and ``N`` a few multiples of its
+        windows (per module, the product of its stride, window and unit sizes; their least
+        common multiple); ``(2, C, S, ...)`` where a convolution comes first."""
+        nn = torch.nn
+        first = next((m for m in model.modules() if isinstance(m, (nn.Linear, nn.LayerNorm, nn.modules.conv._ConvNd))), None)
+        if first is None:
+            return []
+        if isinstance(first, nn.modules.conv._ConvNd):
+            return [[2, int(first.in_channels), *[s] * len(first.kernel_size)] for s in (16, 32, 64)]
+        features = int(first.in_features) if isinstance(first, nn.Linear) else int(first.normalized_shape[-1])
+        unit = 1
+        for module in model.modules():
+            size = 1
+            for name, value in vars(module).items():
+                if name.startswith("_") or not any(w in name.lower() for w in ("stride", "window", "unit")):
+                    continue
+                values = list(value) if isinstance(value, (tuple, list)) else [value]
+                if values and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+                    size *= math.prod(values)
+            unit = math.lcm(unit, size)
+        counts = [n for n in (2 * unit, unit, 4 * unit) if n <= _MAX_TOKENS] + [16, 64]
+        return [[2, n, features] for n in dict.fromkeys(counts)]
+
+    def choose_input(self, model, shapes: List[List[int]], torch) -> Tuple[Any, Dict[str, Any], List[str]]:
+        """The input (float64, CPU), ``forward``'s required arguments and notes: the first
+        of ``shapes`` with which the original runs; a single shape is taken as it is."""
+        tried: List[str] = []
+        for shape in shapes:
+            x = torch.randn(*shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+            try:
+                base, notes = self.forward_args(model, x, torch)
+                if len(shapes) > 1 and not base:  # forward_args ran it only for required arguments
+                    with torch.no_grad():
+                        torch.manual_seed(1)
+                        model(x.clone())
+            except Exception as exc:  # noqa: BLE001 -- the user's code may raise anything
+                if len(shapes) == 1:
+                    raise
+                tried.append(f"{tuple(shape)}: {type(exc).__name__}: {str(exc)[:100]}")
+                continue
+            if tried:
+                notes = notes + [f"input {tuple(shape)}: the original raised with " + "; ".join(tried)]
+            return x, base, notes
+        raise ValueError("the original raised with every input tried: " + "; ".join(tried))
 
     @staticmethod
     def in_chans(model, torch) -> int:

@@ -71,8 +71,9 @@ def _hint(site: Dict[str, Any], report: Dict[str, Any]) -> str:
     if unimported:
         return f"cannot import {unimported[0]['module']}: {unimported[0]['error']}"
     contains = report.get("contains", {})
-    # the class's own builds and those of the models that would hold it
+    # the class's own builds (first: the innermost) and those of the models that would hold it
     why = [f for f in report.get("failures", []) if f.get("class") == owner_class or owner_class in contains.get(f.get("class"), ())]
+    why.sort(key=lambda f: f.get("class") != owner_class)
     reason = "; ".join(f"{f['label']}: {f['error']}" for f in why[:2])
     missing = [f.get("missing") for f in why if f.get("missing")]
     if missing:
@@ -124,13 +125,15 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> bo
         print(f"  note: {note}", file=out)
 
     verdicts = site_verdicts(report, sites)
+    # a model by its factory or class; a component by its constructor call
+    short = {m["label"]: m["label"] if m.get("component") else m["label"].split(" ")[0] for m in report.get("models", [])}
     unproven = [v for v in verdicts if not v["exercised"] and not v["definition_only"]]
     if verdicts:
         print("sites", file=out)
         rows = [("site", "code", "in", "exercised by", "lines run", "result")]
         for v in verdicts:
             s = v["site"]
-            cases = [f"{m.split(' ')[0]} {c}" for m, c in v["cases"]]
+            cases = [f"{short[m]} {c}" for m, c in v["cases"]]
             by = cases[0] + (f" (+{len(cases) - 1})" if len(cases) > 1 else "") if cases else "-"
             if v["definition_only"]:
                 result = "pass (definition only)" if v["ok"] else "FAIL"
@@ -148,18 +151,19 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> bo
     if failed_sites:
         ok = False
     missing = sorted({i["error"] for i in report.get("imports", []) if i["missing"]})
-    if not report.get("models") and not report.get("errors") and not missing:
-        print("  FAILED: no model could be built; name one with --factory module:function", file=out)
-        ok = False
+    nothing_built = not report.get("models") and not report.get("errors") and not missing
+    if nothing_built:  # not a mismatch either: the sites' messages say why
+        print("  no model could be built; name one with --factory module:function", file=out)
     proven = sum(1 for v in verdicts if v["exercised"] or v["definition_only"])
     tally = f"{proven}/{len(verdicts)} sites exercised"
-    if ok and not unproven:
+    if ok and not unproven and not nothing_built:
         print(f"verify: PASSED ({tally}, every comparison equal)", file=out)
         return True
     if ok and missing:  # not a mismatch: install what the files import, then verify again
         print(f"verify: NOT PROVEN ({tally}; {'; '.join(missing)})", file=out)
     elif ok:
-        print(f"verify: NOT PROVEN ({tally}; {len(unproven)} never ran in a compared case)", file=out)
+        why = f"{len(unproven)} never ran in a compared case" if unproven else "no model could be built"
+        print(f"verify: NOT PROVEN ({tally}; {why})", file=out)
     else:
         print(f"verify: FAILED ({tally})", file=out)
     return False

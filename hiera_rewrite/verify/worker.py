@@ -8,8 +8,9 @@ the two copies, the modules to scan, the files to trace and the sites to reach.
    (:mod:`.discovery`), build each small (:mod:`.arguments`), choose its input and cases
    (:mod:`.inputs`) and run every case under a line tracer limited to the rewritten
    files (:mod:`.tracing`).  The first variant of each top-level class is built;
-   further variants, then the classes holding a site, only while a site is still
-   unreached.
+   further variants only while a site is still unreached; then, for each site no model
+   reached, the class holding it is built directly as a *component*, as the files
+   construct it (and with its switched-off branches on) while its sites are unreached.
 2. Rewritten side: the modules are dropped from ``sys.modules``, the path swapped to
    the rewritten copy, and each plan built again under the same names with the same
    weights and inputs, traced the same way, and compared (:mod:`.compare`).
@@ -51,7 +52,9 @@ class Worker(Discovery, Building, Inputs, Comparison):
         self.trace = Tracer(traced)
         self.coverage: Dict[Tuple[str, str], Dict[str, Dict[str, Set[int]]]] = {}
         self._repo: Optional[Dict[str, Tuple[Any, str]]] = None
+        self.labels: Set[str] = set()
         self.origin: Dict[str, Optional[str]] = {}  # filled name -> where its value came from
+        self.trees: List[Tuple[Any, Any]] = []  # (module, syntax tree) of each module scanned
 
     def progress(self, message: str) -> None:
         if not self.spec["quiet"]:
@@ -126,10 +129,11 @@ class Worker(Discovery, Building, Inputs, Comparison):
         for key in [k for k in self.coverage if k[0] == label]:
             del self.coverage[key]
 
-    def attempt(self, cand: Dict[str, Any], torch, configs, label: str) -> Optional[Dict[str, Any]]:
-        """Build and run one candidate on the original side; its plan, or None."""
-        errors = []
-        for mode in self.modes(cand):
+    def attempt(self, cand: Dict[str, Any], modes: List[Dict[str, Any]], torch, configs, label: str) -> Tuple[Optional[Dict[str, Any]], List[Dict[str, Any]]]:
+        """Build and run one candidate on the original side, in the first of ``modes``
+        that works: (its plan or None, the errors of the modes tried)."""
+        errors: List[Dict[str, Any]] = []
+        for mode in modes:
             t0 = time.time()
             self.progress(f"building {label} ({mode['how']}, original)")
             bucket = self.bucket("orig", label, "build")
@@ -148,16 +152,16 @@ class Worker(Discovery, Building, Inputs, Comparison):
             plan["state"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
             plan["runs"] = {}
             plan["label"] = label
-            gen = torch.Generator().manual_seed(3)
-            plan["x"] = torch.randn(*plan["shape"], generator=gen, dtype=torch.float64)
+            plan["component"] = bool(cand.get("component"))
             try:
                 base: Dict[str, Any] = {}
                 for i, (device, dtype, tol, cname) in enumerate(configs):
                     model.to(device=device, dtype=dtype)
-                    x = plan["x"].to(device=device, dtype=dtype)
                     if i == 0:
-                        base, arg_notes = self.forward_args(model, x, torch)
+                        plan["x"], base, arg_notes = self.choose_input(model, plan.pop("shapes"), torch)
+                        plan["shape"] = list(plan["x"].shape)
                         plan["notes"].extend(arg_notes)
+                    x = plan["x"].to(device=device, dtype=dtype)
                     for case, kw in self.cases(model, x, torch, base):
                         self.progress(f"running {label} {case} [{cname}] (original)")
                         if i == 0:
@@ -173,13 +177,45 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 del model
             plan["seconds"] = time.time() - t0
             # --verify-cuda times the model at its own size: the first mode that is not shrunk
-            plan["bench_mode"] = next((m for m in self.modes(cand) if not m["how"].startswith("small")), mode)
-            return plan
-        for err in errors[-1:] if errors else []:
-            self.report["failures"].append(dict(err, label=cand["label"], **{"class": cand["cls"].__name__ if cand["cls"] else None}))
+            plan["bench_mode"] = next((m for m in modes if not m["how"].startswith("small")), mode)
+            return plan, errors
+        return None, errors
+
+    def not_built(self, label: str, cls, errors: List[Dict[str, Any]]) -> None:
+        """A candidate no mode built and ran: its last error is the failure, the others notes."""
+        if errors:
+            self.report["failures"].append(dict(errors[-1], label=label, **{"class": cls.__name__ if cls else None}))
         if len(errors) > 1:
-            self.report["notes"].append(f"{cand['label']}: " + "; ".join(e["error"] for e in errors[:-1]))
-        return None
+            self.report["notes"].append(f"{label}: " + "; ".join(e["error"] for e in errors[:-1]))
+
+    def unique(self, label: str) -> str:
+        while label in self.labels:
+            label += "'"
+        self.labels.add(label)
+        return label
+
+    def reach_components(self, torch, configs, plans: List[Dict[str, Any]]) -> None:
+        """Sites no model reached: build the class holding each directly, in its modes
+        (:meth:`component_modes`) while a site of the class is unreached; each mode that
+        runs is its own compared case."""
+        for cand in self.components(self.unreached(), torch):
+            name = cand["cls"].__name__
+            tried: List[str] = []
+            missing = None
+            for mode in self.component_modes(cand):
+                if not any(s.get("owner_class") == name for s in self.unreached()):
+                    break
+                plan, errors = self.attempt(cand, [mode], torch, configs, self.unique(mode["label"]))
+                if plan is not None:
+                    plans.append(plan)
+                for err in errors:
+                    tried.append(f"{mode['label'].removeprefix('component ')}: {err['error']}")
+                    missing = missing or err.get("missing")
+            if tried:
+                failure = {"error": "; ".join(tried), "label": f"component {name}", "class": name}
+                if missing:
+                    failure["missing"] = missing
+                self.report["failures"].append(failure)
 
     def run(self) -> None:
         try:
@@ -200,7 +236,6 @@ class Worker(Discovery, Building, Inputs, Comparison):
         try:
             cands = self.discover(torch)
             tried = 0
-            labels: Set[str] = set()
             for cand in cands:
                 if cand["later"]:
                     missing = self.unreached()
@@ -217,18 +252,18 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     self.report["notes"].append(f"stopped after {tried} candidate models")
                     break
                 tried += 1
-                label = cand["label"]
-                while label in labels:
-                    label += "'"
-                labels.add(label)
-                plan = self.attempt(cand, torch, configs, label)
+                plan, errors = self.attempt(cand, self.modes(cand), torch, configs, self.unique(cand["label"]))
                 if plan is not None:
                     plans.append(plan)
+                else:
+                    self.not_built(cand["label"], cand["cls"], errors)
+            if not self.spec["factories"]:
+                self.reach_components(torch, configs, plans)
         finally:
             self.leave()
 
         ref_name = configs[0][3] if configs else None
-        benches = [(plan["label"], plan["bench_mode"], plan["shape"]) for plan in plans]
+        benches = [(plan["label"], plan["bench_mode"], plan["shape"]) for plan in plans if not plan["component"]]
         self.enter("new")
         try:
             for plan in plans:
@@ -244,7 +279,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
 
     def run_new(self, plan, configs, ref_name, torch) -> None:
         label = plan["label"]
-        entry = {"label": label, "input": plan["shape"], "rows": [], "notes": plan["notes"]}
+        entry = {"label": label, "input": plan["shape"], "rows": [], "notes": plan["notes"], "component": plan["component"]}
         t0 = time.time()
         self.report["models"].append(entry)
         try:
