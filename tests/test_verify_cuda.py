@@ -79,6 +79,32 @@ def test_backward_runs_through_the_loss():
     assert len(seen) == 4 and all(torch.equal(g, torch.full((3,), 2.0)) for g in seen)
 
 
+def test_timed_at_the_models_own_size_or_the_bench_size():
+    """The timed input (CPU-side): --bench-size, else the size the model is built for (a
+    Hiera's grid, or the size it states), not the small input verify shrank it to."""
+    from hiera_rewrite.verify.inputs import Inputs
+
+    hiera = pytest.importorskip("hiera")
+    inputs = Inputs()
+    model = hiera.Hiera(embed_dim=8, num_heads=1, stages=(1, 1, 1, 1))  # built for 224x224
+    verified = [2, 3, 64, 64]
+    assert inputs.own_size(model, {}, torch) == [224, 224]
+    assert inputs.bench_shape(model, {}, {"batch": 16}, verified, torch) == [16, 3, 224, 224]
+    assert inputs.bench_shape(model, {}, {"batch": 4, "size": [96, 128]}, verified, torch) == [4, 3, 96, 128]
+
+    class Stated(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.img_size = 96  # one size per dim of its first convolution
+            self.embed = torch.nn.Conv2d(1, 4, 3)
+
+    # verified at --input-shape 2,1,32,32: timed at its own 96x96
+    assert inputs.bench_shape(Stated(), {}, {"batch": 16}, [2, 1, 32, 32], torch) == [16, 1, 96, 96]
+    # no size stated (verified on a token sequence): timed at the verified size
+    assert inputs.own_size(torch.nn.Linear(8, 8), {}, torch) is None
+    assert inputs.bench_shape(torch.nn.Linear(8, 8), {}, {"batch": 16}, [2, 10, 8], torch) == [16, 10, 8]
+
+
 # -- through the CLI ------------------------------------------------------------------------
 
 

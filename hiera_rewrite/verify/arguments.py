@@ -551,10 +551,7 @@ class Building:
         user_sized = "input_size" in self.spec["kwargs"] or "input_size" in cand.get("kwargs", {})
         if not user_sized and not self.spec["input_shape"]:
             small = self.small_input_size(model)
-            current = None
-            if small is not None:
-                current = [int(t) * int(p) for t, p in zip(model.tokens_spatial_shape, model.patch_stride)]
-            if small is not None and small != current:
+            if small is not None and small != self.own_size(model, kwargs, torch):
                 try:
                     model = self.construct(self.resolve(mode["module"], mode["attr"]), dict(kwargs, input_size=tuple(small)), torch, filled)
                     kwargs["input_size"] = tuple(small)
@@ -563,10 +560,7 @@ class Building:
         if self.spec["input_shape"]:
             shapes = [list(self.spec["input_shape"])]
         else:
-            if hasattr(model, "tokens_spatial_shape") and hasattr(model, "patch_stride"):
-                size = [int(t) * int(p) for t, p in zip(model.tokens_spatial_shape, model.patch_stride)]
-            else:
-                size = self.stated_size(model, kwargs, torch)
+            size = self.own_size(model, kwargs, torch)
             shapes = [[2, self.in_chans(model, torch), *[int(s) for s in size]]] if size else self.token_shapes(model, torch)
             if not shapes:
                 raise ValueError("cannot tell the model's input size; give --input-shape or --kwargs '{\"input_size\": ...}'")

@@ -62,6 +62,21 @@ class Inputs:
             size.append(min(unit * 2, t) * int(p) if t >= unit else t * int(p))
         return size
 
+    def own_size(self, model, kwargs: Dict[str, Any], torch) -> Optional[List[int]]:
+        """The input size a model is built for: a Hiera-like model's token grid times its
+        patch stride, else the size it states (:meth:`stated_size`); None if it states none."""
+        if hasattr(model, "tokens_spatial_shape") and hasattr(model, "patch_stride"):
+            return [int(t) * int(p) for t, p in zip(model.tokens_spatial_shape, model.patch_stride)]
+        return self.stated_size(model, kwargs, torch)
+
+    def bench_shape(self, model, kwargs: Dict[str, Any], bench: Dict[str, Any], verified: List[int], torch) -> List[int]:
+        """--verify-cuda's input: ``--bench-batch`` inputs at ``--bench-size``, else at the
+        model's own size (:meth:`own_size`), with the verified input's channels; a model
+        that states no size is timed at the verified input's size."""
+        batch = int(bench.get("batch", 16))
+        size = bench.get("size") or self.own_size(model, kwargs, torch)
+        return [batch, *verified[1:2], *[int(s) for s in size]] if size else [batch, *verified[1:]]
+
     @staticmethod
     def stated_size(model, kwargs: Dict[str, Any], torch) -> Optional[List[int]]:
         """The input size a model states in one of the usual names (its keyword arguments,

@@ -344,20 +344,14 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     self.enter(side)
                     try:
                         self.progress(f"building {label} at its own size for timing ({side})")
-                        models[side] = self.build(mode, torch, {})[0]
+                        models[side], built = self.build(mode, torch, {})
                     finally:
                         self.leave()
                 models["new"].load_state_dict(models["orig"].state_dict())
                 for model in models.values():
                     model.to(device="cuda", dtype=torch.bfloat16)
                 model = models["orig"]
-                if bench.get("size"):
-                    size = list(bench["size"])
-                elif hasattr(model, "tokens_spatial_shape") and hasattr(model, "patch_stride"):
-                    size = [int(t) * int(p) for t, p in zip(model.tokens_spatial_shape, model.patch_stride)]
-                else:  # its own size is unknown: the verified one
-                    size = list(verified_shape[2:])
-                shape = [int(bench.get("batch", 16)), *verified_shape[1:2], *size]
+                shape = self.bench_shape(model, built, bench, verified_shape, torch)
                 self.progress(f"timing {label} {tuple(shape)} on {torch.cuda.get_device_name()}")
                 # forward's required arguments, made again for this size (none: {})
                 probe = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
