@@ -12,7 +12,7 @@ from typing import List, Optional, Set
 
 import libcst as cst
 
-from hiera_rewrite.flow import FunctionFlow, statement_names
+from hiera_rewrite.flow import FunctionFlow, enclosing_line, in_place_write, statement_names
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
@@ -111,6 +111,19 @@ def emitted_fallback(ctx, line: cst.CSTNode, count: str) -> bool:
         and isinstance(branch.orelse, cst.Else)
         and code(branch.test).replace(" ", "") == f"{count}isNone"
     )
+
+
+def written_in_place(ctx: PlanContext, func: cst.FunctionDef, name: str) -> Optional[str]:
+    """``"<name> is written in place by `<statement>` at line N"`` when ``func`` may
+    write into the tensor ``name`` holds (or a view of it, hiera_rewrite.flow's
+    ``in_place_write``), else None.  A count proven for a mask (get_random_mask's, the
+    decoder's) no longer holds once the mask is changed in place (`mask[:, 0] = True`)."""
+    node = in_place_write(ctx, func, name)
+    if node is None:
+        return None
+    line = enclosing_line(ctx, node)
+    shown = "; ".join(code(small) for small in line.body) if line is not None else code(node)
+    return f"{name} is written in place by `{shown}` at line {ctx.position(node).line}"
 
 
 def own_method(cls: str, method: str) -> str:

@@ -43,6 +43,7 @@ from ._mask import (
     imports_module,
     imports_typing_optional,
     with_keyword_param,
+    written_in_place,
 )
 
 INDEX = "kept_windows"
@@ -173,6 +174,10 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
     reads = [s for s, _ in flow.loads_of(grid) if grid_stmt.index < s.index < put.index]  # type: ignore[union-attr]
     if reads:
         raise Refuse(f"{grid} is read before the fill: the in-place write may be observed through it")
+    for name in dict.fromkeys([unit_mask, expand[0].value, mask]):  # type: ignore[attr-defined]
+        written = written_in_place(ctx, func, name)
+        if written is not None:
+            raise Refuse(f"{written}: the kept units may not be the ones the count states")
     if free_names(flow, INDEX, COUNT):
         raise Refuse(f"the function already uses the name {INDEX} or {COUNT}")
     if not imports_module(ctx.module, "torch"):

@@ -23,7 +23,7 @@ A method under `# hiera-rewrite: skip` neither gains the count nor is passed it.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import dataclasses
 
@@ -47,6 +47,7 @@ from ._mask import (
     imports_module,
     imports_typing_optional,
     with_keyword_param,
+    written_in_place,
 )
 
 COUNT = "num_masked"
@@ -229,6 +230,9 @@ def _gaining(ctx: PlanContext, func: cst.FunctionDef, lines: List[cst.SimpleStat
     (mask,) = masks
     if flow.assigning(mask) or flow.compound_assigned.get(mask):
         raise Refuse(f"the mask argument {mask} is reassigned in {func.name.value}")
+    written = written_in_place(ctx, func, mask)
+    if written is not None:
+        raise Refuse(f"{written}: how many tokens it selects in each row is not proven")
     return _Method(func, mask)
 
 
@@ -336,6 +340,16 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
             if len({pred_mask.value, latent.value, pred.value}) != 3:  # type: ignore[attr-defined]
                 continue
             encoded = _encoder_call(ctx, defined, flow, stmt, latent.value, unit_mask.value)  # type: ignore[attr-defined]
+            if isinstance(encoded, str):
+                ctx.refuse(call[1], encoded)
+                continue
+            if encoded is not None:
+                changed = [w for w in (written_in_place(ctx, func, n.value) for n in (unit_mask, pred_mask)) if w]  # type: ignore[attr-defined]
+                unproven = _decoded_mask(ctx, decoder)
+                if changed or unproven:
+                    why = f"{changed[0]} in {func.name.value}" if changed else unproven
+                    ctx.refuse(call[1], f"{why}: the masked counts are not passed")
+                    continue
             if encoded is None:
                 unguarded = _unguarded_random_mask(ctx, defined, flow, stmt, latent.value)  # type: ignore[attr-defined]
                 if unguarded is not None:
@@ -411,7 +425,7 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
 
 def _encoder_call(
     ctx: PlanContext, defined: Dict[str, cst.FunctionDef], flow: FunctionFlow, decode: Stmt, latent: str, mask: str
-) -> Optional[Tuple[cst.SimpleStatementLine, str, str, str, List[str]]]:
+) -> Union[None, str, Tuple[cst.SimpleStatementLine, str, str, str, List[str]]]:
     """`latent, mask = self.<encoder>(...)` before ``decode``, the one binding of both,
     where <encoder> is a method of the class that makes the mask with
     ``self.get_random_mask(a, b)`` when its mask argument is None and returns it.
@@ -451,6 +465,12 @@ def _encoder_call(
             continue
         if not made.once:
             return None
+        written = written_in_place(ctx, encoder, param)
+        if written is not None:
+            return (
+                f"{written} in {encoder.name.value}: the count get_random_mask states may not be the mask's;"
+                " the counts are not passed"
+            )
         inner = made.args
         if not all(
             is_name(a)
@@ -503,6 +523,74 @@ def _unguarded_random_mask(
         " `if mask is None: mask = self.get_random_mask(x, mask_ratio)`: the masked counts are not passed"
         " (the loss and label selection count the mask themselves: host syncs)"
     )
+
+
+def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:
+    """None when the mask ``decoder`` returns is its fill mask brought back to token
+    order, as upstream's:
+
+        x_dec[mask] = x.flatten()                    # mask: the unit mask, expanded
+        ...
+        mask = undo_windowing(mask[..., 0:1], ...)   # (B, *tokens, 1)
+        mask = mask.view(x.shape[0], -1)             # (B, tokens), views/reshapes only
+        return x, mask
+
+    -- so it is True at exactly the kept units' tokens and the masked count is all
+    tokens minus theirs.  Else why not (a fork's decoder predicting every token
+    returns another mask)."""
+    returns = _returns(ctx, decoder)
+    last = decoder.body.body[-1]  # type: ignore[union-attr]
+    returned = last.body[0] if isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1 else None
+    if (
+        returns != [returned]
+        or not isinstance(returned.value, cst.Tuple)  # type: ignore[union-attr]
+        or len(returned.value.elements) != 2  # type: ignore[union-attr]
+        or not is_name(returned.value.elements[1].value)  # type: ignore[union-attr]
+    ):
+        return f"{decoder.name.value} does not end with one `return x, mask`, so the mask it returns is not followed"
+    flow = ctx.flow(decoder)
+    fills = [
+        s for s in flow.stmts
+        if s.line.body and (assign := single_assign(s.line)) is not None and isinstance(assign[0], cst.Subscript)
+        and method_call(assign[1], "flatten") is not None and len(assign[0].slice) == 1
+        and isinstance(assign[0].slice[0].slice, cst.Index) and is_name(assign[0].slice[0].slice.value)
+    ]
+    if len(fills) != 1:
+        return f"{decoder.name.value} does not fill the grid once with `x_dec[mask] = x.flatten()`, so the mask it returns is not followed"
+    fill = fills[0]
+    filled = single_assign(fill.line)[0].slice[0].slice.value.value  # type: ignore[index, union-attr]
+    name = returned.value.elements[1].value.value  # type: ignore[union-attr]
+    stmt = flow.stmt_of(last)
+    why = (
+        f"the mask {decoder.name.value} returns is not its fill mask brought back to token order"
+        f" (`undo_windowing({filled}[..., 0:1], ...)`, then views), so how many tokens it masks is not known"
+    )
+    while True:
+        defs = [s for s in flow.assigning(name) if s.index < stmt.index]
+        if not defs or flow.compound_assigned.get(name) or not defs[-1].line.body:
+            return why
+        stmt = defs[-1]
+        assign = single_assign(stmt.line)
+        if assign is None or not is_name(assign[0], name) or written_in_place(ctx, decoder, name):
+            return why
+        value = assign[1]
+        view = method_call(value, "view", "reshape")
+        if view is not None and is_name(view[0]):
+            name = view[0].value  # type: ignore[attr-defined]
+            continue
+        if (
+            isinstance(value, cst.Call)
+            and is_name(value.func, "undo_windowing")
+            and value.args
+            and value.args[0].keyword is None
+            and code(value.args[0].value).replace(" ", "") == f"{filled}[...,0:1]"
+        ):
+            source = [s for s in flow.assigning(filled) if s.index < stmt.index]
+            at_fill = [s for s in flow.assigning(filled) if s.index < fill.index]
+            if not source or not at_fill or source[-1] is not at_fill[-1]:
+                return why
+            return None
+        return why
 
 
 def _returns(ctx: PlanContext, func: cst.FunctionDef) -> List[cst.Return]:

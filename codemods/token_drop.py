@@ -53,6 +53,7 @@ from ._mask import (
     imports_typing_optional,
     last_top_level_import,
     with_keyword_param,
+    written_in_place,
 )
 
 COUNT = "num_kept"
@@ -275,6 +276,9 @@ def _token_drop(
                 " in each row is not proven (not the function's own mask argument)"
             )
         raise Refuse(f"{mask} is not the function's own mask argument (reassigned or not a parameter)")
+    written = written_in_place(ctx, func, mask)
+    if written is not None:
+        raise Refuse(f"{written}: how many units it keeps in each row is not proven")
     clash = free_names(flow, COUNT, INDEX)
     if clash:
         raise Refuse(f"the function already uses the name(s) {', '.join(clash)}")
@@ -339,6 +343,9 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     guard = made.guard
     if not made.once:
         raise Refuse(f"{mask} is assigned elsewhere in {func.name.value}: the kept count may not be get_random_mask's")
+    written = written_in_place(ctx, func, mask)
+    if written is not None:
+        raise Refuse(f"{written}: the kept count may not be get_random_mask's; it is not passed")
     if ctx.position(call).line <= ctx.position(guard).line:
         raise Refuse("the encoder call does not come after the random mask is made")
     cls = next((a for a in ctx.ancestors(func) if isinstance(a, cst.ClassDef)), None)

@@ -294,3 +294,79 @@ def enclosing_function(ctx: "PlanContext", node: cst.CSTNode) -> Optional[cst.Fu
         if isinstance(ancestor, (cst.ClassDef, cst.Lambda)):
             return None
     return None
+
+
+# -- in-place writes ---------------------------------------------------------------------
+
+
+def _root_name(expr: cst.CSTNode) -> Optional[str]:
+    """The name a method/attribute/subscript chain starts from: `m` for
+    `m.view(...)[..., 0].bool()`; None for anything else (`~m`, `f(m)`, `m | n`)."""
+    while True:
+        if isinstance(expr, cst.Name):
+            return expr.value
+        if isinstance(expr, cst.Attribute):
+            expr = expr.value
+        elif isinstance(expr, cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            expr = expr.func.value
+        else:
+            return None
+
+
+def in_place_write(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Optional[cst.CSTNode]:
+    """The first node of ``func`` (nested code included) that may write in place into
+    the tensor ``name`` holds, or into a view of it; None if there is none.
+
+    Writes: `m[...] = v`, `m.attr = v`, `m op= v` and `m[...] op= v` (augmented
+    assignment is in place on tensors), `m.<method>_(...)` (torch's in-place methods:
+    `logical_or_`, `index_fill_`, `copy_`...), `f(..., out=m)`.  ``m`` is ``name`` or
+    a name bound to a method, attribute or subscript chain of one (`k = mask.view(...)`,
+    `k = mask[:, 1:]`: a view shares the storage; a copy is taken as one too).  What a
+    call does with a tensor it is given (`self.fix(mask)`) is not followed."""
+    aliases = {name}
+    assigns: List[cst.Assign] = []
+
+    class _Assigns(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            assigns.append(node)
+
+    ctx.visit(_Assigns(), func.body)
+    changed = True
+    while changed:
+        changed = False
+        for node in assigns:
+            if _root_name(node.value) in aliases:
+                for target in node.targets:
+                    if isinstance(target.target, cst.Name) and target.target.value not in aliases:
+                        aliases.add(target.target.value)
+                        changed = True
+    found: List[cst.CSTNode] = []
+
+    class _Writes(cst.CSTVisitor):
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            if isinstance(node.target, (cst.Subscript, cst.Attribute)) and _root_name(node.target) in aliases:
+                found.append(node)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            if _root_name(node.target) in aliases:
+                found.append(node)
+
+        def visit_Call(self, node: cst.Call) -> None:
+            func_ = node.func
+            if (
+                isinstance(func_, cst.Attribute)
+                and func_.attr.value.endswith("_")
+                and not func_.attr.value.startswith("_")
+                and _root_name(func_.value) in aliases
+            ):
+                found.append(node)
+            for arg in node.args:
+                if arg.keyword is not None and arg.keyword.value == "out" and _root_name(arg.value) in aliases:
+                    found.append(node)
+
+    ctx.visit(_Writes(), func.body)
+    if not found:
+        return None
+    return min(found, key=lambda n: (ctx.position(n).line, ctx.position(n).column))
