@@ -19,7 +19,7 @@ give.  Two cases are provably equivalent:
 
 - ``attn`` is never read after the attention: the whole path becomes a 4-D one,
   the windows folded into the batch (q, k, v are (B*num_windows, heads, T, head_dim);
-  HR001 folds them into the heads instead), the q-pool by amax, SDPA with the same
+  HR001 folds them into the heads instead), the q-pool by the same reduction, SDPA with the same
   scale, the output put back in the same token order.
 - ``attn`` is read after the attention only under a flag ``F`` (a parameter of the
   function that is never reassigned), in ``X if F else Y`` or in an ``if F:`` body,
@@ -101,7 +101,9 @@ class ExplicitAttention(Rewrite):
     The rewrite folds the windows into the batch: qkv is permuted (3, 0, 2, 4, 1, 5)
     and flattened to (3, B*num_windows, heads, T, head_dim), so q, k and v are
     (B*num_windows, heads, T, head_dim) (HR001 flattens the same permutation the
-    other way, to (B, num_windows*heads, T, head_dim)), the q-pool becomes `q.unflatten(2, (q_stride, Tq)).amax(dim=2)`,
+    other way, to (B, num_windows*heads, T, head_dim)), the q-pool becomes
+    `q.unflatten(2, (q_stride, Tq)).max(dim=2).values` (the user's own reduction:
+    `.amax(dim=2)` where they wrote `.amax`, so exactly tied maxima get the same gradient),
     SDPA gets the same `scale=`, and the output (B*num_windows, heads, Tq, head_dim)
     is put back as (B, Tq*num_windows, C) with token n = tq*num_windows + w, the
     order the 5-D code produced.  Where num_windows or Tq is 1 (global attention)
@@ -125,9 +127,7 @@ class ExplicitAttention(Rewrite):
     probabilities flag (`if output_attentions or not isinstance(...):`).
 
     Same parameters, same state_dict, same outputs and gradients up to float
-    rounding (the scale is applied inside SDPA instead of to q first).  `.amax`
-    splits the gradient evenly between exactly tied maxima of the q-pool, where
-    `.max(...).values` gives it to one of them.
+    rounding (the scale is applied inside SDPA instead of to q first).
 
     Left alone, with a reason: another permutation or reshape, q/k/v or the qkv
     tensor read besides the attention, a scale the class itself does not set to a
@@ -460,7 +460,10 @@ class _Match:
         args = pool_view_args(pooled, q)
         if args is None:
             raise Refuse(f"{q}'s pool is not q.view(B, heads, num_windows, q_stride, -1, head_dim).max(dim=3)")
-        return {"lines": lines, "stride": args[3], "tq": args[4], "checked": [args[0], args[1], args[2], args[5]], "exprs": list(args)}
+        return {
+            "lines": lines, "stride": args[3], "tq": args[4], "checked": [args[0], args[1], args[2], args[5]],
+            "exprs": list(args), "spelling": reduced[0],
+        }
 
     def unpack(self, body: List[cst.BaseStatement], before: int, q: str, k: str, v: str) -> Tuple[List[int], str]:
         where: List[int] = []
@@ -591,7 +594,10 @@ class _Match:
         permute_src = f"{target_code(permute_line)} {rewrap_code(receiver)}.permute(3, 0, 2, 4, 1, 5).flatten(1, 2)\n"
         pool_src = None
         if pool_at:
-            pool_src = f"{q} = {q}.unflatten(2, ({code(pool_parts['stride'])}, {code(pool_parts['tq'])})).amax(dim=2)\n"
+            # the user's own reduction: `.amax` splits the gradient between exactly tied
+            # maxima, where `.max(...).values` gives it to one of them
+            reduce = ".amax(dim=2)" if pool_parts["spelling"] == "amax" else ".max(dim=2).values"
+            pool_src = f"{q} = {q}.unflatten(2, ({code(pool_parts['stride'])}, {code(pool_parts['tq'])})){reduce}\n"
         call = f"{sdpa}({q}, {k}, {v}, scale={scale_code})"
         restore_args = ", ".join(code(a) for a in parts["restore_args"])
         tail = ".clone()" if clone else ""

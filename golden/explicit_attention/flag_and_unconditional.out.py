@@ -53,9 +53,13 @@ class FlagAttention(nn.Module):
             qkv = qkv.permute(3, 0, 2, 4, 1, 5).flatten(1, 2)
             query, key, value = qkv.unbind(0)
             if self.q_stride > 1:
-                query = query.unflatten(
-                    2, (self.q_stride, tokens_per_window // self.q_stride)
-                ).amax(dim=2)
+                query = (
+                    query.unflatten(
+                        2, (self.q_stride, tokens_per_window // self.q_stride)
+                    )
+                    .max(dim=2)
+                    .values
+                )
             attn_output = torch.nn.functional.scaled_dot_product_attention(
                 query, key, value, scale=self.scale
             )
@@ -88,7 +92,7 @@ class NoWeights(nn.Module):
             .flatten(1, 2)
         )
         q, k, v = qkv[0], qkv[1], qkv[2]
-        q = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)
+        q = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values
         # scores, probabilities and output in one line
         return (
             torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.25)

@@ -42,7 +42,7 @@ class WindowAttention(nn.Module):
             )
             q, k, v = qkv.unbind(0)
             if self.q_stride > 1:
-                q = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)
+                q = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values
             x = torch.nn.functional.scaled_dot_product_attention(
                 q, k, v, scale=self.scale
             )
