@@ -16,8 +16,9 @@ the literal and module-level values; the rest from its defaults and their names)
 from __future__ import annotations
 
 import ast
-import os
 import importlib
+import inspect
+import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -169,16 +170,14 @@ class Discovery:
             for where, recipe in self.constructions(cls):
                 if all(recipe != r for _, r in recipes):
                     recipes.append((where, recipe))
-            out.append({"module": cls.__module__, "attr": cls.__qualname__, "label": f"component {cls.__name__}", "factory": False,
-                        "cls": cls, "recipes": recipes[:2], "kwargs": {}, "component": True})
+            out.append({"module": cls.__module__, "attr": cls.__qualname__, "label": f"component {cls.__name__}", "cls": cls,
+                        "recipes": recipes[:2], "component": True})
         return out
 
     def constructions(self, cls) -> List[Tuple[str, Dict[str, Any]]]:
         """(where, keyword arguments) of each call of ``cls`` in the scanned modules: the
         arguments that are literals or module-level values (none of the calling
         function's own names, no call); the others are left to the class's defaults."""
-        import inspect  # noqa: PLC0415
-
         try:
             params = list(inspect.signature(cls).parameters.values())
         except (TypeError, ValueError):
