@@ -670,7 +670,7 @@ class _Match:
         for stmt in block.body:
             assign = single_assign(stmt) if isinstance(stmt, cst.SimpleStatementLine) else None
             if assign is None or not is_name(assign[0]):
-                what = code(stmt) if isinstance(stmt, cst.SimpleStatementLine) else _header(stmt)
+                what = _statement_code(stmt) if isinstance(stmt, cst.SimpleStatementLine) else _header(stmt)
                 raise Refuse(
                     "the manual-attention branch has a statement this rewrite cannot prove rank-agnostic:"
                     f" `{what}` at line {self.line(stmt)}"
@@ -859,7 +859,7 @@ class _Match:
                 comp = self.component(items, at, name)
             if comp is None and nearest is not None:
                 stmt = items[nearest].node
-                what = code(stmt) if isinstance(stmt, cst.SimpleStatementLine) else _header(stmt)
+                what = _statement_code(stmt) if isinstance(stmt, cst.SimpleStatementLine) else _header(stmt)
                 pooled = " nor a q-pool of the unpacked q" if name == q else ""
                 raise Refuse(
                     f"{name} is bound by `{what}` at line {self.line(stmt)}, not unpacked from a qkv tensor"
@@ -923,7 +923,7 @@ class _Match:
             assign = single_assign(node)
             if assign is not None and is_name(assign[0], q):
                 return node
-        what = code(node) if isinstance(node, cst.SimpleStatementLine) else _header(node)
+        what = _statement_code(node) if isinstance(node, cst.SimpleStatementLine) else _header(node)
         raise Refuse(f"{q} is reassigned by `{what}` at line {self.line(node)}, not by a q-pool max")
 
     def qkv_definition(
@@ -980,7 +980,7 @@ class _Match:
         assign = single_assign(line)
         reduced = reduction_values(assign[1]) if assign and is_name(assign[0], q) else None
         if reduced is None:
-            raise Refuse(f"{q} is reassigned by `{code(line)}` at line {self.line(line)}, not by a q-pool max")
+            raise Refuse(f"{q} is reassigned by `{_statement_code(line)}` at line {self.line(line)}, not by a q-pool max")
         spelling, pooled, dim = reduced
         args = pool_view_args(pooled, q)
         if args is None or dim not in (3, -3):
@@ -1158,6 +1158,11 @@ def _layout_target(line: cst.SimpleStatementLine) -> str:
         f"# was {code(annotation)}: the shape of the 5-D layout, which this line no longer has\n"
         f"{code(small.target)}: {code(array)} ="  # type: ignore[union-attr]
     )
+
+
+def _statement_code(line: cst.SimpleStatementLine) -> str:
+    """A statement on one line for a message, without the comment lines above it."""
+    return code(line.with_changes(leading_lines=[]))
 
 
 def _header(stmt: cst.BaseStatement) -> str:
