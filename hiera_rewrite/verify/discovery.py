@@ -157,14 +157,15 @@ class Discovery:
             later.extend(dict(c, later=True) for c in cands[1:])
         return first + later
 
-    def components(self, sites: List[Dict[str, Any]], torch) -> List[Dict[str, Any]]:
+    def components(self, sites: List[Dict[str, Any]], torch, tried: Set[Any]) -> List[Dict[str, Any]]:
         """A candidate per class holding one of ``sites`` (the innermost ``nn.Module``
-        class), with the arguments of up to two places of the files that construct it."""
+        class) that was not ``tried`` as a model, with the arguments of up to two places
+        of the files that construct it."""
         out: List[Dict[str, Any]] = []
         for site in sites:
             name, module = site.get("owner_class"), sys.modules.get(site["module"])
             cls = vars(module).get(name) if module is not None and name else None
-            if not _is_module_class(cls, torch.nn) or any(c["cls"] is cls for c in out):
+            if not _is_module_class(cls, torch.nn) or cls in tried or any(c["cls"] is cls for c in out):
                 continue
             recipes: List[Tuple[str, Dict[str, Any]]] = []
             for where, recipe in self.constructions(cls):

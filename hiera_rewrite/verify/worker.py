@@ -194,11 +194,11 @@ class Worker(Discovery, Building, Inputs, Comparison):
         self.labels.add(label)
         return label
 
-    def reach_components(self, torch, configs, plans: List[Dict[str, Any]]) -> None:
-        """Sites no model reached: build the class holding each directly, in its modes
-        (:meth:`component_modes`) while a site of the class is unreached; each mode that
-        runs is its own compared case."""
-        for cand in self.components(self.unreached(), torch):
+    def reach_components(self, torch, configs, plans: List[Dict[str, Any]], models: Set[Any]) -> None:
+        """Sites no model reached: build the class holding each directly (unless it was
+        one of the ``models`` tried), in its modes (:meth:`component_modes`) while a site
+        of the class is unreached; each mode that runs is its own compared case."""
+        for cand in self.components(self.unreached(), torch, models):
             name = cand["cls"].__name__
             tried: List[str] = []
             missing = None
@@ -236,6 +236,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
         try:
             cands = self.discover(torch)
             tried = 0
+            models: Set[Any] = set()  # the classes tried as models
             for cand in cands:
                 if cand["later"]:
                     missing = self.unreached()
@@ -252,13 +253,14 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     self.report["notes"].append(f"stopped after {tried} candidate models")
                     break
                 tried += 1
+                models.add(cand["cls"])
                 plan, errors = self.attempt(cand, self.modes(cand), torch, configs, self.unique(cand["label"]))
                 if plan is not None:
                     plans.append(plan)
                 else:
                     self.not_built(cand["label"], cand["cls"], errors)
             if not self.spec["factories"]:
-                self.reach_components(torch, configs, plans)
+                self.reach_components(torch, configs, plans, models)
         finally:
             self.leave()
 
