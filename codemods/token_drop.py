@@ -472,7 +472,7 @@ def _random_mask_count(ctx: PlanContext, func: cst.FunctionDef) -> Dict[cst.CSTN
     if any(isinstance(s, cst.SimpleStatementLine) and any(code(t) == attribute for t in _assigned_names(s)) for s in body):
         raise NotThisIdiom()  # rewritten already
     helper = f"_{func.name.value}_num_kept"
-    taken = [n for n in shadowed(ctx, "len", "range")]
+    taken = [n for n in shadowed(ctx, "len", "range", "type")]
     taken += [helper] if any(helper in statement_names(ctx, s)[0] for s in body) else []
     if taken:
         raise Refuse(f"the kept count's code needs the name(s) {', '.join(taken)}, which the file binds itself")

@@ -8,6 +8,7 @@ each over the original and over the rewritten package and compares them.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -73,6 +74,18 @@ def subclasses(mae_class):
                 mask[:, 1::2] = True
             return super().forward_encoder(x, mask_ratio, mask=mask)
 
+    class WrapsKeepOneMore(mae_class):
+        """get_random_mask wraps the file's own with functools.wraps -- which copies the
+        function's attributes, the count it states included -- and keeps one unit more
+        in each row: the copied count is not this mask's."""
+
+        @functools.wraps(getattr(mae_class, "get_random_mask", None))
+        def get_random_mask(self, x: torch.Tensor, mask_ratio: float) -> torch.Tensor:
+            mask = mae_class.get_random_mask(self, x, mask_ratio)
+            first_dropped = mask.logical_not().byte().argmax(dim=1)
+            return mask.scatter(1, first_dropped[:, None], True)
+
     return {
-        cls.__name__: cls for cls in (RoundedKeep, SuperThenFlip, EveryTokenLoss, OwnLoss, OwnLabels, OwnEncoder)
+        cls.__name__: cls
+        for cls in (RoundedKeep, SuperThenFlip, EveryTokenLoss, OwnLoss, OwnLabels, OwnEncoder, WrapsKeepOneMore)
     }

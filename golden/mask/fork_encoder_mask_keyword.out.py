@@ -65,7 +65,14 @@ class TinyHiera(nn.Module):
     # hiera-rewrite: how many units get_random_mask keeps in every row, read from
     # its code, for callers that drop tokens with static shapes.  An override of
     # get_random_mask does not carry it: its callers select with the mask as before.
-    def _get_random_mask_num_kept(self, x: torch.Tensor, mask_ratio: float):
+    def _get_random_mask_num_kept(
+        self, x: torch.Tensor, mask_ratio: float, _num_kept_of=get_random_mask
+    ):
+        if (
+            type(self).get_random_mask is not _num_kept_of
+            or "get_random_mask" in self.__dict__
+        ):
+            return None  # an override that copied this function's attributes
         num_windows = math.prod(self.mask_spatial_shape)
         len_keep = int(num_windows * (1 - mask_ratio))
         return len(range(num_windows)[:len_keep])
