@@ -134,3 +134,20 @@ def test_component_that_cannot_be_built_is_not_proven_naming_it(tmp_path: Path, 
     assert "; MaskUnitAttention(dim=8, dim_out=8, heads=1, q_stride=4, window_size=4, use_mask_unit_attn=True): needs rotary" in tried, out
     assert """give the missing argument: --kwargs '{"rotary": "..."}'""" in tried, out
     assert "verify: NOT PROVEN (0/1 sites exercised; 1 never ran in a compared case)" in out
+
+
+def test_component_that_cannot_be_fed_is_not_proven_listing_the_inputs(tmp_path: Path, capsys):
+    """The attention accepts only a token count no candidate input has: not proven, the
+    message lists each input tried with the original's error."""
+    edits = [('        """ Input should be of shape [batch, tokens, channels]. """\n',
+              '        """ Input should be of shape [batch, tokens, channels]. """\n        assert x.shape[1] == 1000, "a 1000-token sequence"\n')]
+    folder = write(tmp_path / "x" / "enc", encoder_fork(edits))
+    code, out, err = verify(folder, capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    assert "NOT PROVEN" in hr001_row(out)
+    message = [line for line in out.splitlines() if line.startswith("not proven:")]
+    assert len(message) == 1, out
+    assert ("component MaskUnitAttention: MaskUnitAttention(dim=8, dim_out=8, heads=1): the original model raised (the call in "
+            "HieraBlock.__init__") in message[0], out
+    assert "the original raised with every input tried: (2, 2, 8): AssertionError: a 1000-token sequence; (2, 1, 8): AssertionError" in message[0], out
+    assert "verify: NOT PROVEN (0/1 sites exercised; 1 never ran in a compared case)" in out
