@@ -19,8 +19,9 @@ containers, ``a if c else b``), and reports:
   comprehension);
 - whether it is *returned* (or yielded) from the function.
 
-Known to leave their arguments alone: ``torch.*`` functions (except ``*_`` and those
-given ``inplace=``/``out=``), a few builtins, ``self.m`` where every ``self.m = ...`` of
+Known to leave their arguments alone: ``torch.*`` functions (except ``*_``, those
+given ``inplace=``/``out=`` and those that run a function they are given, such as
+``torch.utils.checkpoint.checkpoint``), a few builtins, ``self.m`` where every ``self.m = ...`` of
 the class builds a ``torch.nn`` module without ``inplace=True`` (or timm's DropPath),
 and functions defined at module level in the same file whose body is followed too.
 """
@@ -57,6 +58,13 @@ VIEW_FUNCTIONS = frozenset(
     view_as_complex real imag broadcast_to atleast_1d atleast_2d atleast_3d
     dropout alpha_dropout feature_alpha_dropout dropout1d dropout2d dropout3d
     view view_as expand expand_as contiguous""".split()
+)
+# torch functions that call a function they are given (on their other arguments):
+# `checkpoint(self.block, x)` runs the fork's own code on x
+CALLING_FUNCTIONS = (
+    "torch.utils.checkpoint.", "torch.func.", "torch.vmap", "torch.cond", "torch.while_loop",
+    "torch.autograd.functional.", "torch.nn.utils.stateless.", "torch._higher_order_ops.", "torch.compile",
+    "torch.jit.", "torch.compiler.", "torch.autograd.Function",
 )
 CONTAINER_FUNCTIONS = frozenset("unbind split chunk tensor_split hsplit vsplit dsplit broadcast_tensors".split())
 # torch.nn modules that may return their input itself
@@ -347,6 +355,8 @@ class InplaceFlow:
         func = call.func
         qualified = self.ctx.qualified_names(func)
         if qualified and all(q.startswith("torch.") for q in qualified):
+            if any(q.startswith(CALLING_FUNCTIONS) for q in qualified):
+                return f"{WHAT} is passed to `{callee}(...)` at line {line}, which runs code it is given on it"
             last = {q.rsplit(".", 1)[-1] for q in qualified}
             if any(is_inplace_method(n) for n in last):
                 return f"`{callee}(...)` at line {line} modifies {WHAT} in place"

@@ -82,6 +82,27 @@ class Returned(OutputBias):
         return x.transpose(1, 3).reshape(B, -1, C)
 
 
+from torch.utils.checkpoint import checkpoint
+
+
+class Checkpointed(OutputBias):
+    """The restore goes through activation checkpointing of a method that scales its
+    argument in place: torch.utils.checkpoint runs the fork's code on it."""
+
+    def scale_(self, t):
+        return t.mul_(0.5)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        num_windows = N // (self.q_stride * self.window_size)
+        qkv = self.qkv(x).reshape(B, -1, num_windows, 3, self.heads, self.head_dim).permute(3, 0, 4, 2, 1, 5)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        x = F.scaled_dot_product_attention(q, k, v)
+        x = x.transpose(1, 3).reshape(B, -1, C)
+        x = checkpoint(self.scale_, x, use_reentrant=False)
+        return self.proj(x)
+
+
 class Block(nn.Module):
     def __init__(self, attn, dim):
         super().__init__()
@@ -101,5 +122,6 @@ def golden_example():
         CustomProjection(8, 4, window_size=4),
         Block(Returned(8, 2, window_size=2), 8),
         Block(Returned(8, 2, window_size=16), 8),
+        Checkpointed(8, 2, window_size=16),
     )
     return model.double(), (torch.randn(2, 32, 8, dtype=torch.float64),)

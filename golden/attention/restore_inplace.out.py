@@ -102,6 +102,32 @@ class Returned(OutputBias):
         return x.transpose(1, 2).reshape(B, -1, C).clone()
 
 
+from torch.utils.checkpoint import checkpoint
+
+
+class Checkpointed(OutputBias):
+    """The restore goes through activation checkpointing of a method that scales its
+    argument in place: torch.utils.checkpoint runs the fork's code on it."""
+
+    def scale_(self, t):
+        return t.mul_(0.5)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        num_windows = N // (self.q_stride * self.window_size)
+        qkv = (
+            self.qkv(x)
+            .reshape(B, -1, num_windows, 3, self.heads, self.head_dim)
+            .permute(3, 0, 2, 4, 1, 5)
+            .flatten(2, 3)
+        )
+        q, k, v = qkv.unbind(0)
+        x = F.scaled_dot_product_attention(q, k, v)
+        x = x.transpose(1, 2).reshape(B, -1, C).clone()
+        x = checkpoint(self.scale_, x, use_reentrant=False)
+        return self.proj(x)
+
+
 class Block(nn.Module):
     def __init__(self, attn, dim):
         super().__init__()
@@ -121,5 +147,6 @@ def golden_example():
         CustomProjection(8, 4, window_size=4),
         Block(Returned(8, 2, window_size=2), 8),
         Block(Returned(8, 2, window_size=16), 8),
+        Checkpointed(8, 2, window_size=16),
     )
     return model.double(), (torch.randn(2, 32, 8, dtype=torch.float64),)
