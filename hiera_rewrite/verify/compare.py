@@ -1,9 +1,10 @@
 """One case run and compared (worker side): every tensor leaf of what ``forward``
-returns (tuples, lists, dicts, nested) and every parameter gradient after a backward
-of a fixed weighted sum of the outputs."""
+returns (tuples, lists, dicts, dataclass fields, nested; by name) and every parameter
+gradient after a backward of a fixed weighted sum of the outputs."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict, List, Tuple
 
 
@@ -21,6 +22,12 @@ class Comparison:
             out = []
             for k in sorted(value, key=str):
                 out.extend(Comparison._flatten(value[k], f"{prefix}[{k!r}]"))
+            return out
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            # a fork's output record (@dataclass class Output: logits, features): its fields
+            out = []
+            for field in dataclasses.fields(value):
+                out.extend(Comparison._flatten(getattr(value, field.name), f"{prefix}.{field.name}"))
             return out
         return [(prefix, value)]
 
@@ -44,17 +51,23 @@ class Comparison:
 
     @staticmethod
     def _errs(a, b, torch) -> Tuple[float, float]:
+        """(max abs error, that over the largest finite |a|).  Non-finite values must be
+        the same on both sides (NaN where NaN, the same infinity), else the error is inf;
+        where they are, they count as equal and do not set the scale."""
         a64, b64 = a.detach().double().cpu(), b.detach().double().cpu()
         if a64.numel() == 0:
             return 0.0, 0.0
-        diff = (a64 - b64).abs()
-        if torch.isnan(a64).any() or torch.isnan(b64).any():
-            same_nan = torch.equal(torch.isnan(a64), torch.isnan(b64))
-            diff = torch.where(torch.isnan(a64) & torch.isnan(b64), torch.zeros_like(diff), diff)
-            if not same_nan:
+        finite_a, finite_b = torch.isfinite(a64), torch.isfinite(b64)
+        if not (finite_a.all() and finite_b.all()):
+            same = (a64 == b64) | (torch.isnan(a64) & torch.isnan(b64))
+            if not bool((same | (finite_a & finite_b)).all()):
                 return float("inf"), float("inf")
-        abs_err = float(diff.max())
-        scale = float(a64.abs().nan_to_num(0.0).max())
+            both = finite_a & finite_b
+            a64, b64 = a64[both], b64[both]
+            if a64.numel() == 0:
+                return 0.0, 0.0
+        abs_err = float((a64 - b64).abs().max())
+        scale = float(a64.abs().max())
         return abs_err, abs_err / max(scale, 1e-30)
 
     def compare(self, config, label, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=None) -> List[Dict[str, Any]]:
@@ -75,9 +88,11 @@ class Comparison:
         if len(outs_a) != len(outs_b):
             rows.append({"config": config, "case": label, "what": "outputs", "shape": f"{len(outs_a)} vs {len(outs_b)}", "ok": False, "note": "different number of outputs"})
             return rows
-        for (name, a), (_, b) in zip(outs_a, outs_b):
+        for (name, a), (name_b, b) in zip(outs_a, outs_b):
             row = {"config": config, "case": label, "what": name, "ok": True}
-            if torch.is_tensor(a) and torch.is_tensor(b):
+            if name != name_b:  # a key or field renamed: the caller's out["logits"] breaks
+                row.update(shape="-", ok=False, note=f"the rewritten model returns {name_b} here")
+            elif torch.is_tensor(a) and torch.is_tensor(b):
                 row["shape"] = str(tuple(a.shape)).replace(" ", "")
                 if a.shape != b.shape or a.dtype != b.dtype:
                     row.update(ok=False, note=f"{tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}")

@@ -1,0 +1,100 @@
+"""What ``--verify`` compares in a model's outputs: the names of the leaves (a renamed
+key is a wrong rewrite), dataclass records, and non-finite values (the same NaN or
+infinity on both sides is equal; a different one, or a finite error next to an
+infinity, is not)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hiera_rewrite import files
+from hiera_rewrite.verify import EXIT_VERIFY_FAILED
+from hiera_rewrite.verify.compare import Comparison
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("timm")
+
+from tests.test_verify_layouts import assert_all_proven, classifier_fork, verify, write  # noqa: E402
+
+_RETURN = "        if return_intermediates:\n            return x, intermediates\n\n        return x\n"
+
+
+def _rows(outs_a, outs_b):
+    grads = {"w": torch.ones(2, dtype=torch.float64)}
+    return Comparison().compare("float64 cpu", "forward(x)", outs_a, grads, outs_b, dict(grads), 1e-9, torch)
+
+
+def test_same_non_finite_values_are_equal_and_others_are_not():
+    inf, nan = float("inf"), float("nan")
+    a = torch.tensor([1.0, -inf, nan, inf], dtype=torch.float64)
+    assert Comparison._errs(a, a.clone(), torch) == (0.0, 0.0)  # was (nan, nan): a FAIL
+    assert Comparison._errs(a, torch.tensor([1.0, inf, nan, inf], dtype=torch.float64), torch)[1] == inf
+    assert Comparison._errs(a, torch.tensor([1.0, -inf, 0.0, inf], dtype=torch.float64), torch)[1] == inf
+    assert Comparison._errs(a, torch.tensor([1.0, -3.0, nan, inf], dtype=torch.float64), torch)[1] == inf
+    # a finite error is measured against the finite values, not hidden by an infinity
+    abs_err, rel = Comparison._errs(a, torch.tensor([1.5, -inf, nan, inf], dtype=torch.float64), torch)
+    assert (abs_err, rel) == (0.5, 0.5)
+
+
+def test_a_renamed_output_key_fails():
+    x = torch.ones(2, dtype=torch.float64)
+    rows = _rows([("out['logits']", x)], [("out['logit']", x.clone())])
+    assert not rows[0]["ok"] and "out['logit']" in rows[0]["note"]
+
+
+def test_dataclass_output_fields_are_compared():
+    @__import__("dataclasses").dataclass
+    class Out:
+        logits: object
+        features: list
+
+    x = torch.arange(3.0)
+    leaves = Comparison._flatten(Out(x, [x + 1, x + 2]))
+    assert [name for name, _ in leaves] == ["out.logits", "out.features[0]", "out.features[1]"]
+    assert torch.equal(leaves[2][1], x + 2)
+
+
+def _record_fork():
+    """A fork returning a dataclass with a log-feature that is -inf where a logit is <= 0."""
+    record = (
+        "import dataclasses\n\n\n@dataclasses.dataclass\nclass HieraOutput:\n"
+        "    logits: torch.Tensor\n    log_features: torch.Tensor\n    features: list\n\n\n"
+    )
+    edits = [
+        (_RETURN, "        return HieraOutput(x, x.relu().log(), intermediates if return_intermediates else [])\n"),
+        ("class Hiera(nn.Module, PyTorchModelHubMixin):", record + "class Hiera(nn.Module, PyTorchModelHubMixin):"),
+    ]
+    return classifier_fork(edits=edits)
+
+
+def test_dataclass_output_with_infinities_passes(tmp_path: Path, capsys):
+    """Before: the record was compared with == (FAIL, no gradient compared) and the
+    identical -inf gave a NaN error (FAIL)."""
+    folder = write(tmp_path / "x" / "hiera", _record_fork())
+    out = assert_all_proven(folder, capsys)
+    assert "out.log_features" in out and "out.features[3]" in out
+    assert "grads (61 params)" in out
+
+
+def test_renamed_dict_key_in_the_rewrite_fails(tmp_path: Path, capsys, monkeypatch):
+    """A rewrite returning the same tensors under another key broke every caller that
+    reads out["logits"]; the keys sorted alike, so it PASSED before."""
+    real = files.rewrite_bytes
+
+    def wrong(data, **kwargs):
+        result = real(data, **kwargs)
+        renamed, n = re.subn(r'"logits": x', '"logit": x', result.output.decode())
+        if n:
+            result.output = renamed.encode()
+        return result
+
+    edits = [(_RETURN, '        return {"logits": x, "features": intermediates}\n')]
+    folder = write(tmp_path / "x" / "hiera", classifier_fork(edits=edits))
+    monkeypatch.setattr(files, "rewrite_bytes", wrong)
+    code, out, err = verify(folder, capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    assert "FAIL: the rewritten model returns out['logit'] here" in out
+    assert "verify: FAILED" in out
