@@ -98,3 +98,55 @@ def test_renamed_dict_key_in_the_rewrite_fails(tmp_path: Path, capsys, monkeypat
     assert code == EXIT_VERIFY_FAILED, out + err
     assert "FAIL: the rewritten model returns out['logit'] here" in out
     assert "verify: FAILED" in out
+
+
+def _running_stats_fork():
+    """A fork keeping running statistics of its pooled features (one used in training,
+    one only for evaluation) whose forward takes a required padding mask: choosing that
+    argument runs the original model once before the cases."""
+    head = "        self.head = Head(embed_dim, num_classes, dropout_rate=head_dropout)\n"
+    forward_head = "        mask: torch.Tensor = None,\n        return_intermediates: bool = False,\n    ) -> torch.Tensor:"
+    edits = [
+        (head, head + '        self.register_buffer("feat_scale", torch.ones(()))\n        self.register_buffer("feat_mean", torch.zeros(()))\n'),
+        (
+            "            x = self.head(x)\n",
+            "            if self.training:\n"
+            "                self.feat_scale.mul_(0.9).add_(0.1 * x.detach().abs().mean())\n"
+            "                self.feat_mean.mul_(0.9).add_(0.1 * x.detach().mean())\n"
+            "            x = self.head(x / self.feat_scale)\n",
+        ),
+        (forward_head, "        padding_mask: torch.Tensor,\n" + forward_head),
+        ("        x = x + self.get_pos_embed()\n", "        x = x + self.get_pos_embed()\n        x = x * padding_mask[..., None].to(x.dtype)\n"),
+    ]
+    return classifier_fork(edits=edits)
+
+
+def test_every_case_starts_from_the_same_state(tmp_path: Path, capsys):
+    """Before: the original side's cases started after the run that chose the padding
+    mask had moved feat_scale, the rewritten side's from the built state: FAIL."""
+    folder = write(tmp_path / "x" / "hiera", _running_stats_fork())
+    out = assert_all_proven(folder, capsys)
+    assert "forward(x, padding_mask)" in out
+    assert "buffers (2 tensors)" in out
+
+
+def test_a_rewrite_that_changes_only_a_buffer_fails(tmp_path: Path, capsys, monkeypatch):
+    """feat_mean is updated in forward but read only in evaluation: a rewrite changing its
+    update changed no output nor gradient, and PASSED before buffers were compared."""
+    real = files.rewrite_bytes
+
+    def wrong(data, **kwargs):
+        result = real(data, **kwargs)
+        text, n = re.subn(r"feat_mean\.mul_\(0\.9\)\.add_\(0\.1 \*", "feat_mean.mul_(0.9).add_(0.2 *", result.output.decode())
+        if n:
+            result.output = text.encode()
+        return result
+
+    folder = write(tmp_path / "x" / "hiera", _running_stats_fork())
+    monkeypatch.setattr(files, "rewrite_bytes", wrong)
+    code, out, err = verify(folder, capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    failing = [line for line in out.splitlines() if "buffers (2 tensors)" in line and "FAIL: feat_mean" in line]
+    assert failing, out
+    assert not [line for line in out.splitlines() if " out" in line and "FAIL" in line], out
+    assert "verify: FAILED" in out

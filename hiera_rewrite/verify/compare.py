@@ -1,6 +1,7 @@
 """One case run and compared (worker side): every tensor leaf of what ``forward``
-returns (tuples, lists, dicts, dataclass fields, nested; by name) and every parameter
-gradient after a backward of a fixed weighted sum of the outputs."""
+returns (tuples, lists, dicts, dataclass fields, nested; by name), every parameter
+gradient after a backward of a fixed weighted sum of the outputs, and every buffer
+after the case (running statistics)."""
 
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ class Comparison:
             loss.backward()
         outs = [(name, leaf.detach().clone() if torch.is_tensor(leaf) else leaf) for name, leaf in leaves]
         grads = {name: (p.grad.detach().clone() if p.grad is not None else None) for name, p in model.named_parameters()}
+        buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
         model.zero_grad(set_to_none=True)
-        return outs, grads
+        return outs, grads, buffers
 
     @staticmethod
     def _errs(a, b, torch) -> Tuple[float, float]:
@@ -70,12 +72,12 @@ class Comparison:
         scale = float(a64.abs().max())
         return abs_err, abs_err / max(scale, 1e-30)
 
-    def compare(self, config, label, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=None) -> List[Dict[str, Any]]:
-        """Rows for one case.  ``ref``: the original's float64 (outputs, grads) for an
-        accuracy comparison (lower precisions) instead of a direct one."""
+    def compare(self, config, label, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=None, buffers=None) -> List[Dict[str, Any]]:
+        """Rows for one case.  ``ref``: the original's float64 (outputs, grads, buffers) for
+        an accuracy comparison (lower precisions) instead of a direct one; ``buffers``: both
+        sides' buffers after the case."""
         rows = []
         ref_outs = dict(ref[0]) if ref else {}
-        ref_grads = ref[1] if ref else {}
 
         def judge(name, a, b, rel, reference) -> Tuple[bool, str]:
             if reference is None or not torch.is_tensor(reference):
@@ -113,35 +115,47 @@ class Comparison:
                 if not row["ok"]:
                     row["note"] = f"{a!r} vs {b!r}"[:80]
             rows.append(row)
-        worst = (0.0, 0.0, "")
-        bad: List[str] = []
-        count = 0
-        for name, ga in grads_a.items():
-            gb = grads_b.get(name)
-            if ga is None or gb is None:
-                if (ga is None) != (gb is None):
-                    bad.append(f"{name}: gradient {'only after' if ga is None else 'lost by'} the rewrite")
-                continue
-            count += 1
-            if ga.shape != gb.shape:
-                bad.append(f"{name}: shape {tuple(ga.shape)} vs {tuple(gb.shape)}")
-                continue
-            abs_err, rel = self._errs(ga, gb, torch)
-            ok, why = judge(name, ga, gb, rel, ref_grads.get(name) if ref else None)
-            if not ok:
-                bad.append(f"{name}: {why}")
-            if rel >= worst[1]:
-                worst = (abs_err, rel, name)
-        rows.append(
-            {
-                "config": config,
-                "case": label,
-                "what": f"grads ({count} params)",
-                "shape": f"worst: {worst[2]}" if worst[2] else "-",
-                "abs": worst[0] if count else None,
-                "rel": worst[1] if count else None,
-                "ok": not bad,
-                "note": "; ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""),
-            }
-        )
+        groups = [("grads", "params", grads_a, grads_b, ref[1] if ref else {})]
+        if buffers is not None and (buffers[0] or buffers[1]):
+            # running statistics and other state forward updates, after the case
+            groups.append(("buffers", "tensors", buffers[0], buffers[1], ref[2] if ref else {}))
+        for kind, unit, items_a, items_b, refs in groups:
+            worst = (0.0, 0.0, "")
+            bad: List[str] = []
+            count = 0
+            for name in [n for n in items_b if n not in items_a]:
+                bad.append(f"{name}: only in the rewrite")
+            for name, ga in items_a.items():
+                gb = items_b.get(name)
+                if ga is None or gb is None:
+                    if (ga is None) != (gb is None):
+                        what = "gradient" if kind == "grads" else "buffer"
+                        bad.append(f"{name}: {what} {'only after' if ga is None else 'lost by'} the rewrite")
+                    continue
+                count += 1
+                if ga.shape != gb.shape or ga.dtype != gb.dtype:
+                    bad.append(f"{name}: {tuple(ga.shape)} {ga.dtype} vs {tuple(gb.shape)} {gb.dtype}")
+                    continue
+                if not (ga.is_floating_point() or ga.is_complex()):
+                    if not torch.equal(ga, gb):
+                        bad.append(f"{name}: values differ")
+                    continue
+                abs_err, rel = self._errs(ga, gb, torch)
+                ok, why = judge(name, ga, gb, rel, refs.get(name) if ref else None)
+                if not ok:
+                    bad.append(f"{name}: {why}")
+                if rel >= worst[1]:
+                    worst = (abs_err, rel, name)
+            rows.append(
+                {
+                    "config": config,
+                    "case": label,
+                    "what": f"{kind} ({count} {unit})",
+                    "shape": f"worst: {worst[2]}" if worst[2] else "-",
+                    "abs": worst[0] if count else None,
+                    "rel": worst[1] if count else None,
+                    "ok": not bad,
+                    "note": "; ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""),
+                }
+            )
         return rows

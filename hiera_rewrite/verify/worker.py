@@ -164,6 +164,9 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     x = plan["x"].to(device=device, dtype=dtype)
                     for case, kw in self.cases(model, x, torch, base):
                         self.progress(f"running {label} {case} [{cname}] (original)")
+                        # every case starts from the built state, as on the rewritten side
+                        # (choosing the input ran the model: running statistics moved)
+                        model.load_state_dict(plan["state"])
                         if i == 0:
                             with self.trace(self.bucket("orig", label, case)):
                                 plan["runs"][(cname, case)] = (kw, self.run_case(model, x, kw, torch))
@@ -301,24 +304,25 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 model.load_state_dict(plan["state"])
                 model.to(device=device, dtype=dtype)
                 x = plan["x"].to(device=device, dtype=dtype)
-                for (cfg, case), (kw, (outs_a, grads_a)) in plan["runs"].items():
+                for (cfg, case), (kw, (outs_a, grads_a, bufs_a)) in plan["runs"].items():
                     if cfg != cname:
                         continue
                     self.progress(f"running {label} {case} [{cname}] (rewritten)")
                     kw_b = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in kw.items()}
+                    model.load_state_dict(plan["state"])
                     try:
                         if i == 0:
                             with self.trace(self.bucket("new", label, case)):
-                                outs_b, grads_b = self.run_case(model, x, kw_b, torch)
+                                outs_b, grads_b, bufs_b = self.run_case(model, x, kw_b, torch)
                         else:
-                            outs_b, grads_b = self.run_case(model, x, kw_b, torch)
+                            outs_b, grads_b, bufs_b = self.run_case(model, x, kw_b, torch)
                     except Exception as exc:  # noqa: BLE001
                         entry["rows"].append({"config": cname, "case": case, "what": "forward/backward", "shape": "-", "ok": False, "note": f"the rewritten model raised {type(exc).__name__}: {exc}"})
                         continue
                     ref = None
                     if cname != ref_name:  # lower precision: judged by accuracy vs float64
                         ref = plan["runs"].get((ref_name, case), (None, None))[1]
-                    entry["rows"].extend(self.compare(cname, case, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=ref))
+                    entry["rows"].extend(self.compare(cname, case, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=ref, buffers=(bufs_a, bufs_b)))
             del model
         except Exception as exc:  # noqa: BLE001
             entry["error"] = f"cannot build the rewritten model: {type(exc).__name__}: {exc}"
