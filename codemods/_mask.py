@@ -128,8 +128,9 @@ def written_in_place(ctx: PlanContext, func: cst.FunctionDef, name: str) -> Opti
 
 def own_method(cls: str, method: str) -> str:
     """True at run time when ``self.<method>`` is the one the file's class ``cls`` defines
-    (not an override in a subclass, which keeps upstream's signature)."""
-    return f"type(self).{method} is {cls}.{method}"
+    (not an override in a subclass, nor a function set on the instance: both keep
+    upstream's signature).  torch.compile folds both tests (not ``self.m.__func__``)."""
+    return f'(type(self).{method} is {cls}.{method} and "{method}" not in self.__dict__)'
 
 
 def keyword_if_own(cls: str, method: str, keyword: str, value: str) -> str:

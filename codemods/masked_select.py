@@ -386,9 +386,16 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
                     like=encoder_line,
                     replaces=False,
                 )
+                recheck = ctx.statement(
+                    f"# an encoder that kept another count (the mask changed on the way) gets none\n"
+                    f"if {KEPT} is not None and {latent.value}.shape[1] != {KEPT}:\n"  # type: ignore[attr-defined]
+                    f"    {KEPT} = None\n",
+                    like=encoder_line,
+                    replaces=False,
+                )
                 edits[encoder_line] = cst.FlattenSentinel(
                     [prelude.with_changes(leading_lines=[*encoder_line.leading_lines, *prelude.leading_lines]),
-                     compute, encoder_line.with_changes(leading_lines=[])]
+                     compute, encoder_line.with_changes(leading_lines=[]), recheck]
                 )
                 if planned_fill(ctx, decoder):
                     edits[call[1]] = _with_keyword(call[1], keyword_if_own(owner, "forward_decoder", KEPT, KEPT))

@@ -279,3 +279,80 @@ def test_inserted_code_never_calls_a_builtin_the_file_rebinds(name):
     assert calls(out) == calls(source), [r.message for r in result.reports]
     assert result.changed  # the rest is still rewritten
     compile(out, "merged", "exec")
+
+
+# -- functions set on the instance, masks changed on the way --------------------------
+
+
+def _patch_decoder(model):
+    decoder = model.forward_decoder
+    model.forward_decoder = lambda x, mask: decoder(x, mask)  # upstream's signature
+
+
+def _patch_encoder(model):
+    encoder = model.forward_encoder
+    model.forward_encoder = lambda x, mask_ratio, mask=None: encoder(x, 0.25, mask=mask)  # another count
+
+
+@pytest.mark.parametrize("patch", [_patch_decoder, _patch_encoder], ids=["decoder", "encoder"])
+def test_methods_set_on_the_instance_get_upstream_calls(hiera_orig, hiera_new, patch):
+    """A function set on the model (a hook, a visualisation) is not the file's method:
+    it is passed no count (before: a TypeError, or the decoder given the count of a
+    mask the patched encoder did not make)."""
+    model_a, model_b = _pair(hiera_orig, hiera_new)
+    patch(model_a)
+    patch(model_b)
+    assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
+
+
+def test_encoder_forward_writing_its_mask_in_place(tmp_path):
+    """A fork's Hiera.forward always keeps the first unit, writing into the mask it is
+    given: the token drop is refused, and the MAE, whose latent then holds another
+    count than get_random_mask's, passes no count to its decoder and loss (before: the
+    decoder's scatter failed, or with the token drop rewritten the loss was wrong)."""
+    edit = ("        # Discard masked tokens\n", "        # Discard masked tokens\n        if mask is not None:\n            mask[:, 0] = True\n")
+    orig, new, reports = _fork(tmp_path, "keepfirst", {"hiera.py": [edit]})
+    (skip,) = [r for r in reports["hiera.py"] if not r.applied and r.code == "HR003"]
+    assert "mask is written in place by `mask[:, 0] = True`" in skip.message
+    model_a, model_b = _pair(orig, new)
+    torch.manual_seed(1)
+    assert int(model_b(_image(1), mask_ratio=0.6)[3].sum()) == 7  # the first unit was dropped: one more kept
+    assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(1),), torch, REL_TOL)
+
+
+# One-line fork edits of upstream's hiera_mae.py that made the counts wrong (found by a
+# mutation harness: each gave a wrong loss, 1e-3..1e-2 relative): (file, old, new, the
+# refusal's words).
+_ENC = "        _, intermediates = super().forward(x, mask, return_intermediates=True)\n"
+FORK_EDITS = {
+    "encoder_keeps_first_unit": (
+        "            mask = self.get_random_mask(x, mask_ratio)  # [B, #MUs_all]\n",
+        "            mask = self.get_random_mask(x, mask_ratio)  # [B, #MUs_all]\n            mask[:, 0] = True\n",
+        "mask is written in place by `mask[:, 0] = True`",
+    ),
+    "encoder_logical_or_": (
+        _ENC,
+        "        mask.logical_or_(torch.arange(mask.shape[1], device=mask.device) == 0)\n" + _ENC,
+        "mask is written in place by `mask.logical_or_(",
+    ),
+    "decoder_scores_every_token": (
+        "        mask = mask.view(x.shape[0], -1)\n",
+        "        mask = torch.zeros_like(mask.view(x.shape[0], -1))\n",
+        "the mask forward_decoder returns is not its fill mask",
+    ),
+    "loss_drops_tokens_in_place": (
+        "        if len(self.q_stride) == 2:\n            label = self.get_pixel_label_2d(x, mask)\n",
+        "        mask[:, :3] = False\n        if len(self.q_stride) == 2:\n            label = self.get_pixel_label_2d(x, mask)\n",
+        "mask is written in place by `mask[:, :3] = False`",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORK_EDITS))
+def test_fork_edit_changing_the_count_is_refused_and_exact(tmp_path, name):
+    old, new, words = FORK_EDITS[name]
+    orig, new_pkg, reports = _fork(tmp_path, name, {"hiera_mae.py": [(old, new)]})
+    skips = [r.message for r in reports["hiera_mae.py"] if not r.applied]
+    assert any(words in m for m in skips), skips
+    model_a, model_b = _pair(orig, new_pkg)
+    assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)

@@ -324,7 +324,10 @@ class TinyMAE(TinyHiera):
                 norm=self.norm_pix_loss,
                 **(
                     {"num_masked": num_masked}
-                    if type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
+                    if (
+                        type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
+                        and "get_pixel_label_1d" not in self.__dict__
+                    )
                     else {}
                 )
             )
@@ -334,7 +337,10 @@ class TinyMAE(TinyHiera):
                 mask,
                 **(
                     {"num_masked": num_masked}
-                    if type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
+                    if (
+                        type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
+                        and "get_pixel_label_2d" not in self.__dict__
+                    )
                     else {}
                 )
             )
@@ -345,7 +351,10 @@ class TinyMAE(TinyHiera):
                 self.norm_pix_loss,
                 **(
                     {"num_masked": num_masked}
-                    if type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
+                    if (
+                        type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
+                        and "get_pixel_label_3d" not in self.__dict__
+                    )
                     else {}
                 )
             )

@@ -344,7 +344,10 @@ class TinyMAE(TinyHiera):
                 norm=self.norm_pix_loss,
                 **(
                     {"num_masked": num_masked}
-                    if type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
+                    if (
+                        type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
+                        and "get_pixel_label_1d" not in self.__dict__
+                    )
                     else {}
                 )
             )
@@ -354,7 +357,10 @@ class TinyMAE(TinyHiera):
                 mask,
                 **(
                     {"num_masked": num_masked}
-                    if type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
+                    if (
+                        type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
+                        and "get_pixel_label_2d" not in self.__dict__
+                    )
                     else {}
                 )
             )
@@ -365,7 +371,10 @@ class TinyMAE(TinyHiera):
                 self.norm_pix_loss,
                 **(
                     {"num_masked": num_masked}
-                    if type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
+                    if (
+                        type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
+                        and "get_pixel_label_3d" not in self.__dict__
+                    )
                     else {}
                 )
             )
@@ -399,17 +408,26 @@ class TinyMAE(TinyHiera):
         # the mask forward_encoder makes when none is given: how many units get_random_mask
         # keeps in every row, if it states it (a Python int: no host sync)
         num_kept = None
-        if mask is None and type(self).forward_encoder is TinyMAE.forward_encoder:
+        if mask is None and (
+            type(self).forward_encoder is TinyMAE.forward_encoder
+            and "forward_encoder" not in self.__dict__
+        ):
             num_kept = getattr(self.get_random_mask, "num_kept", lambda *args: None)(
                 self, x, mask_ratio
             )
         latent, mask = self.forward_encoder(x, mask_ratio, mask=mask)
+        # an encoder that kept another count (the mask changed on the way) gets none
+        if num_kept is not None and latent.shape[1] != num_kept:
+            num_kept = None
         pred, pred_mask = self.forward_decoder(
             latent,
             mask,
             **(
                 {"num_kept": num_kept}
-                if type(self).forward_decoder is TinyMAE.forward_decoder
+                if (
+                    type(self).forward_decoder is TinyMAE.forward_decoder
+                    and "forward_decoder" not in self.__dict__
+                )
                 else {}
             )
         )
@@ -419,7 +437,10 @@ class TinyMAE(TinyHiera):
         if (
             num_kept is not None
             and pred_mask.dim() == 2
-            and type(self).forward_decoder is TinyMAE.forward_decoder
+            and (
+                type(self).forward_decoder is TinyMAE.forward_decoder
+                and "forward_decoder" not in self.__dict__
+            )
         ):
             num_masked = pred_mask.shape[1] - latent.shape[1] * math.prod(
                 latent.shape[2:-1]
@@ -431,7 +452,10 @@ class TinyMAE(TinyHiera):
                 ~pred_mask,
                 **(
                     {"num_masked": num_masked}
-                    if type(self).forward_loss is TinyMAE.forward_loss
+                    if (
+                        type(self).forward_loss is TinyMAE.forward_loss
+                        and "forward_loss" not in self.__dict__
+                    )
                     else {}
                 ),
             ),

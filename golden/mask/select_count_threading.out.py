@@ -100,13 +100,24 @@ class Loss(nn.Module):
         label = self.labels(
             x,
             mask,
-            **({"num_masked": num_masked} if type(self).labels is Loss.labels else {})
+            **(
+                {"num_masked": num_masked}
+                if (type(self).labels is Loss.labels and "labels" not in self.__dict__)
+                else {}
+            )
         ) + self.labels_skipped(x, mask)
         visible = self.labels(x, ~mask, norm=False)
         w = self.weights(
             x.sum(-1),
             mask=mask,
-            **({"num_masked": num_masked} if type(self).weights is Loss.weights else {})
+            **(
+                {"num_masked": num_masked}
+                if (
+                    type(self).weights is Loss.weights
+                    and "weights" not in self.__dict__
+                )
+                else {}
+            )
         )
         pred = self.proj(pred)[mask] if False else pred
         if num_masked is None:
