@@ -150,3 +150,27 @@ def test_a_rewrite_that_changes_only_a_buffer_fails(tmp_path: Path, capsys, monk
     assert failing, out
     assert not [line for line in out.splitlines() if " out" in line and "FAIL" in line], out
     assert "verify: FAILED" in out
+
+
+def test_a_rewrite_mixing_up_the_rows_masks_fails_on_a_two_unit_grid(tmp_path: Path, capsys, monkeypatch):
+    """A 1-D fork has 2 mask units at verify's size: get_random_mask(x, 0.5) under seed 2
+    kept the same unit in both rows, so a static token drop that used row 0's mask for
+    every row PASSED.  The mask is now drawn under the first seed whose rows differ."""
+    from tests.test_verify_layouts import SEQUENCE_1D
+
+    real = files.rewrite_bytes
+
+    def wrong(data, **kwargs):
+        result = real(data, **kwargs)
+        text, n = re.subn(r"kept_windows = \(\n(\s+)mask\.logical_not\(\)", r"kept_windows = (\n\1mask[:1].expand_as(mask).logical_not()", result.output.decode())
+        if n:
+            result.output = text.encode()
+        return result
+
+    folder = write(tmp_path / "x" / "hiera", classifier_fork(SEQUENCE_1D))
+    monkeypatch.setattr(files, "rewrite_bytes", wrong)
+    code, out, err = verify(folder, capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    failing = [line for line in out.splitlines() if "num_kept)" in line and "FAIL" in line]
+    assert failing, out
+    assert "verify: FAILED" in out

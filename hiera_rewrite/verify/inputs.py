@@ -21,6 +21,7 @@ from .arguments import guess
 
 
 _MASK_RATIO = 0.5
+_SEEDS = 8  # seeds tried for a random mask whose rows differ
 
 
 _MAX_ARG_TRIES = 12
@@ -239,6 +240,11 @@ class Inputs:
         return cases
 
     @staticmethod
+    def _rows_differ(mask, torch) -> bool:
+        rows = mask.reshape(mask.shape[0], -1) if torch.is_tensor(mask) and mask.dim() else None
+        return rows is None or rows.shape[0] < 2 or bool((rows != rows[:1]).any())
+
+    @staticmethod
     def _made(model, x, kw: Dict[str, Any], torch) -> Dict[str, Any]:
         """``kw`` with the arguments each side makes from its own model (in the traced
         case): the random mask (same seed, drawn on CPU) and the rewrite's kept count."""
@@ -246,9 +252,17 @@ class Inputs:
         for key, value in kw.items():
             if isinstance(value, _Made) and value.kind == "random_mask":
                 state = torch.random.get_rng_state()
-                torch.manual_seed(2)
                 try:
-                    value = model.get_random_mask(x.detach().cpu(), _MASK_RATIO).to(x.device)
+                    # the first of a few seeds whose mask differs between rows: with rows
+                    # alike, a rewrite mixing up the rows' masks (row 0's for all) passed
+                    for seed in range(2, 2 + _SEEDS):
+                        torch.manual_seed(seed)
+                        drawn = model.get_random_mask(x.detach().cpu(), _MASK_RATIO)
+                        value = drawn if seed == 2 else value
+                        if Inputs._rows_differ(drawn, torch):
+                            value = drawn
+                            break
+                    value = value.to(x.device)
                 finally:
                     torch.random.set_rng_state(state)
             elif torch.is_tensor(value):
