@@ -174,3 +174,15 @@ def test_a_rewrite_mixing_up_the_rows_masks_fails_on_a_two_unit_grid(tmp_path: P
     failing = [line for line in out.splitlines() if "num_kept)" in line and "FAIL" in line]
     assert failing, out
     assert "verify: FAILED" in out
+
+
+def test_python_float_outputs_are_compared_like_tensors():
+    """A fork returning a metric as loss.item(): the rewrite may round its last bit
+    differently (as it does for tensors); compared with ==, a correct rewrite FAILED."""
+    rows = _rows([("out[1]", 0.1 + 0.2), ("out[2]", float("nan"))], [("out[1]", 0.3), ("out[2]", float("nan"))])
+    assert rows[0]["ok"] and rows[1]["ok"], rows
+    assert rows[0]["rel"] < 1e-15
+    rows = _rows([("out[1]", 0.3)], [("out[1]", 0.3 + 1e-6)])
+    assert not rows[0]["ok"] and "0.3 vs 0.300000" in rows[0]["note"]
+    rows = _rows([("out[1]", 3)], [("out[1]", 4)])  # ints stay exact
+    assert not rows[0]["ok"]

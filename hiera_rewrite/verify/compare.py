@@ -111,7 +111,11 @@ class Comparison:
                         row["note"] = "values differ"
             else:
                 row["shape"] = type(a).__name__
-                row["ok"] = bool(a == b) if not (torch.is_tensor(a) or torch.is_tensor(b)) else False
+                if type(a) is float and type(b) is float:  # a metric's .item(): as a tensor
+                    row["abs"], row["rel"] = self._errs(torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64), torch)
+                    row["ok"] = row["rel"] <= tol
+                else:
+                    row["ok"] = bool(a == b) if not (torch.is_tensor(a) or torch.is_tensor(b)) else False
                 if not row["ok"]:
                     row["note"] = f"{a!r} vs {b!r}"[:80]
             rows.append(row)
