@@ -1,7 +1,8 @@
-"""What ``--verify`` compares in a model's outputs: the names of the leaves (a renamed
-key is a wrong rewrite), dataclass records, and non-finite values (the same NaN or
-infinity on both sides is equal; a different one, or a finite error next to an
-infinity, is not)."""
+"""What ``--verify`` compares, and from what state: the names of the output leaves (a
+renamed key is a wrong rewrite), dataclass records, Python floats, non-finite values
+(the same NaN or infinity on both sides is equal; a different one, or a finite error next
+to an infinity, is not), buffers after each case from the same starting state, a random
+mask whose rows differ, and a fresh copy of each argument per run."""
 
 from __future__ import annotations
 
@@ -186,3 +187,22 @@ def test_python_float_outputs_are_compared_like_tensors():
     assert not rows[0]["ok"] and "0.3 vs 0.300000" in rows[0]["note"]
     rows = _rows([("out[1]", 3)], [("out[1]", 4)])  # ints stay exact
     assert not rows[0]["ok"]
+
+
+def test_a_forward_writing_into_its_argument_gets_a_fresh_copy_each_run(tmp_path: Path, capsys):
+    """forward(x, valid_mask) flips its mask in place: every run shared one tensor, so the
+    run that chose it, each case and the rewritten side saw a flipped mask in turn (FAIL
+    on a correct rewrite)."""
+    forward_head = "        mask: torch.Tensor = None,\n        return_intermediates: bool = False,\n    ) -> torch.Tensor:"
+    edits = [
+        (forward_head, "        valid_mask: torch.Tensor,\n" + forward_head),
+        (
+            "        x = x + self.get_pos_embed()\n",
+            "        x = x + self.get_pos_embed()\n"
+            "        pad = valid_mask.logical_not_()  # the attention's convention: True where padded\n"
+            "        x = x.masked_fill(pad[..., None], 0.0)\n",
+        ),
+    ]
+    folder = write(tmp_path / "x" / "hiera", classifier_fork(edits=edits))
+    out = assert_all_proven(folder, capsys)
+    assert "forward(x, valid_mask)" in out

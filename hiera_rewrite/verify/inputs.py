@@ -266,7 +266,9 @@ class Inputs:
                 finally:
                     torch.random.set_rng_state(state)
             elif torch.is_tensor(value):
-                value = value.to(device=x.device, dtype=x.dtype if value.is_floating_point() else value.dtype)
+                # a copy per run: a forward writing into its argument (mask.logical_not_())
+                # changed the value the next run and the other side were given
+                value = value.to(device=x.device, dtype=x.dtype if value.is_floating_point() else value.dtype).clone()
             out[key] = value
         made = out.get("num_kept")
         if isinstance(made, _Made):
