@@ -388,8 +388,7 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
                 )
                 recheck = ctx.statement(
                     f"# an encoder that kept another count (the mask changed on the way) gets none\n"
-                    f"if {KEPT} is not None and {latent.value}.shape[1] != {KEPT}:\n"  # type: ignore[attr-defined]
-                    f"    {KEPT} = None\n",
+                    f"{KEPT} = None if {KEPT} is None or {latent.value}.shape[1] != {KEPT} else {KEPT}\n",  # type: ignore[attr-defined]
                     like=encoder_line,
                     replaces=False,
                 )

@@ -416,8 +416,7 @@ class TinyMAE(TinyHiera):
             )
         latent, mask = self.forward_encoder(x, mask_ratio, mask=mask)
         # an encoder that kept another count (the mask changed on the way) gets none
-        if num_kept is not None and latent.shape[1] != num_kept:
-            num_kept = None
+        num_kept = None if num_kept is None or latent.shape[1] != num_kept else num_kept
         pred, pred_mask = self.forward_decoder(
             latent,
             mask,
