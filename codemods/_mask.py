@@ -12,7 +12,7 @@ from typing import List, Optional, Set
 
 import libcst as cst
 
-from hiera_rewrite.flow import FunctionFlow, enclosing_line, in_place_write, statement_names
+from hiera_rewrite.flow import FunctionFlow, enclosing_line, in_place_write, root_name, statement_names, tensor_aliases
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
@@ -124,6 +124,105 @@ def written_in_place(ctx: PlanContext, func: cst.FunctionDef, name: str) -> Opti
     line = enclosing_line(ctx, node)
     shown = "; ".join(code(small) for small in line.body) if line is not None else code(node)
     return f"{name} is written in place by `{shown}` at line {ctx.position(node).line}"
+
+
+def written_by_a_call(
+    ctx, cls: Optional[cst.ClassDef], func: cst.FunctionDef, name: str, ordered: bool = False, _seen=()
+) -> Optional[str]:
+    """Why a call in ``func`` given the tensor ``name`` (or a view of it) may write it in
+    place, else None.  ``self.<m>(...)``, <m> a plain method of ``cls``, is followed: it
+    writes when it writes the parameter bound to the tensor (``written_in_place``), or
+    passes it on to such a call.  ``torch.<f>(...)`` (no trailing ``_``; ``out=`` is
+    ``in_place_write``'s) writes nothing; any other call given it may write it -- but
+    with ``ordered``, not where it runs after ``func`` last uses the tensor's count (its
+    top-level statement comes after every one selecting with an alias, `t[mask]`, or
+    passing one to a method of ``cls``).  A subclass overriding <m> is not seen here."""
+    aliases = tensor_aliases(ctx, func, name)
+    defined = cls.body.body if cls is not None else ()  # type: ignore[union-attr]
+    methods = {s.name.value: s for s in defined if isinstance(s, cst.FunctionDef)}
+    calls: List[cst.Call] = []
+
+    class _Calls(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            calls.append(node)
+
+    ctx.visit(_Calls(), func.body)
+
+    def given(arg: cst.Arg) -> bool:
+        if root_name(arg.value) in aliases:
+            return True
+        if arg.star or isinstance(arg.value, (cst.List, cst.Tuple, cst.Set, cst.Dict)):
+            found: List[str] = []
+
+            class _Names(cst.CSTVisitor):
+                def visit_Name(self, node: cst.Name) -> None:
+                    if node.value in aliases:
+                        found.append(node.value)
+
+            ctx.visit(_Names(), arg.value)
+            return bool(found)
+        return False
+
+    body = list(func.body.body)  # type: ignore[union-attr]
+
+    def top(node: cst.CSTNode) -> int:
+        """The index in ``func``'s body of the statement holding ``node``."""
+        while node not in body:
+            node = ctx.parent(node)
+        return next(i for i, s in enumerate(body) if s is node)
+
+    class _Selections(cst.CSTVisitor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.found: List[cst.CSTNode] = []
+
+        def visit_Subscript(self, node: cst.Subscript) -> None:
+            if any(isinstance(e.slice, cst.Index) and root_name(e.slice.value) in aliases for e in node.slice):
+                self.found.append(node)
+
+    selections = _Selections()
+    ctx.visit(selections, func.body)
+    own = [
+        c for c in calls
+        if isinstance(c.func, cst.Attribute) and is_name(c.func.value, "self") and c.func.attr.value in methods
+        and any(given(a) for a in c.args)
+    ]
+    last_use = max((top(n) for n in (*selections.found, *own)), default=-1)
+    for call in sorted(calls, key=lambda n: (ctx.position(n).line, ctx.position(n).column)):
+        args = [a for a in call.args if given(a)]
+        if not args:
+            continue
+        where = f"`{code(call)}` at line {ctx.position(call).line}"
+        callee = call.func
+        if isinstance(callee, cst.Attribute) and is_name(callee.value, "self") and callee.attr.value in methods:
+            method = methods[callee.attr.value]
+            params = [p.name.value for p in (*method.params.posonly_params, *method.params.params)][1:]
+            keywords = params + [p.name.value for p in method.params.kwonly_params]
+            if method.decorators or any(a.star for a in call.args) or not method.params.params:
+                return f"{name} is passed to {where}, which may write it in place"
+            positional = [a for a in call.args if a.keyword is None]
+            for arg in args:
+                if arg.keyword is None:
+                    index = positional.index(arg)
+                    param = params[index] if index < len(params) else None
+                else:
+                    param = arg.keyword.value if arg.keyword.value in keywords else None
+                if param is None:
+                    return f"{name} is passed to {where}, which may write it in place"
+                if (method.name.value, param) in _seen:
+                    continue
+                why = written_in_place(ctx, method, param) or written_by_a_call(
+                    ctx, cls, method, param, False, (*_seen, (func.name.value, name))
+                )
+                if why is not None:
+                    return f"{why} in {method.name.value}, called by {where}"
+            continue
+        if code(callee).startswith("torch.") and not code(callee).endswith("_"):
+            continue
+        if ordered and top(call) > last_use:
+            continue  # runs after the count's last use here
+        return f"{name} is passed to {where}, which may write it in place"
+    return None
 
 
 def own_method(cls: str, method: str) -> str:

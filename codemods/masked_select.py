@@ -48,6 +48,7 @@ from ._mask import (
     imports_typing_optional,
     with_keyword_param,
     written_in_place,
+    written_by_a_call,
 )
 
 COUNT = "num_masked"
@@ -230,7 +231,7 @@ def _gaining(ctx: PlanContext, func: cst.FunctionDef, lines: List[cst.SimpleStat
     (mask,) = masks
     if flow.assigning(mask) or flow.compound_assigned.get(mask):
         raise Refuse(f"the mask argument {mask} is reassigned in {func.name.value}")
-    written = written_in_place(ctx, func, mask)
+    written = written_in_place(ctx, func, mask) or written_by_a_call(ctx, cls, func, mask, ordered=True)
     if written is not None:
         raise Refuse(f"{written}: how many tokens it selects in each row is not proven")
     return _Method(func, mask)

@@ -325,23 +325,7 @@ def in_place_write(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Opti
     a name bound to a method, attribute or subscript chain of one (`k = mask.view(...)`,
     `k = mask[:, 1:]`: a view shares the storage; a copy is taken as one too).  What a
     call does with a tensor it is given (`self.fix(mask)`) is not followed."""
-    aliases = {name}
-    assigns: List[cst.Assign] = []
-
-    class _Assigns(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            assigns.append(node)
-
-    ctx.visit(_Assigns(), func.body)
-    changed = True
-    while changed:
-        changed = False
-        for node in assigns:
-            if _root_name(node.value) in aliases:
-                for target in node.targets:
-                    if isinstance(target.target, cst.Name) and target.target.value not in aliases:
-                        aliases.add(target.target.value)
-                        changed = True
+    aliases = tensor_aliases(ctx, func, name)
     found: List[cst.CSTNode] = []
 
     class _Writes(cst.CSTVisitor):
@@ -370,3 +354,31 @@ def in_place_write(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Opti
     if not found:
         return None
     return min(found, key=lambda n: (ctx.position(n).line, ctx.position(n).column))
+
+
+def tensor_aliases(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Set[str]:
+    """``name`` and the names of ``func`` bound to a method, attribute or subscript chain
+    of one of them (`k = mask.view(...)`: may share its storage), transitively."""
+    aliases = {name}
+    assigns: List[cst.Assign] = []
+
+    class _Assigns(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            assigns.append(node)
+
+    ctx.visit(_Assigns(), func.body)
+    changed = True
+    while changed:
+        changed = False
+        for node in assigns:
+            if _root_name(node.value) in aliases:
+                for target in node.targets:
+                    if isinstance(target.target, cst.Name) and target.target.value not in aliases:
+                        aliases.add(target.target.value)
+                        changed = True
+    return aliases
+
+
+def root_name(expr: cst.CSTNode) -> Optional[str]:
+    """See ``_root_name``."""
+    return _root_name(expr)

@@ -345,6 +345,27 @@ FORK_EDITS = {
         "        mask[:, :3] = False\n        if len(self.q_stride) == 2:\n            label = self.get_pixel_label_2d(x, mask)\n",
         "mask is written in place by `mask[:, :3] = False`",
     ),
+    # The labels method writes the mask forward_loss passes it: forward_loss's own
+    # `pred[mask]` then selects another count (before: a size mismatch).
+    "labels_score_first_token": (
+        "        label = label.flatten(1, 2).flatten(2)\n        label = label[mask]\n",
+        "        label = label.flatten(1, 2).flatten(2)\n        mask[:, 0] = True\n        label = label[mask]\n",
+        "mask is written in place by `mask[:, 0] = True` at line 156 in get_pixel_label_2d, called by"
+        " `self.get_pixel_label_2d(x, mask)` at line 267",
+    ),
+    "labels_logical_or_": (
+        "        label = label.flatten(1, 2).flatten(2)\n        label = label[mask]\n",
+        "        label = label.flatten(1, 2).flatten(2)\n"
+        "        mask.logical_or_(torch.arange(mask.shape[1], device=mask.device) < 2)\n        label = label[mask]\n",
+        "mask is written in place by `mask.logical_or_(",
+    ),
+    "loss_passes_mask_to_an_in_place_function": (
+        "        if len(self.q_stride) == 2:\n            label = self.get_pixel_label_2d(x, mask)\n",
+        "        torch.Tensor.logical_or_(mask, torch.arange(mask.shape[1], device=mask.device) < 2)\n"
+        "        if len(self.q_stride) == 2:\n            label = self.get_pixel_label_2d(x, mask)\n",
+        "mask is passed to `torch.Tensor.logical_or_(mask, torch.arange(mask.shape[1], device=mask.device) < 2)`"
+        " at line 265, which may write it in place",
+    ),
 }
 
 
