@@ -44,6 +44,7 @@ from ._mask import (
     with_fallback,
     emitted_fallback,
     shadowed,
+    class_reference,
     foreign_binding,
     is_docstring,
     module_binds,
@@ -384,7 +385,22 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
 
     assign = single_assign(line)
     call_code = code(call)
-    new_call = call_code[:-1].rstrip().rstrip(",") + f", **({{{COUNT!r}: {COUNT}}} if self.{FLAG} else {{}}))"
+    owner = class_reference(ctx, cls)
+    if owner is None:
+        raise Refuse(f"the class name {cls.name.value} is bound again in the module: the encoder check needs it")
+    taken = shadowed(ctx, "type")
+    if taken:
+        raise Refuse(f"the count needs the builtin {taken[0]}, which the module binds itself")
+    # super().forward is {base}.forward only if no class between (a mixin's, in the user's
+    # MRO) defines forward: that one keeps upstream's signature.
+    resolved = (
+        f'[c for c in type(self).__mro__[type(self).__mro__.index({owner}) + 1:] if "forward" in c.__dict__][:1]'
+        f" == [{base}]"
+    )
+    new_call = (
+        call_code[:-1].rstrip().rstrip(",")
+        + f", **({{{COUNT!r}: {COUNT}}} if self.{FLAG} and {resolved} else {{}}))"
+    )
     if assign is not None:
         new_line = ctx.statement(f"{target_code(line)} {new_call}\n", like=line)
     elif len(line.body) == 1 and isinstance(line.body[0], (cst.Expr, cst.Return)):

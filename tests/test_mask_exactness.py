@@ -377,3 +377,24 @@ def test_fork_edit_changing_the_count_is_refused_and_exact(tmp_path, name):
     assert any(words in m for m in skips), skips
     model_a, model_b = _pair(orig, new_pkg)
     assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
+
+
+def _mixin(pkg):
+    """`class M(MaskedAutoencoderHiera, MyHiera)`: the user's Hiera subclass, whose
+    forward keeps upstream's signature, comes after the MAE in M's MRO."""
+
+    class MyHiera(pkg.hiera.Hiera):
+        def forward(self, x, mask=None, return_intermediates=False):
+            return super().forward(x, mask, return_intermediates=return_intermediates)
+
+    class Mixed(pkg.MaskedAutoencoderHiera, MyHiera):
+        pass
+
+    return Mixed
+
+
+def test_mro_mixin_with_a_user_hiera_forward(hiera_orig, hiera_new):
+    """forward_encoder's super().forward is then MyHiera.forward: it is passed no count
+    (before: a TypeError, unexpected keyword num_kept)."""
+    model_a, model_b = _pair(hiera_orig, hiera_new, _mixin(hiera_orig), _mixin(hiera_new))
+    assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)

@@ -285,7 +285,17 @@ class TinyMAE(TinyHiera):
             x,
             mask,
             return_intermediates=True,
-            **({"num_kept": num_kept} if self.__super_forward_takes_num_kept else {})
+            **(
+                {"num_kept": num_kept}
+                if self.__super_forward_takes_num_kept
+                and [
+                    c
+                    for c in type(self).__mro__[type(self).__mro__.index(TinyMAE) + 1 :]
+                    if "forward" in c.__dict__
+                ][:1]
+                == [TinyHiera]
+                else {}
+            )
         )
         x = 0.0
         for interm in intermediates:
