@@ -299,7 +299,7 @@ def enclosing_function(ctx: "PlanContext", node: cst.CSTNode) -> Optional[cst.Fu
 # -- in-place writes ---------------------------------------------------------------------
 
 
-def _root_name(expr: cst.CSTNode) -> Optional[str]:
+def root_name(expr: cst.CSTNode) -> Optional[str]:
     """The name a method/attribute/subscript chain starts from: `m` for
     `m.view(...)[..., 0].bool()`; None for anything else (`~m`, `f(m)`, `m | n`)."""
     while True:
@@ -330,11 +330,11 @@ def in_place_write(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Opti
 
     class _Writes(cst.CSTVisitor):
         def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            if isinstance(node.target, (cst.Subscript, cst.Attribute)) and _root_name(node.target) in aliases:
+            if isinstance(node.target, (cst.Subscript, cst.Attribute)) and root_name(node.target) in aliases:
                 found.append(node)
 
         def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            if _root_name(node.target) in aliases:
+            if root_name(node.target) in aliases:
                 found.append(node)
 
         def visit_Call(self, node: cst.Call) -> None:
@@ -343,11 +343,11 @@ def in_place_write(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Opti
                 isinstance(func_, cst.Attribute)
                 and func_.attr.value.endswith("_")
                 and not func_.attr.value.startswith("_")
-                and _root_name(func_.value) in aliases
+                and root_name(func_.value) in aliases
             ):
                 found.append(node)
             for arg in node.args:
-                if arg.keyword is not None and arg.keyword.value == "out" and _root_name(arg.value) in aliases:
+                if arg.keyword is not None and arg.keyword.value == "out" and root_name(arg.value) in aliases:
                     found.append(node)
 
     ctx.visit(_Writes(), func.body)
@@ -371,14 +371,9 @@ def tensor_aliases(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Set[
     while changed:
         changed = False
         for node in assigns:
-            if _root_name(node.value) in aliases:
+            if root_name(node.value) in aliases:
                 for target in node.targets:
                     if isinstance(target.target, cst.Name) and target.target.value not in aliases:
                         aliases.add(target.target.value)
                         changed = True
     return aliases
-
-
-def root_name(expr: cst.CSTNode) -> Optional[str]:
-    """See ``_root_name``."""
-    return _root_name(expr)
