@@ -11,6 +11,8 @@
 #                                      # hiera-optim; one timing process per GPU (each interleaves its own groups),
 #                                      # --profile (GPU ms by kernel kind of one step per contender);
 #                                      # on one GPU: GPU_CELLS="base,small,video" [RO_CELLS=..] [EAGER_CELLS=..]
+#                                      # [MODES=compile] (GPU_CELLS' modes, default compile,ro)
+#                                      # [FAIR_COMPILE=1] (FAIR compile in every GPU_CELLS cell, not only base)
 #
 # Phase A fills inductor's on-disk caches (FX graph + AOTAutograd) with parallel
 # `bench.py --warm-only` processes, one per (cell, contender, mode) group, on the 16
@@ -55,9 +57,11 @@ case $PART in
      ALL_CELLS=$(IFS=,; echo "${GPU_CELLS[*]}")
      # cell-major, so GPU i % NGPU spreads each cell's warm-ups (their memory) over the GPUs
      WARM=()
+     MODES=${MODES:-compile,ro}
      case ",$ALL_CELLS," in *,base,*) WARM+=("base compile fair") ;; esac
      for c in ${ALL_CELLS//,/ }; do
-       for m in compile ro; do WARM+=("$c $m rewritten" "$c $m optim"); done
+       [ "${FAIR_COMPILE:-}" = 1 ] && [ "$c" != base ] && WARM+=("$c compile fair")
+       for m in ${MODES//,/ }; do WARM+=("$c $m rewritten" "$c $m optim"); done
      done
      # RO_CELLS: cells timed in reduce-overhead only (their compile group ran in an earlier call);
      # EAGER_CELLS: cells timed in eager, all three contenders, last (no compile, no warm-up process)
@@ -125,13 +129,14 @@ elif [ "$PART" = 4 ]; then
     ( export CUDA_VISIBLE_DEVICES=$g
       rest=",${GPU_CELLS[$g]},"
       case $rest in *,base,*)
-        bench "compile_ro_gpu${g}_base" $(( LIMIT - $(elapsed) - 15 )) --cells base --modes compile,ro \
+        bench "compile_ro_gpu${g}_base" $(( LIMIT - $(elapsed) - 15 )) --cells base --modes "$MODES" \
           --contenders fair,rewritten,optim --profile
         rest=${rest/,base,/,} ;;
       esac
       rest=${rest#,}; rest=${rest%,}
+      others=rewritten,optim; [ "${FAIR_COMPILE:-}" = 1 ] && others=fair,rewritten,optim
       [ -n "$rest" ] && bench "compile_ro_gpu$g" $(( LIMIT - $(elapsed) - 15 )) --cells "$rest" \
-        --modes compile,ro --contenders rewritten,optim --profile ) &
+        --modes "$MODES" --contenders "$others" --profile ) &
     bpids+=($!)
   done
   wait "${bpids[@]}"
