@@ -65,6 +65,7 @@ case $PART in
      done
      # RO_CELLS: cells timed in reduce-overhead only (their compile group ran in an earlier call);
      # EAGER_CELLS: cells timed in eager, all three contenders, last (no compile, no warm-up process)
+     RO_CELLS=${RO_CELLS:-}
      for c in ${RO_CELLS//,/ }; do WARM+=("$c ro rewritten" "$c ro optim"); done
      ;;
   *) echo "unknown part $PART"; exit 2 ;;
