@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import all_params, body_of, loaded_names
+from hiera_rewrite.flow import all_params, body_of, is_inplace_function, is_inplace_method, loaded_names
 from hiera_rewrite.rewrite import PlanContext
 
 from ._match import code
@@ -73,10 +73,6 @@ ALIAS_MODULES = frozenset("Identity Dropout Dropout1d Dropout2d Dropout3d AlphaD
 KNOWN_MODULES = frozenset({"timm.layers.DropPath", "timm.models.layers.DropPath", "timm.layers.drop.DropPath"})
 SAFE_BUILTINS = frozenset("len isinstance issubclass print repr str id type hash bool int float format callable hasattr".split())
 CONTAINER_BUILTINS = frozenset("tuple list iter reversed zip enumerate set frozenset sorted".split())
-INPLACE_DUNDERS = frozenset(
-    "__iadd__ __isub__ __imul__ __itruediv__ __ifloordiv__ __imod__ __ipow__ __imatmul__ "
-    "__iand__ __ior__ __ixor__ __ilshift__ __irshift__ __setitem__ __delitem__".split()
-)
 LIST_MUTATORS = frozenset("append extend insert".split())  # `outs.append(x)`: outs now holds x
 # `other.<method>(x)` with one of these tensor methods reads x (and returns a new
 # tensor, or other itself): a method of another tensor taking it as an operand
@@ -94,12 +90,6 @@ State = Dict[str, str]
 # Hazard texts name the followed value as WHAT; the caller substitutes its role
 # ("the pooled tensor", "the tensor it pools (`x`)").
 WHAT = "{what}"
-
-
-def is_inplace_method(name: str) -> bool:
-    if name in INPLACE_DUNDERS:
-        return True
-    return name.endswith("_") and not name.startswith("__")
 
 
 @dataclasses.dataclass
@@ -357,9 +347,9 @@ class InplaceFlow:
         if qualified and all(q.startswith("torch.") for q in qualified):
             if any(q.startswith(CALLING_FUNCTIONS) for q in qualified):
                 return f"{WHAT} is passed to `{callee}(...)` at line {line}, which runs code it is given on it"
-            last = {q.rsplit(".", 1)[-1] for q in qualified}
-            if any(is_inplace_method(n) for n in last):
+            if any(is_inplace_function(q) for q in qualified):
                 return f"`{callee}(...)` at line {line} modifies {WHAT} in place"
+            last = {q.rsplit(".", 1)[-1] for q in qualified}
             if last & CONTAINER_FUNCTIONS:
                 return CONTAINER
             if last & VIEW_FUNCTIONS or any(q.startswith("torch.Tensor.") for q in qualified):
@@ -370,8 +360,10 @@ class InplaceFlow:
             return _Verdict(holder=func.value.value)
         if isinstance(func, cst.Attribute) and not qualified and not _is_self_attr(func) and not _is_self(func.value):
             method = func.attr.value
-            if is_inplace_method(method) or method in TENSOR_ARG_METHODS:
-                # `out.add_(x)`, `a.matmul(x)`: another tensor's method reads it
+            if (is_inplace_method(method) and not method.startswith("__") and method != "set_") or method in TENSOR_ARG_METHODS:
+                # `out.add_(x)`, `a.matmul(x)`: another tensor's method reads it (a
+                # dunder's may keep it: `h.__setitem__(0, x)` on a list, `__setattr__`;
+                # `a.set_(x)` makes a share x's storage)
                 return None
         if isinstance(func, cst.Name) and not qualified:
             if func.value in SAFE_BUILTINS and not self._module_binds(func.value):

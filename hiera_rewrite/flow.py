@@ -298,6 +298,37 @@ def enclosing_function(ctx: "PlanContext", node: cst.CSTNode) -> Optional[cst.Fu
 
 # -- in-place writes ---------------------------------------------------------------------
 
+# Dunders that write their receiver: the in-place operators (`m += v` runs
+# `m.__iadd__(v)`), item and attribute stores and deletes (`m[i] = v` runs
+# `m.__setitem__(i, v)`), `__setstate__`.
+WRITING_DUNDERS = frozenset(
+    "__iadd__ __isub__ __imul__ __itruediv__ __ifloordiv__ __idiv__ __imod__ __ipow__ __imatmul__ "
+    "__iand__ __ior__ __ixor__ __ilshift__ __irshift__ __setitem__ __delitem__ __setattr__ __delattr__ "
+    "__setstate__".split()
+)
+
+
+def is_inplace_method(name: str) -> bool:
+    """True when the method (or torch function) ``name`` may write its receiver (first
+    argument) in place, by PyTorch's naming: a trailing ``_`` marks in-place (`add_`,
+    `index_fill_`, and private ones alike: `Tensor._coalesced_`, `torch._foreach_add_`),
+    a dunder only when it is one of WRITING_DUNDERS (`__iadd__`, `__setitem__`; not
+    `__add__`, `__getitem__`); a name without the trailing ``_`` (`_private`) is not."""
+    if name.startswith("__") and name.endswith("__"):
+        return name in WRITING_DUNDERS
+    return name.endswith("_")
+
+
+def is_inplace_function(qualified: str) -> bool:
+    """True when the function with this qualified name may write an argument in place:
+    the operator module's writes (`operator.setitem`, `operator.iadd`, or their dunder
+    spellings) and torch's in-place functions (`torch.relu_`, `torch.Tensor.logical_or_`,
+    `torch.nn.init.zeros_`)."""
+    module, _, name = qualified.rpartition(".")
+    if module in ("operator", "_operator"):
+        return is_inplace_method(name) or f"__{name}__" in WRITING_DUNDERS
+    return (module == "torch" or module.startswith("torch.")) and is_inplace_method(name)
+
 
 def root_name(expr: cst.CSTNode) -> Optional[str]:
     """The name a method/attribute/subscript chain starts from: `m` for
@@ -320,8 +351,10 @@ def in_place_write(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Opti
     the tensor ``name`` holds, or into a view of it; None if there is none.
 
     Writes: `m[...] = v`, `m.attr = v`, `m op= v` and `m[...] op= v` (augmented
-    assignment is in place on tensors), `m.<method>_(...)` (torch's in-place methods:
-    `logical_or_`, `index_fill_`, `copy_`...), `f(..., out=m)`.  ``m`` is ``name`` or
+    assignment is in place on tensors), `m.<method>(...)` for an in-place method
+    (:func:`is_inplace_method`: `logical_or_`, `index_fill_`, `__setitem__`, `__iadd__`...),
+    `f(..., m, ...)` for an in-place function (:func:`is_inplace_function`:
+    `operator.setitem`, `torch.relu_`...), `f(..., out=m)`.  ``m`` is ``name`` or
     a name bound to a method, attribute or subscript chain of one (`k = mask.view(...)`,
     `k = mask[:, 1:]`: a view shares the storage; a copy is taken as one too).  What a
     call does with a tensor it is given (`self.fix(mask)`) is not followed."""
@@ -339,11 +372,10 @@ def in_place_write(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Opti
 
         def visit_Call(self, node: cst.Call) -> None:
             func_ = node.func
-            if (
-                isinstance(func_, cst.Attribute)
-                and func_.attr.value.endswith("_")
-                and not func_.attr.value.startswith("_")
-                and root_name(func_.value) in aliases
+            if isinstance(func_, cst.Attribute) and is_inplace_method(func_.attr.value) and root_name(func_.value) in aliases:
+                found.append(node)
+            elif any(root_name(arg.value) in aliases for arg in node.args) and any(
+                is_inplace_function(q) for q in ctx.qualified_names(func_)
             ):
                 found.append(node)
             for arg in node.args:

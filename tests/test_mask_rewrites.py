@@ -24,6 +24,37 @@ def test_forward_with_kwargs_keeps_kwargs_last():
     assert b"def forward(self, x, mask=None, num_kept=None, **kwargs):" in result.output
 
 
+# -- the one in-place rule (hiera_rewrite.flow), shared by HR002 and HR003-HR005 ---------
+
+# PyTorch's naming: a trailing `_` is in place (private names too: `Tensor._coalesced_`,
+# `torch._foreach_add_`); a dunder only when it stores or is an in-place operator.
+IN_PLACE_NAMES = {
+    "add_": True, "index_fill_": True, "_coalesced_": True, "__private_": True, "__iadd__": True, "__ior__": True,
+    "__setitem__": True, "__delitem__": True, "__setattr__": True,
+    "add": False, "_foo": False, "__add__": False, "__getitem__": False, "__init__": False, "__": False,
+}
+IN_PLACE_FUNCTIONS = {
+    "operator.setitem": True, "operator.__setitem__": True, "operator.iadd": True, "operator.delitem": True,
+    "torch.relu_": True, "torch.Tensor.logical_or_": True, "torch.nn.init.zeros_": True, "torch._foreach_add_": True,
+    "operator.add": False, "operator.getitem": False, "operator.setitem_x": False, "torch.relu": False,
+    "torch.Tensor.__getitem__": False, "numpy.fill_": False,
+}
+
+
+@pytest.mark.parametrize("name", sorted(IN_PLACE_NAMES))
+def test_in_place_method_rule(name):
+    from hiera_rewrite.flow import is_inplace_method
+
+    assert is_inplace_method(name) is IN_PLACE_NAMES[name]
+
+
+@pytest.mark.parametrize("qualified", sorted(IN_PLACE_FUNCTIONS))
+def test_in_place_function_rule(qualified):
+    from hiera_rewrite.flow import is_inplace_function
+
+    assert is_inplace_function(qualified) is IN_PLACE_FUNCTIONS[qualified]
+
+
 # -- torch._dynamo fullgraph on the merged MAE -------------------------------------------
 
 

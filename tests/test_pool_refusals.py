@@ -115,3 +115,55 @@ def test_upstream_do_pool_still_rewritten():
     assert [r.code for r in applied] == ["HR002"], [(r.code, r.message) for r in result.reports]
     assert b"return x.view(x.shape[0], stride, -1, x.shape[-1]).amax(dim=1).clone()" in result.output
     assert not [r for r in result.reports if r.code == "HR002" and not r.applied]
+
+
+# Another tensor's method given the pool may keep it, not only read it: `buf.set_(p)`
+# makes buf share p's storage, a dunder may store it (`held.__setitem__(0, p)` on a
+# list).  An in-place op through buf or held then modifies the pool: after a rewrite
+# to `.amax` the gradient is NaN (set_: no version check sees it) or backward raises.
+KEPT_BY_A_METHOD = '''import torch
+import torch.nn as nn
+
+
+class SetStorage(nn.Module):
+    def forward(self, x):
+        y = x.view(x.shape[0], 2, -1, x.shape[-1]).max(dim=1).values
+        buf = torch.empty(0, dtype=y.dtype)
+        buf.set_(y.detach())
+        buf.mul_(2)
+        return y * 3
+
+
+class ListSetitem(nn.Module):
+    def forward(self, x):
+        y = x.view(x.shape[0], 2, -1, x.shape[-1]).max(dim=1).values
+        held = [None]
+        held.__setitem__(0, y)
+        held[0].mul_(2)
+        return y * 3
+'''
+
+
+@pytest.mark.parametrize("case, line, call", [("SetStorage", 9, "buf.set_"), ("ListSetitem", 18, "held.__setitem__")])
+def test_a_pool_kept_by_another_tensors_method_is_refused(case, line, call):
+    """Before: both were rewritten (`buf.set_(p)` and `held.__setitem__(0, p)` were taken
+    as reading p, like `out.copy_(p)`)."""
+    torch = pytest.importorskip("torch")
+    reports = [r for r in rewrite_bytes(KEPT_BY_A_METHOD.encode()).reports if r.code == "HR002"]
+    assert len(reports) == 2 and not any(r.applied for r in reports), reports
+    assert any(f"the pooled tensor is passed to `{call}(...)` at line {line}" in r.message for r in reports)
+
+    def gradient(source: str):
+        module = _load(source.encode(), "pool_kept")
+        torch.manual_seed(0)
+        x = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+        getattr(module, case)()(x).sum().backward()
+        return x.grad
+
+    expected = gradient(KEPT_BY_A_METHOD)
+    assert torch.isfinite(expected).all() and expected.abs().sum() > 0  # the original runs
+    forced = KEPT_BY_A_METHOD.replace(".max(dim=1).values", ".amax(dim=1)")
+    try:
+        assert not torch.equal(gradient(forced), expected)
+    except RuntimeError as exc:
+        assert "modified by an inplace operation" in str(exc)
