@@ -8,7 +8,7 @@ three rewrites emit it identically.
 
 from __future__ import annotations
 
-from typing import List, Optional, Set
+from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -196,17 +196,10 @@ def written_by_a_call(
         callee = call.func
         if isinstance(callee, cst.Attribute) and is_name(callee.value, "self") and callee.attr.value in methods:
             method = methods[callee.attr.value]
-            params = [p.name.value for p in (*method.params.posonly_params, *method.params.params)][1:]
-            keywords = params + [p.name.value for p in method.params.kwonly_params]
             if method.decorators or any(a.star for a in call.args) or not method.params.params:
                 return f"{name} is passed to {where}, which may write it in place"
-            positional = [a for a in call.args if a.keyword is None]
             for arg in args:
-                if arg.keyword is None:
-                    index = positional.index(arg)
-                    param = params[index] if index < len(params) else None
-                else:
-                    param = arg.keyword.value if arg.keyword.value in keywords else None
+                param = _bound_param(method, call, arg)
                 if param is None:
                     return f"{name} is passed to {where}, which may write it in place"
                 if (method.name.value, param) in _seen:
@@ -223,6 +216,73 @@ def written_by_a_call(
             continue  # runs after the count's last use here
         return f"{name} is passed to {where}, which may write it in place"
     return None
+
+
+def _bound_param(method: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> Optional[str]:
+    """The parameter of ``method`` (called as ``self.<method>(...)``) that ``arg`` binds."""
+    params = [p.name.value for p in (*method.params.posonly_params, *method.params.params)][1:]
+    if arg.keyword is None:
+        index = [a for a in call.args if a.keyword is None].index(arg)
+        return params[index] if index < len(params) else None
+    keywords = params + [p.name.value for p in method.params.kwonly_params]
+    return arg.keyword.value if arg.keyword.value in keywords else None
+
+
+def methods_given(
+    ctx, cls: cst.ClassDef, func: cst.FunctionDef, name: str, counted: Set[str], ordered: bool = True, _seen=()
+) -> List[Tuple[cst.Call, List[str]]]:
+    """The ``self.<m>(...)`` calls of ``func`` given the tensor ``name`` (or a view of it),
+    <m> a method of ``cls``, whose top-level statement is not after the last one using
+    the tensor's count (a selection `t[mask]`, or a call to one of ``counted``, the
+    methods passed the count), each with the methods of ``cls`` that may then run with
+    the tensor: <m>, and those <m> passes it on to, transitively (there in any order:
+    the caller uses the count after <m> returns; ``ordered=False``).
+
+    ``written_by_a_call`` proves the file's own versions of them leave the tensor alone;
+    a subclass in the user's code overriding one of them (or a function set on the
+    class or the instance) may write it, and the count is then not known: the emitted
+    code keeps it only while each of them is the file's own (``own_method``)."""
+    aliases = tensor_aliases(ctx, func, name)
+    defined = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
+    body = list(func.body.body)  # type: ignore[union-attr]
+
+    def top(node: cst.CSTNode) -> int:
+        while node not in body:
+            node = ctx.parent(node)
+        return next(i for i, s in enumerate(body) if s is node)
+
+    calls: List[Tuple[cst.Call, List[cst.Arg]]] = []
+    uses: List[int] = []
+
+    class _Uses(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            given = [a for a in node.args if not a.star and root_name(a.value) in aliases]
+            callee = node.func
+            if given and isinstance(callee, cst.Attribute) and is_name(callee.value, "self") and callee.attr.value in defined:
+                calls.append((node, given))
+                if callee.attr.value in counted:
+                    uses.append(top(node))
+
+        def visit_Subscript(self, node: cst.Subscript) -> None:
+            if any(isinstance(e.slice, cst.Index) and root_name(e.slice.value) in aliases for e in node.slice):
+                uses.append(top(node))
+
+    ctx.visit(_Uses(), func.body)
+    last_use = max(uses, default=-1)
+    found: List[Tuple[cst.Call, List[str]]] = []
+    for call, given in calls:
+        if ordered and top(call) > last_use:
+            continue
+        method = defined[call.func.attr.value]  # type: ignore[attr-defined]
+        reached = [method.name.value]
+        for arg in given:
+            param = _bound_param(method, call, arg)
+            if param is None or (method.name.value, param) in _seen:
+                continue
+            for _, inner in methods_given(ctx, cls, method, param, counted, False, (*_seen, (func.name.value, name))):
+                reached += [m for m in inner if m not in reached]
+        found.append((call, reached))
+    return found
 
 
 def own_method(cls: str, method: str) -> str:

@@ -49,6 +49,7 @@ from ._mask import (
     with_keyword_param,
     written_in_place,
     written_by_a_call,
+    methods_given,
 )
 
 COUNT = "num_masked"
@@ -87,7 +88,9 @@ class MaskedSelect(Rewrite):
     1-D, all-True or all-False masks are all legal), the original boolean selection
     runs, unchanged.  Each keyword goes only to the file's own method: a user's
     subclass that overrides forward_loss or get_pixel_label_2d with upstream's
-    signature gets the original call.
+    signature gets the original call.  And a method passing its mask to such an
+    override (forward_loss to get_pixel_label_2d) drops its own count first: the
+    override may write the mask in place, and `pred[mask]` then selects as before.
     """
 
     def plan(self, ctx: PlanContext) -> None:
@@ -132,6 +135,7 @@ class MaskedSelect(Rewrite):
                         ],
                     )
                 _calls_in_lines(ctx, _pass_count_on(ctx, cls, func, methods, lambda arg: is_name(arg, mask)), edits)
+                _count_only_while_own(ctx, cls, func, mask, methods, edits)
                 annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
                 edits[func] = with_keyword_param(ctx, func, COUNT, annotation)
                 ctx.add_site(lines_of[func][0], edits)
@@ -269,6 +273,58 @@ def _pass_count_on(
 
     ctx.visit(_Calls(), func.body)
     return edits
+
+
+def _count_only_while_own(
+    ctx: PlanContext, cls: cst.ClassDef, func: cst.FunctionDef, mask: str, methods: Dict[str, "_Method"],
+    edits: Dict[cst.CSTNode, Replacement],
+) -> None:
+    """Before each `self.<m>(..., mask, ...)` call that runs before the count's last use:
+    `num_masked = num_masked if <m is the file's own> else None`.  The file's own <m>
+    leaves the mask alone (``written_by_a_call`` proved it); an override in a subclass
+    of the user's may write it in place (`mask[:, 0] = True` in a get_pixel_label_2d of
+    its own), and the selections after the call then count the mask themselves."""
+    owner = class_reference(ctx, cls)
+    if owner is None or shadowed(ctx, "type"):
+        return  # no method of the file passes the count then
+    by_statement: Dict[cst.BaseStatement, List[str]] = {}
+    for call, reached in methods_given(ctx, cls, func, mask, set(methods)):
+        names = by_statement.setdefault(_statement_holding(ctx, call), [])
+        names += [m for m in reached if m not in names]
+    for stmt, names in by_statement.items():
+        own = " and ".join(own_method(owner, m) for m in names)
+        reset = ctx.statement(
+            f"# an override of {' or '.join(names)} may write {mask} in place: then its count is unknown\n"
+            f"{COUNT} = {COUNT} if {own} else None\n",
+            like=stmt,  # type: ignore[arg-type]
+            replaces=False,
+        )
+        edits[stmt] = _before(reset, edits.get(stmt))
+
+
+def _statement_holding(ctx: PlanContext, node: cst.CSTNode) -> cst.BaseStatement:
+    """The statement of a block (a function's, an if's...) that holds ``node``."""
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)) and isinstance(
+            ctx.parent(ancestor), cst.IndentedBlock
+        ):
+            return ancestor
+    raise Refuse("a call given the mask is not in a statement of a block")  # pragma: no cover
+
+
+def _before(new: cst.BaseStatement, edit: Optional[Replacement]) -> Callable[[cst.CSTNode], cst.FlattenSentinel]:
+    """An edit putting ``new`` before a statement, made after ``edit`` of it (if any);
+    the statement's comment lines go above ``new``."""
+
+    def insert(updated: cst.CSTNode) -> cst.FlattenSentinel:
+        made = edit(updated) if callable(edit) else (edit if edit is not None else updated)
+        nodes = list(made.nodes) if isinstance(made, cst.FlattenSentinel) else [made]
+        first = nodes[0]
+        return cst.FlattenSentinel(
+            [new.with_changes(leading_lines=[*first.leading_lines, *new.leading_lines]), first.with_changes(leading_lines=[]), *nodes[1:]]
+        )
+
+    return insert
 
 
 def _calls_in_lines(ctx: PlanContext, calls: Dict[cst.CSTNode, Replacement], edits: Dict[cst.CSTNode, Replacement]) -> None:

@@ -64,6 +64,14 @@ def subclasses(mae_class):
             label = label.flatten(1, 2).flatten(2)
             return label[mask] * 2.0
 
+    class LabelsWriteTheMask(mae_class):
+        """get_pixel_label_2d masks one more token in each row, writing the mask it is
+        given (forward_loss's own): forward_loss's `pred[mask]` must select that mask."""
+
+        def get_pixel_label_2d(self, input_img: torch.Tensor, mask: torch.Tensor, norm: bool = True):
+            mask[torch.arange(mask.shape[0]), mask.logical_not().byte().argmax(dim=1)] = True
+            return super().get_pixel_label_2d(input_img, mask, norm)
+
     class OwnEncoder(mae_class):
         """forward_encoder of its own: a mask made here, not by get_random_mask."""
 
@@ -87,5 +95,8 @@ def subclasses(mae_class):
 
     return {
         cls.__name__: cls
-        for cls in (RoundedKeep, SuperThenFlip, EveryTokenLoss, OwnLoss, OwnLabels, OwnEncoder, WrapsKeepOneMore)
+        for cls in (
+            RoundedKeep, SuperThenFlip, EveryTokenLoss, OwnLoss, OwnLabels, LabelsWriteTheMask, OwnEncoder,
+            WrapsKeepOneMore,
+        )
     }

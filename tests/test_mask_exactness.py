@@ -294,7 +294,17 @@ def _patch_encoder(model):
     model.forward_encoder = lambda x, mask_ratio, mask=None: encoder(x, 0.25, mask=mask)  # another count
 
 
-@pytest.mark.parametrize("patch", [_patch_decoder, _patch_encoder], ids=["decoder", "encoder"])
+def _patch_labels(model):
+    labels = model.get_pixel_label_2d
+
+    def get_pixel_label_2d(input_img, mask, norm=True):  # masks one more token per row, in place
+        mask[torch.arange(mask.shape[0]), mask.logical_not().byte().argmax(dim=1)] = True
+        return labels(input_img, mask, norm)
+
+    model.get_pixel_label_2d = get_pixel_label_2d
+
+
+@pytest.mark.parametrize("patch", [_patch_decoder, _patch_encoder, _patch_labels], ids=["decoder", "encoder", "labels"])
 def test_methods_set_on_the_instance_get_upstream_calls(hiera_orig, hiera_new, patch):
     """A function set on the model (a hook, a visualisation) is not the file's method:
     it is passed no count (before: a TypeError, or the decoder given the count of a

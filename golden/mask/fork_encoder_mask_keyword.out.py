@@ -319,6 +319,15 @@ class TinyMAE(TinyHiera):
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """mask: True is *masked*."""
         if len(self.q_stride) == 1:
+            # an override of get_pixel_label_1d may write mask in place: then its count is unknown
+            num_masked = (
+                num_masked
+                if (
+                    type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
+                    and "get_pixel_label_1d" not in self.__dict__
+                )
+                else None
+            )
             label = self.get_pixel_label_1d(
                 x,
                 mask,
@@ -333,6 +342,15 @@ class TinyMAE(TinyHiera):
                 )
             )
         elif len(self.q_stride) == 2:
+            # an override of get_pixel_label_2d may write mask in place: then its count is unknown
+            num_masked = (
+                num_masked
+                if (
+                    type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
+                    and "get_pixel_label_2d" not in self.__dict__
+                )
+                else None
+            )
             label = self.get_pixel_label_2d(
                 x,
                 mask,
@@ -346,6 +364,15 @@ class TinyMAE(TinyHiera):
                 )
             )
         else:
+            # an override of get_pixel_label_3d may write mask in place: then its count is unknown
+            num_masked = (
+                num_masked
+                if (
+                    type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
+                    and "get_pixel_label_3d" not in self.__dict__
+                )
+                else None
+            )
             label = self.get_pixel_label_3d(
                 x,
                 mask,

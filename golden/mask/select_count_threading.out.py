@@ -97,6 +97,16 @@ class Loss(nn.Module):
     def forward_loss(
         self, x: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor, num_masked=None
     ):
+        # an override of labels or labels_skipped may write mask in place: then its count is unknown
+        num_masked = (
+            num_masked
+            if (type(self).labels is Loss.labels and "labels" not in self.__dict__)
+            and (
+                type(self).labels_skipped is Loss.labels_skipped
+                and "labels_skipped" not in self.__dict__
+            )
+            else None
+        )
         label = self.labels(
             x,
             mask,
@@ -107,6 +117,12 @@ class Loss(nn.Module):
             )
         ) + self.labels_skipped(x, mask)
         visible = self.labels(x, ~mask, norm=False)
+        # an override of weights may write mask in place: then its count is unknown
+        num_masked = (
+            num_masked
+            if (type(self).weights is Loss.weights and "weights" not in self.__dict__)
+            else None
+        )
         w = self.weights(
             x.sum(-1),
             mask=mask,
