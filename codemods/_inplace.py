@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import all_params, body_of, is_inplace_function, is_inplace_method, loaded_names
+from hiera_rewrite.flow import body_of, bound_parameter, is_inplace_function, is_inplace_method, loaded_names
 from hiera_rewrite.rewrite import PlanContext
 
 from ._match import code
@@ -175,7 +175,7 @@ class InplaceFlow:
     def param_for(self, func: cst.FunctionDef, call: cst.Call, param: str) -> Optional[cst.BaseExpression]:
         """The argument a call passes for ``param`` (None: not passed or not plain)."""
         for arg in call.args:
-            if _param_for(func, call, arg) == param:
+            if bound_parameter(func, call, arg) == param:
                 return arg.value
         return None
 
@@ -386,7 +386,7 @@ class InplaceFlow:
 
     def _summary(self, func: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> "str | bool":
         """Hazard text, or whether the call may return (an alias of) the argument."""
-        param = _param_for(func, call, arg)
+        param = bound_parameter(func, call, arg)
         if param is None:
             return f"{WHAT} is passed to `{func.name.value}(...)` at line {self._line(call)} in a way HR002 does not follow"
         key = (id(func), param)
@@ -920,20 +920,6 @@ def _is_self(node: cst.CSTNode) -> bool:
 
 def _is_false(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Name) and node.value == "False"
-
-
-def _param_for(func: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> Optional[str]:
-    params = func.params
-    if arg.star or any(a.star for a in call.args):
-        return None
-    if arg.keyword is not None:
-        names = {p.name.value for p in all_params(params)}
-        return arg.keyword.value if arg.keyword.value in names else None
-    position = [a for a in call.args if a.keyword is None].index(arg)
-    positional = list(params.posonly_params) + list(params.params)
-    if position < len(positional):
-        return positional[position].name.value
-    return None
 
 
 def _short(node: cst.CSTNode, limit: int = 40) -> str:

@@ -12,7 +12,7 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import FunctionFlow, enclosing_line, in_place_write, root_name, statement_names, tensor_aliases
+from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in_place_write, root_name, statement_names, tensor_aliases
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
@@ -196,10 +196,10 @@ def written_by_a_call(
         callee = call.func
         if isinstance(callee, cst.Attribute) and is_name(callee.value, "self") and callee.attr.value in methods:
             method = methods[callee.attr.value]
-            if method.decorators or any(a.star for a in call.args) or not method.params.params:
+            if method.decorators or not method.params.params:
                 return f"{name} is passed to {where}, which may write it in place"
             for arg in args:
-                param = _bound_param(method, call, arg)
+                param = bound_parameter(method, call, arg, bound_self=True)
                 if param is None:
                     return f"{name} is passed to {where}, which may write it in place"
                 if (method.name.value, param) in _seen:
@@ -216,16 +216,6 @@ def written_by_a_call(
             continue  # runs after the count's last use here
         return f"{name} is passed to {where}, which may write it in place"
     return None
-
-
-def _bound_param(method: cst.FunctionDef, call: cst.Call, arg: cst.Arg) -> Optional[str]:
-    """The parameter of ``method`` (called as ``self.<method>(...)``) that ``arg`` binds."""
-    params = [p.name.value for p in (*method.params.posonly_params, *method.params.params)][1:]
-    if arg.keyword is None:
-        index = [a for a in call.args if a.keyword is None].index(arg)
-        return params[index] if index < len(params) else None
-    keywords = params + [p.name.value for p in method.params.kwonly_params]
-    return arg.keyword.value if arg.keyword.value in keywords else None
 
 
 def methods_given(
@@ -276,7 +266,7 @@ def methods_given(
         method = defined[call.func.attr.value]  # type: ignore[attr-defined]
         reached = [method.name.value]
         for arg in given:
-            param = _bound_param(method, call, arg)
+            param = bound_parameter(method, call, arg, bound_self=True)
             if param is None or (method.name.value, param) in _seen:
                 continue
             for _, inner in methods_given(ctx, cls, method, param, counted, False, (*_seen, (func.name.value, name))):

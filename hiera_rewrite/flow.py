@@ -159,6 +159,23 @@ def all_params(params: cst.Parameters) -> List[cst.Param]:
     return found
 
 
+def bound_parameter(func: cst.FunctionDef, call: cst.Call, arg: cst.Arg, bound_self: bool = False) -> Optional[str]:
+    """The parameter of ``func`` that the argument ``arg`` of ``call`` binds; None where
+    that is not plain: a ``*``/``**`` in the call, a position past the named parameters,
+    a keyword naming none that a keyword binds (a positional-only one or ``**kwargs``'s
+    own name goes into ``**kwargs``).  ``bound_self``: ``call`` calls the bound method
+    (`self.m(...)`), whose first parameter is the instance."""
+    if any(a.star for a in call.args):
+        return None
+    params = func.params
+    positional = [*params.posonly_params, *params.params][1 if bound_self else 0 :]
+    if arg.keyword is None:
+        index = [a for a in call.args if a.keyword is None].index(arg)
+        return positional[index].name.value if index < len(positional) else None
+    keywords = {p.name.value for p in (*positional, *params.kwonly_params) if p not in params.posonly_params}
+    return arg.keyword.value if arg.keyword.value in keywords else None
+
+
 def _names(ctx: "PlanContext", node: cst.CSTNode, assigned: Set[str], loaded: List[cst.Name]) -> None:
     """Split the names in a small statement into bindings and reads."""
     ctx.visit(_NamesVisitor(ctx, assigned, loaded), node)

@@ -102,3 +102,36 @@ def test_merged_mae_fullgraph_compile_matches_eager():
     traced = compiled(x, 0.5)
     for a, b in zip(eager, traced):
         assert torch.equal(a, b) if not a.is_floating_point() else torch.allclose(a, b, rtol=1e-12, atol=0)
+
+
+# -- which parameter a call's argument binds (hiera_rewrite.flow.bound_parameter) --------
+
+# `def m(self, a, /, b, *args, c, **kw)` called as a function (HR002 follows module
+# functions) and as `self.m(...)` (HR005 follows the class's methods): the argument x
+# binds the named parameter, or None where that is not plain.
+BOUND = {
+    "m(x)": ("self", "a"),
+    "m(s, x)": ("a", "b"),
+    "m(s, t, x)": ("b", None),
+    "m(s, t, u, x)": (None, None),  # into *args
+    "m(s, b=x)": ("b", "b"),
+    "m(s, c=x)": ("c", "c"),
+    "m(s, a=x)": (None, None),  # positional-only: into **kw
+    "m(s, kw=x)": (None, None),
+    "m(s, args=x)": (None, None),
+    "m(s, self=x)": (None, None),  # positional-only too
+    "m(*s, x)": (None, None),
+    "m(x, **s)": (None, None),
+}
+
+
+@pytest.mark.parametrize("call", sorted(BOUND))
+def test_bound_parameter(call):
+    import libcst as cst
+
+    from hiera_rewrite.flow import bound_parameter
+
+    func = cst.parse_statement("def m(self, a, /, b, *args, c, **kw):\n    pass\n")
+    parsed = cst.parse_expression(call)
+    (arg,) = [a for a in parsed.args if cst.ensure_type(a.value, cst.Name).value == "x"]
+    assert (bound_parameter(func, parsed, arg), bound_parameter(func, parsed, arg, bound_self=True)) == BOUND[call]
