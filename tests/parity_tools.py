@@ -19,9 +19,13 @@ def _flatten(value: Any) -> list:
 
 
 def max_rel_error(a, b, torch) -> float:
+    """Largest |a - b| relative to the largest |a|; 0 for empty tensors (a selection of
+    nothing: `.max()` of an empty tensor raises)."""
+    if not a.numel():
+        return 0.0
     a, b = a.detach().double(), b.detach().double()
     scale = a.abs().max().clamp_min(1e-30)
-    return ((a - b).abs().max() / scale).item() if a.numel() else 0.0
+    return ((a - b).abs().max() / scale).item()
 
 
 def assert_same_model_behaviour(
