@@ -275,16 +275,30 @@ def methods_given(
     return found
 
 
-def own_method(cls: str, method: str) -> str:
+def declares(function: str, parameter: str) -> str:
+    """True at run time when the function ``function`` names has the positional-or-keyword
+    ``parameter`` (as the rewrite adds it), read from its code object: cheap, and
+    torch.compile folds it."""
+    return f'"{parameter}" in {function}.__code__.co_varnames[: {function}.__code__.co_argcount]'
+
+
+def own_method(cls: str, method: str, parameter: Optional[str] = None) -> str:
     """True at run time when ``self.<method>`` is the one the file's class ``cls`` defines
     (not an override in a subclass, nor a function set on the instance: both keep
-    upstream's signature).  torch.compile folds both tests (not ``self.m.__func__``)."""
-    return f'(type(self).{method} is {cls}.{method} and "{method}" not in self.__dict__)'
+    upstream's signature).  torch.compile folds both tests (not ``self.m.__func__``).
+    With ``parameter`` (the one the rewrite gave the method), also that the function
+    ``cls`` holds then still has it: a caller may set one with upstream's signature on
+    the class itself (``Cls.forward_loss = my_loss``), which passes the identity test."""
+    check = f'type(self).{method} is {cls}.{method} and "{method}" not in self.__dict__'
+    if parameter is not None:
+        check += f" and {declares(f'{cls}.{method}', parameter)}"
+    return f"({check})"
 
 
 def keyword_if_own(cls: str, method: str, keyword: str, value: str) -> str:
-    """A ``**`` argument passing ``keyword=value`` only to the file's own ``method``."""
-    return f'**({{"{keyword}": {value}}} if {own_method(cls, method)} else {{}})'
+    """A ``**`` argument passing ``keyword=value`` only to the file's own ``method`` while
+    it takes ``keyword``."""
+    return f'**({{"{keyword}": {value}}} if {own_method(cls, method, keyword)} else {{}})'
 
 
 def class_reference(ctx, cls: cst.ClassDef) -> Optional[str]:

@@ -453,7 +453,8 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
                     [prelude.with_changes(leading_lines=[*encoder_line.leading_lines, *prelude.leading_lines]),
                      compute, encoder_line.with_changes(leading_lines=[]), recheck]
                 )
-                if planned_fill(ctx, decoder):
+                fill = planned_fill(ctx, decoder)
+                if fill:
                     edits[call[1]] = _with_keyword(call[1], keyword_if_own(owner, "forward_decoder", KEPT, KEPT))
                     edits[stmt.line] = _replace_in_line(ctx, stmt.line, {call[1]: edits.pop(call[1])})
                 count = (
@@ -470,7 +471,7 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
                     ),
                     ctx.statement(
                         f"if {KEPT} is not None and {pred_mask.value}.dim() == 2 and "  # type: ignore[attr-defined]
-                        f"{own_method(owner, 'forward_decoder')}:\n"
+                        f"{own_method(owner, 'forward_decoder', KEPT if fill else None)}:\n"
                         f"    {COUNT} = {count}\n",
                         like=after.line,
                         replaces=False,

@@ -45,6 +45,7 @@ from ._mask import (
     emitted_fallback,
     shadowed,
     class_reference,
+    declares,
     foreign_binding,
     is_docstring,
     module_binds,
@@ -395,7 +396,7 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     # MRO) defines forward: that one keeps upstream's signature.
     resolved = (
         f'[c for c in type(self).__mro__[type(self).__mro__.index({owner}) + 1:] if "forward" in c.__dict__][:1]'
-        f" == [{base}]"
+        f" == [{base}] and {declares(f'{base}.forward', COUNT)}"
     )
     new_call = (
         call_code[:-1].rstrip().rstrip(",")

@@ -315,6 +315,43 @@ def test_methods_set_on_the_instance_get_upstream_calls(hiera_orig, hiera_new, p
     assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
 
 
+# A function with upstream's signature set on the class itself, as a user patches a
+# library without forking it: (package module, class, method, the patch given the old one)
+CLASS_PATCHES = {
+    "forward_loss": ("MaskedAutoencoderHiera", lambda old: lambda self, x, pred, mask: old(self, x, pred, mask)),
+    "forward_decoder": ("MaskedAutoencoderHiera", lambda old: lambda self, x, mask: old(self, x, mask)),
+    "get_pixel_label_2d": (
+        "MaskedAutoencoderHiera",
+        lambda old: lambda self, img, mask, norm=True: old(self, img, mask, norm=False),
+    ),
+    "forward": (
+        "Hiera",
+        lambda old: lambda self, x, mask=None, return_intermediates=False: old(self, x, mask, return_intermediates),
+    ),
+}
+
+
+@pytest.mark.parametrize("method", sorted(CLASS_PATCHES))
+def test_methods_set_on_the_class_get_upstream_calls(hiera_orig, hiera_new, method):
+    """`MaskedAutoencoderHiera.forward_loss = my_loss` (or Hiera.forward, the decoder, the
+    labels) replaces the function the class holds, so `type(self).m is Cls.m` still
+    holds: the count goes only to a function that still has the parameter the rewrite
+    gave it (before: TypeError, unexpected keyword num_masked / num_kept)."""
+    owner, make = CLASS_PATCHES[method]
+    model_a, model_b = _pair(hiera_orig, hiera_new)
+    restore = []
+    try:
+        for pkg in (hiera_orig, hiera_new):
+            cls = getattr(pkg, owner)
+            old = cls.__dict__[method]
+            restore.append((cls, old))
+            setattr(cls, method, make(old))
+        assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
+    finally:
+        for cls, old in restore:
+            setattr(cls, method, old)
+
+
 def test_encoder_forward_writing_its_mask_in_place(tmp_path):
     """A fork's Hiera.forward always keeps the first unit, writing into the mask it is
     given: the token drop is refused, and the MAE, whose latent then holds another

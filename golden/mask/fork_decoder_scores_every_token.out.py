@@ -294,6 +294,10 @@ class TinyMAE(TinyHiera):
                     if "forward" in c.__dict__
                 ][:1]
                 == [TinyHiera]
+                and "num_kept"
+                in TinyHiera.forward.__code__.co_varnames[
+                    : TinyHiera.forward.__code__.co_argcount
+                ]
                 else {}
             )
         )
@@ -366,6 +370,10 @@ class TinyMAE(TinyHiera):
                     if (
                         type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
                         and "get_pixel_label_1d" not in self.__dict__
+                        and "num_masked"
+                        in TinyMAE.get_pixel_label_1d.__code__.co_varnames[
+                            : TinyMAE.get_pixel_label_1d.__code__.co_argcount
+                        ]
                     )
                     else {}
                 )
@@ -388,6 +396,10 @@ class TinyMAE(TinyHiera):
                     if (
                         type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
                         and "get_pixel_label_2d" not in self.__dict__
+                        and "num_masked"
+                        in TinyMAE.get_pixel_label_2d.__code__.co_varnames[
+                            : TinyMAE.get_pixel_label_2d.__code__.co_argcount
+                        ]
                     )
                     else {}
                 )
@@ -411,6 +423,10 @@ class TinyMAE(TinyHiera):
                     if (
                         type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
                         and "get_pixel_label_3d" not in self.__dict__
+                        and "num_masked"
+                        in TinyMAE.get_pixel_label_3d.__code__.co_varnames[
+                            : TinyMAE.get_pixel_label_3d.__code__.co_argcount
+                        ]
                     )
                     else {}
                 )

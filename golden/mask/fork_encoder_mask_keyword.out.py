@@ -337,6 +337,10 @@ class TinyMAE(TinyHiera):
                     if (
                         type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
                         and "get_pixel_label_1d" not in self.__dict__
+                        and "num_masked"
+                        in TinyMAE.get_pixel_label_1d.__code__.co_varnames[
+                            : TinyMAE.get_pixel_label_1d.__code__.co_argcount
+                        ]
                     )
                     else {}
                 )
@@ -359,6 +363,10 @@ class TinyMAE(TinyHiera):
                     if (
                         type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
                         and "get_pixel_label_2d" not in self.__dict__
+                        and "num_masked"
+                        in TinyMAE.get_pixel_label_2d.__code__.co_varnames[
+                            : TinyMAE.get_pixel_label_2d.__code__.co_argcount
+                        ]
                     )
                     else {}
                 )
@@ -382,6 +390,10 @@ class TinyMAE(TinyHiera):
                     if (
                         type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
                         and "get_pixel_label_3d" not in self.__dict__
+                        and "num_masked"
+                        in TinyMAE.get_pixel_label_3d.__code__.co_varnames[
+                            : TinyMAE.get_pixel_label_3d.__code__.co_argcount
+                        ]
                     )
                     else {}
                 )
@@ -434,6 +446,10 @@ class TinyMAE(TinyHiera):
                 if (
                     type(self).forward_decoder is TinyMAE.forward_decoder
                     and "forward_decoder" not in self.__dict__
+                    and "num_kept"
+                    in TinyMAE.forward_decoder.__code__.co_varnames[
+                        : TinyMAE.forward_decoder.__code__.co_argcount
+                    ]
                 )
                 else {}
             )
@@ -447,6 +463,10 @@ class TinyMAE(TinyHiera):
             and (
                 type(self).forward_decoder is TinyMAE.forward_decoder
                 and "forward_decoder" not in self.__dict__
+                and "num_kept"
+                in TinyMAE.forward_decoder.__code__.co_varnames[
+                    : TinyMAE.forward_decoder.__code__.co_argcount
+                ]
             )
         ):
             num_masked = pred_mask.shape[1] - latent.shape[1] * math.prod(
@@ -462,6 +482,10 @@ class TinyMAE(TinyHiera):
                     if (
                         type(self).forward_loss is TinyMAE.forward_loss
                         and "forward_loss" not in self.__dict__
+                        and "num_masked"
+                        in TinyMAE.forward_loss.__code__.co_varnames[
+                            : TinyMAE.forward_loss.__code__.co_argcount
+                        ]
                     )
                     else {}
                 ),

@@ -294,6 +294,10 @@ class TinyMAE(TinyHiera):
                     if "forward" in c.__dict__
                 ][:1]
                 == [TinyHiera]
+                and "num_kept"
+                in TinyHiera.forward.__code__.co_varnames[
+                    : TinyHiera.forward.__code__.co_argcount
+                ]
                 else {}
             )
         )
@@ -366,6 +370,10 @@ class TinyMAE(TinyHiera):
                     if (
                         type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
                         and "get_pixel_label_1d" not in self.__dict__
+                        and "num_masked"
+                        in TinyMAE.get_pixel_label_1d.__code__.co_varnames[
+                            : TinyMAE.get_pixel_label_1d.__code__.co_argcount
+                        ]
                     )
                     else {}
                 )
@@ -388,6 +396,10 @@ class TinyMAE(TinyHiera):
                     if (
                         type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
                         and "get_pixel_label_2d" not in self.__dict__
+                        and "num_masked"
+                        in TinyMAE.get_pixel_label_2d.__code__.co_varnames[
+                            : TinyMAE.get_pixel_label_2d.__code__.co_argcount
+                        ]
                     )
                     else {}
                 )
@@ -411,6 +423,10 @@ class TinyMAE(TinyHiera):
                     if (
                         type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
                         and "get_pixel_label_3d" not in self.__dict__
+                        and "num_masked"
+                        in TinyMAE.get_pixel_label_3d.__code__.co_varnames[
+                            : TinyMAE.get_pixel_label_3d.__code__.co_argcount
+                        ]
                     )
                     else {}
                 )
@@ -463,6 +479,10 @@ class TinyMAE(TinyHiera):
                 if (
                     type(self).forward_decoder is TinyMAE.forward_decoder
                     and "forward_decoder" not in self.__dict__
+                    and "num_kept"
+                    in TinyMAE.forward_decoder.__code__.co_varnames[
+                        : TinyMAE.forward_decoder.__code__.co_argcount
+                    ]
                 )
                 else {}
             )
@@ -476,6 +496,10 @@ class TinyMAE(TinyHiera):
             and (
                 type(self).forward_decoder is TinyMAE.forward_decoder
                 and "forward_decoder" not in self.__dict__
+                and "num_kept"
+                in TinyMAE.forward_decoder.__code__.co_varnames[
+                    : TinyMAE.forward_decoder.__code__.co_argcount
+                ]
             )
         ):
             num_masked = pred_mask.shape[1] - latent.shape[1] * math.prod(
@@ -491,6 +515,10 @@ class TinyMAE(TinyHiera):
                     if (
                         type(self).forward_loss is TinyMAE.forward_loss
                         and "forward_loss" not in self.__dict__
+                        and "num_masked"
+                        in TinyMAE.forward_loss.__code__.co_varnames[
+                            : TinyMAE.forward_loss.__code__.co_argcount
+                        ]
                     )
                     else {}
                 ),

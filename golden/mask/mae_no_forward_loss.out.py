@@ -294,6 +294,10 @@ class TinyMAE(TinyHiera):
                     if "forward" in c.__dict__
                 ][:1]
                 == [TinyHiera]
+                and "num_kept"
+                in TinyHiera.forward.__code__.co_varnames[
+                    : TinyHiera.forward.__code__.co_argcount
+                ]
                 else {}
             )
         )
@@ -363,6 +367,10 @@ class TinyMAE(TinyHiera):
                 if (
                     type(self).forward_decoder is TinyMAE.forward_decoder
                     and "forward_decoder" not in self.__dict__
+                    and "num_kept"
+                    in TinyMAE.forward_decoder.__code__.co_varnames[
+                        : TinyMAE.forward_decoder.__code__.co_argcount
+                    ]
                 )
                 else {}
             )
@@ -376,6 +384,10 @@ class TinyMAE(TinyHiera):
             and (
                 type(self).forward_decoder is TinyMAE.forward_decoder
                 and "forward_decoder" not in self.__dict__
+                and "num_kept"
+                in TinyMAE.forward_decoder.__code__.co_varnames[
+                    : TinyMAE.forward_decoder.__code__.co_argcount
+                ]
             )
         ):
             num_masked = pred_mask.shape[1] - latent.shape[1] * math.prod(
@@ -390,6 +402,10 @@ class TinyMAE(TinyHiera):
                     if (
                         type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
                         and "get_pixel_label_1d" not in self.__dict__
+                        and "num_masked"
+                        in TinyMAE.get_pixel_label_1d.__code__.co_varnames[
+                            : TinyMAE.get_pixel_label_1d.__code__.co_argcount
+                        ]
                     )
                     else {}
                 )
@@ -403,6 +419,10 @@ class TinyMAE(TinyHiera):
                     if (
                         type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
                         and "get_pixel_label_2d" not in self.__dict__
+                        and "num_masked"
+                        in TinyMAE.get_pixel_label_2d.__code__.co_varnames[
+                            : TinyMAE.get_pixel_label_2d.__code__.co_argcount
+                        ]
                     )
                     else {}
                 )

@@ -112,7 +112,14 @@ class Loss(nn.Module):
             mask,
             **(
                 {"num_masked": num_masked}
-                if (type(self).labels is Loss.labels and "labels" not in self.__dict__)
+                if (
+                    type(self).labels is Loss.labels
+                    and "labels" not in self.__dict__
+                    and "num_masked"
+                    in Loss.labels.__code__.co_varnames[
+                        : Loss.labels.__code__.co_argcount
+                    ]
+                )
                 else {}
             )
         ) + self.labels_skipped(x, mask)
@@ -131,6 +138,10 @@ class Loss(nn.Module):
                 if (
                     type(self).weights is Loss.weights
                     and "weights" not in self.__dict__
+                    and "num_masked"
+                    in Loss.weights.__code__.co_varnames[
+                        : Loss.weights.__code__.co_argcount
+                    ]
                 )
                 else {}
             )
