@@ -1,7 +1,7 @@
 """One case run and compared (worker side): every tensor leaf of what ``forward``
 returns (tuples, lists, dicts, dataclass fields, nested; by name), every parameter
-gradient after a backward of a fixed weighted sum of the outputs, and every buffer
-after the case (running statistics)."""
+gradient and the gradient of every floating input after a backward of a fixed weighted
+sum of the outputs, and every buffer after the case (running statistics)."""
 
 from __future__ import annotations
 
@@ -32,24 +32,49 @@ class Comparison:
             return out
         return [(prefix, value)]
 
-    def run_case(self, model, x, kw, torch):
+    def run_case(self, model, x, kw, torch, train: bool = True, input_grads: bool = True):
+        """One case: (outputs, parameter gradients, buffers, input gradients).  ``train``
+        False runs it in eval mode (each module's own mode is restored afterwards);
+        ``input_grads``: the floating inputs (``x`` and floating arguments) require grad,
+        and their gradients are returned (an error on a path without parameters, a
+        residual or a pooled skip, shows only there)."""
         model.zero_grad(set_to_none=True)
         kw = self._made(model, x, kw, torch)
-        torch.manual_seed(1)
-        leaves = self._flatten(model(x.clone(), **kw))
-        loss = None
-        for _, leaf in leaves:
-            if torch.is_tensor(leaf) and leaf.is_floating_point() and leaf.requires_grad:
-                w = torch.linspace(0.5, 1.5, leaf.numel(), dtype=leaf.dtype, device=leaf.device).view(leaf.shape)
-                term = (leaf * w).sum()
-                loss = term if loss is None else loss + term
-        if loss is not None:
-            loss.backward()
+        inputs = {}
+        x_in = x.clone()
+        if input_grads:
+            # leaves of our own; the model gets a copy (non-leaf: in-place writes stay legal)
+            if x.is_floating_point():
+                inputs["x"] = x.detach().clone().requires_grad_(True)
+                x_in = inputs["x"].clone()
+            for key, value in list(kw.items()):
+                if torch.is_tensor(value) and value.is_floating_point():
+                    inputs[key] = value.detach().clone().requires_grad_(True)
+                    kw[key] = inputs[key].clone()
+        modes = None
+        if not train:
+            modes = [(m, m.training) for m in model.modules()]
+            model.eval()
+        try:
+            torch.manual_seed(1)
+            leaves = self._flatten(model(x_in, **kw))
+            loss = None
+            for _, leaf in leaves:
+                if torch.is_tensor(leaf) and leaf.is_floating_point() and leaf.requires_grad:
+                    w = torch.linspace(0.5, 1.5, leaf.numel(), dtype=leaf.dtype, device=leaf.device).view(leaf.shape)
+                    term = (leaf * w).sum()
+                    loss = term if loss is None else loss + term
+            if loss is not None:
+                loss.backward()
+        finally:
+            for module, mode in modes or ():
+                module.training = mode
         outs = [(name, leaf.detach().clone() if torch.is_tensor(leaf) else leaf) for name, leaf in leaves]
         grads = {name: (p.grad.detach().clone() if p.grad is not None else None) for name, p in model.named_parameters()}
         buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+        input_grads_out = {name: (leaf.grad.detach().clone() if leaf.grad is not None else None) for name, leaf in inputs.items()}
         model.zero_grad(set_to_none=True)
-        return outs, grads, buffers
+        return outs, grads, buffers, input_grads_out
 
     @staticmethod
     def _errs(a, b, torch) -> Tuple[float, float]:
@@ -72,10 +97,11 @@ class Comparison:
         scale = float(a64.abs().max())
         return abs_err, abs_err / max(scale, 1e-30)
 
-    def compare(self, config, label, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=None, buffers=None) -> List[Dict[str, Any]]:
-        """Rows for one case.  ``ref``: the original's float64 (outputs, grads, buffers) for
-        an accuracy comparison (lower precisions) instead of a direct one; ``buffers``: both
-        sides' buffers after the case."""
+    def compare(self, config, label, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=None, buffers=None, inputs=None) -> List[Dict[str, Any]]:
+        """Rows for one case.  ``ref``: the original's float64 (outputs, grads, buffers,
+        input grads) for an accuracy comparison (lower precisions) instead of a direct one;
+        ``buffers``: both sides' buffers after the case; ``inputs``: both sides' gradients
+        of the inputs."""
         rows = []
         ref_outs = dict(ref[0]) if ref else {}
 
@@ -123,6 +149,9 @@ class Comparison:
         if buffers is not None and (buffers[0] or buffers[1]):
             # running statistics and other state forward updates, after the case
             groups.append(("buffers", "tensors", buffers[0], buffers[1], ref[2] if ref else {}))
+        if inputs is not None and any(g is not None for side in inputs for g in side.values()):
+            # dx: the gradient reaching the caller (a component's skip path has no parameter)
+            groups.append(("input grads", None, inputs[0], inputs[1], ref[3] if ref and len(ref) > 3 else {}))
         for kind, unit, items_a, items_b, refs in groups:
             worst = (0.0, 0.0, "")
             bad: List[str] = []
@@ -133,7 +162,7 @@ class Comparison:
                 gb = items_b.get(name)
                 if ga is None or gb is None:
                     if (ga is None) != (gb is None):
-                        what = "gradient" if kind == "grads" else "buffer"
+                        what = "buffer" if kind == "buffers" else "gradient"
                         bad.append(f"{name}: {what} {'only after' if ga is None else 'lost by'} the rewrite")
                     continue
                 count += 1
@@ -154,7 +183,8 @@ class Comparison:
                 {
                     "config": config,
                     "case": label,
-                    "what": f"{kind} ({count} {unit})",
+                    # the inputs by name: "input grads (x, padding_mask)"
+                    "what": f"{kind} ({', '.join(items_a) if kind == 'input grads' else f'{count} {unit}'})",
                     "shape": f"worst: {worst[2]}" if worst[2] else "-",
                     "abs": worst[0] if count else None,
                     "rel": worst[1] if count else None,

@@ -48,9 +48,23 @@ def site_verdicts(report: Dict[str, Any], sites: List[Dict[str, Any]]) -> List[D
                 new_lines |= new
         stmts = sorted({s for r in required for s in r["new_stmts"]})
         run_stmts = sum(1 for lo, hi in stmts if any(line in new_lines for line in range(lo, hi + 1)))
+        # the mode that proved it: train-mode cases alone, else eval-mode ones alone, else both
+        modes = "-"
+        if bool(required) and all(seen):
+            by_mode = {}
+            for mode in ("train", "eval"):
+                mode_seen = [False] * len(required)
+                for cov in report.get("coverage", []):
+                    key = (cov["model"], cov["case"])
+                    if key in cases and (key[1].startswith("eval ") == (mode == "eval")):
+                        hits = regions_run(site, set(cov["orig"].get(site["path"], ())), set(cov["new"].get(site["path"], ())))
+                        mode_seen = [a or b for a, b in zip(mode_seen, hits)]
+                by_mode[mode] = all(mode_seen)
+            modes = "train" if by_mode["train"] else "eval" if by_mode["eval"] else "train+eval"
         verdicts.append(
             {
                 "site": site,
+                "mode": modes,
                 "cases": cases,
                 "exercised": bool(required) and all(seen),
                 "definition_only": not required,
@@ -130,7 +144,7 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> bo
     unproven = [v for v in verdicts if not v["exercised"] and not v["definition_only"]]
     if verdicts:
         print("sites", file=out)
-        rows = [("site", "code", "in", "exercised by", "lines run", "result")]
+        rows = [("site", "code", "in", "exercised by", "mode", "lines run", "result")]
         for v in verdicts:
             s = v["site"]
             cases = [f"{short[m]} {c}" for m, c in v["cases"]]
@@ -142,7 +156,7 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> bo
             else:
                 result = "pass" if v["ok"] else "FAIL: a comparison of a case that ran it differs"
             ran, total = v["stmts"]
-            rows.append((f"{s['path']}:{s['line']}", s["code"], s["owner"], by, f"{ran}/{total}", result))
+            rows.append((f"{s['path']}:{s['line']}", s["code"], s["owner"], by, v["mode"], f"{ran}/{total}", result))
         _table(rows, out)
         for v in unproven:
             s = v["site"]

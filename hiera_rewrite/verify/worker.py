@@ -167,11 +167,8 @@ class Worker(Discovery, Building, Inputs, Comparison):
                         # every case starts from the built state, as on the rewritten side
                         # (choosing the input ran the model: running statistics moved)
                         model.load_state_dict(plan["state"])
-                        if i == 0:
-                            with self.trace(self.bucket("orig", label, case)):
-                                plan["runs"][(cname, case)] = (kw, self.run_case(model, x, kw, torch))
-                        else:
-                            plan["runs"][(cname, case)] = (kw, self.run_case(model, x, kw, torch))
+                        bucket = self.bucket("orig", label, case) if i == 0 else None
+                        plan["runs"][(cname, case)] = self.run_original(model, x, kw, torch, plan, bucket)
             except Exception as exc:  # noqa: BLE001
                 errors.append({"error": f"the original model raised ({mode['how']}): {type(exc).__name__}: {exc}"})
                 self.forget(label)
@@ -183,6 +180,71 @@ class Worker(Discovery, Building, Inputs, Comparison):
             plan["bench_mode"] = next((m for m in modes if not m["how"].startswith("small")), mode)
             return plan, errors
         return None, errors
+
+    def run_original(self, model, x, kw, torch, plan, bucket, train: bool = True):
+        """One case of the original side (traced into ``bucket`` unless None): (kw, options,
+        result).  With the floating inputs requiring grad first; an original that cannot
+        run so (``x.numpy()`` in its forward) runs without, and the rewritten side likewise
+        (noted: no input gradient compared)."""
+        for input_grads in (True, False):
+            try:
+                if bucket is None:
+                    result = self.run_case(model, x, kw, torch, train=train, input_grads=input_grads)
+                else:
+                    with self.trace(bucket):
+                        result = self.run_case(model, x, kw, torch, train=train, input_grads=input_grads)
+            except Exception as exc:  # noqa: BLE001 -- the user's code may raise anything
+                if not input_grads:
+                    raise
+                first = exc
+                model.load_state_dict(plan["state"])
+                if bucket is not None:
+                    bucket.clear()  # only the run that is compared counts
+                continue
+            note = f"input gradients not compared: the original raised with inputs requiring grad ({type(first).__name__}: {str(first)[:100]})" if not input_grads else None
+            if note and note not in plan["notes"]:
+                plan["notes"].append(note)
+            return kw, {"train": train, "input_grads": input_grads}, result
+        raise AssertionError("unreachable")
+
+    def reach_eval(self, plans: List[Dict[str, Any]], torch, configs) -> None:
+        """While a site is unreached: the cases of each plan not run so yet, again in eval
+        mode (``model.eval()``: a fork's ``if not self.training:`` branch, an eval-only
+        path), float64 on CPU, each its own compared case ("eval forward(x)")."""
+        if not configs or not self.unreached():
+            return
+        device, dtype, _, cname = configs[0]
+        for plan in plans:
+            if plan.get("eval_done"):
+                continue
+            if not self.unreached():
+                return
+            plan["eval_done"] = True
+            label = plan["label"]
+            cases = [(case, kw, opts) for (cfg, case), (kw, opts, _) in plan["runs"].items() if cfg == cname and opts["train"]]
+            try:
+                model = self.construct(self.resolve(plan["module"], plan["attr"]), dict(plan["kwargs"]), torch, {})
+                model.load_state_dict(plan["state"])
+                model.to(device=device, dtype=dtype)
+            except Exception as exc:  # noqa: BLE001
+                plan["notes"].append(f"not run in eval mode: cannot build it again ({type(exc).__name__}: {exc})")
+                continue
+            x = plan["x"].to(device=device, dtype=dtype)
+            for case, kw, opts in cases:
+                if not self.unreached():
+                    break
+                name = f"eval {case}"
+                self.progress(f"running {label} {name} [{cname}] (original)")
+                model.load_state_dict(plan["state"])
+                try:
+                    with self.trace(self.bucket("orig", label, name)):
+                        result = self.run_case(model, x, kw, torch, train=False, input_grads=opts["input_grads"])
+                except Exception as exc:  # noqa: BLE001 -- eval mode is extra: say why, go on
+                    self.coverage.pop((label, name), None)
+                    plan["notes"].append(f"{name}: the original raised in eval mode ({type(exc).__name__}: {str(exc)[:100]}): not compared")
+                    break
+                plan["runs"][(cname, name)] = (kw, dict(opts, train=False), result)
+            del model
 
     def not_built(self, label: str, cls, errors: List[Dict[str, Any]]) -> None:
         """A candidate no mode built and ran: its last error is the failure, the others notes."""
@@ -211,6 +273,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 plan, errors = self.attempt(cand, [mode], torch, configs, self.unique(mode["label"]))
                 if plan is not None:
                     plans.append(plan)
+                    self.reach_eval([plan], torch, configs)
                 for err in errors:
                     tried.append(f"{mode['label'].removeprefix('component ')}: {err['error']}")
                     missing = missing or err.get("missing")
@@ -262,6 +325,8 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     plans.append(plan)
                 else:
                     self.not_built(cand["label"], cand["cls"], errors)
+            # after every train-mode case of the models (upstream needs none of this)
+            self.reach_eval(plans, torch, configs)
             if not self.spec["factories"]:
                 self.reach_components(torch, configs, plans, models)
         finally:
@@ -304,7 +369,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 model.load_state_dict(plan["state"])
                 model.to(device=device, dtype=dtype)
                 x = plan["x"].to(device=device, dtype=dtype)
-                for (cfg, case), (kw, (outs_a, grads_a, bufs_a)) in plan["runs"].items():
+                for (cfg, case), (kw, opts, (outs_a, grads_a, bufs_a, dx_a)) in plan["runs"].items():
                     if cfg != cname:
                         continue
                     self.progress(f"running {label} {case} [{cname}] (rewritten)")
@@ -313,16 +378,16 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     try:
                         if i == 0:
                             with self.trace(self.bucket("new", label, case)):
-                                outs_b, grads_b, bufs_b = self.run_case(model, x, kw_b, torch)
+                                outs_b, grads_b, bufs_b, dx_b = self.run_case(model, x, kw_b, torch, **opts)
                         else:
-                            outs_b, grads_b, bufs_b = self.run_case(model, x, kw_b, torch)
+                            outs_b, grads_b, bufs_b, dx_b = self.run_case(model, x, kw_b, torch, **opts)
                     except Exception as exc:  # noqa: BLE001
                         entry["rows"].append({"config": cname, "case": case, "what": "forward/backward", "shape": "-", "ok": False, "note": f"the rewritten model raised {type(exc).__name__}: {exc}"})
                         continue
                     ref = None
                     if cname != ref_name:  # lower precision: judged by accuracy vs float64
-                        ref = plan["runs"].get((ref_name, case), (None, None))[1]
-                    entry["rows"].extend(self.compare(cname, case, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=ref, buffers=(bufs_a, bufs_b)))
+                        ref = plan["runs"].get((ref_name, case), (None, None, None))[2]
+                    entry["rows"].extend(self.compare(cname, case, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=ref, buffers=(bufs_a, bufs_b), inputs=(dx_a, dx_b)))
             del model
         except Exception as exc:  # noqa: BLE001
             entry["error"] = f"cannot build the rewritten model: {type(exc).__name__}: {exc}"
