@@ -24,6 +24,8 @@ import textwrap
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+from .functions import function_call
+
 
 _SIZE_WORDS = ["nano", "pico", "tiny", "small", "base", "plus", "large", "huge", "giant"]
 
@@ -39,7 +41,7 @@ NO_DEFAULT = object()
 
 
 # a component's integer knobs whose 0/1 default switches a branch off (q-pool, windows)
-_BRANCH_KNOBS = ("stride", "window", "unit", "pool")
+BRANCH_KNOBS = ("stride", "window", "unit", "pool")
 
 
 class _Opaque:
@@ -524,7 +526,7 @@ class Building:
                 continue
             if isinstance(default, bool):
                 on[name] = not default
-            elif isinstance(default, int) and default in (0, 1) and any(w in name.lower() for w in _BRANCH_KNOBS):
+            elif isinstance(default, int) and default in (0, 1) and any(w in name.lower() for w in BRANCH_KNOBS):
                 on[name] = 2
         if on:
             out.append(dict(out[0], kwargs=dict(out[0]["kwargs"], **on), how=out[0]["how"] + ", branches on: " + ", ".join(f"{k}={v!r}" for k, v in on.items())))
@@ -534,10 +536,18 @@ class Building:
             mode["label"] = f"component {cls.__name__}({shown})"
         return out
 
+    def ctor_of(self, entry: Dict[str, Any], torch):
+        """What builds a mode's or plan's model: its class or factory, or for a module-level
+        function (``tensors``: its tensor arguments) a module calling it."""
+        ctor = self.resolve(entry["module"], entry["attr"])
+        if entry.get("tensors"):
+            ctor = function_call(torch, ctor, entry["tensors"])
+        return ctor
+
     def build(self, mode: Dict[str, Any], torch, filled: Dict[str, Any]):
         kwargs = dict(mode["kwargs"])
         filled.update(mode.get("filled", {}))
-        ctor = self.resolve(mode["module"], mode["attr"])
+        ctor = self.ctor_of(mode, torch)
         configs = set(config_params(ctor))
         for name in mode.get("required", []):
             if name not in configs:
@@ -557,7 +567,9 @@ class Building:
                     kwargs["input_size"] = tuple(small)
                 except TypeError as exc:
                     self.report["notes"].append(f"{cand['label']}: cannot shrink input_size ({exc}); verifying at full size (slow)")
-        if self.spec["input_shape"]:
+        if mode.get("tensors"):  # a function: the token shapes its arguments suggest
+            shapes = model.verify_input_shapes()
+        elif self.spec["input_shape"]:
             shapes = [list(self.spec["input_shape"])]
         else:
             size = self.own_size(model, kwargs, torch)
@@ -571,4 +583,4 @@ class Building:
         found = {k: v for k, v in filled.items() if self.origin.get(k) is not None}
         if found:
             notes.append(f"filled from the repo: {', '.join(f'{k}={v!r} ({self.origin[k]})' for k, v in found.items())}")
-        return {"module": mode["module"], "attr": mode["attr"], "kwargs": kwargs, "shapes": shapes, "model": model, "notes": notes}
+        return {"module": mode["module"], "attr": mode["attr"], "tensors": mode.get("tensors"), "kwargs": kwargs, "shapes": shapes, "model": model, "notes": notes}

@@ -80,7 +80,13 @@ def _hint(site: Dict[str, Any], report: Dict[str, Any]) -> str:
     owner_class = site.get("owner_class")
     module = site.get("module") or "MODULE"
     if not owner_class:
-        return f"no model built here calls {site['owner']}; name one that does with --factory MODULE:FUNC[:JSON]"
+        calls = [f for f in report.get("failures", []) if f.get("function") == site["owner"]]
+        reason = "; ".join(f"{f['label']}: {f['error']}" for f in calls[:1])
+        missing = [f.get("missing") for f in calls if f.get("missing")]
+        factory = f"name a model that calls {site['owner']} with --factory MODULE:FUNC[:JSON]"
+        if missing:
+            return f"{reason}; give the missing argument: --kwargs '{json.dumps({m: '...' for m in missing[0]})}' (given to every call that takes it) if it is a value, or {factory}"
+        return (f"{reason}; " if reason else "") + f"no model built here calls {site['owner']}; {factory}"
     unimported = [i for i in report.get("imports", []) if i["module"] == site.get("module")]
     if unimported:
         return f"cannot import {unimported[0]['module']}: {unimported[0]['error']}"

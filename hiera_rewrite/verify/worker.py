@@ -8,9 +8,12 @@ the two copies, the modules to scan, the files to trace and the sites to reach.
    (:mod:`.discovery`), build each small (:mod:`.arguments`), choose its input and cases
    (:mod:`.inputs`) and run every case under a line tracer limited to the rewritten
    files (:mod:`.tracing`).  The first variant of each top-level class is built;
-   further variants only while a site is still unreached; then, for each site no model
-   reached, the class holding it is built directly as a *component*, as the files
-   construct it (and with its switched-off branches on) while its sites are unreached.
+   further variants only while a site is still unreached; then, while one is, each
+   model's cases again in eval mode; then, for each site no model reached, the class
+   holding it is built directly as a *component*, as the files construct it (and with
+   its switched-off branches on) while its sites are unreached (train mode, then eval
+   mode); then a module-level function holding one is called directly (:mod:`.functions`).
+   Every case compares outputs, parameter gradients, buffers and the inputs' gradients.
 2. Rewritten side: the modules are dropped from ``sys.modules``, the path swapped to
    the rewritten copy, and each plan built again under the same names with the same
    weights and inputs, traced the same way, and compared (:mod:`.compare`).
@@ -19,6 +22,7 @@ the two copies, the modules to scan, the files to trace and the sites to reach.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import sys
@@ -26,9 +30,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from .arguments import Building, MissingArgs
+from .arguments import BRANCH_KNOBS, Building, MissingArgs
 from .compare import Comparison
 from .discovery import Discovery
+from .functions import function_modes, function_owner
 from .inputs import Inputs
 from .tracing import Tracer
 
@@ -215,7 +220,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
             return
         device, dtype, _, cname = configs[0]
         for plan in plans:
-            if plan.get("eval_done"):
+            if plan.get("eval_done") or plan.get("tensors"):  # a function call has no mode
                 continue
             if not self.unreached():
                 return
@@ -223,7 +228,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
             label = plan["label"]
             cases = [(case, kw, opts) for (cfg, case), (kw, opts, _) in plan["runs"].items() if cfg == cname and opts["train"]]
             try:
-                model = self.construct(self.resolve(plan["module"], plan["attr"]), dict(plan["kwargs"]), torch, {})
+                model = self.construct(self.ctor_of(plan, torch), dict(plan["kwargs"]), torch, {})
                 model.load_state_dict(plan["state"])
                 model.to(device=device, dtype=dtype)
             except Exception as exc:  # noqa: BLE001
@@ -283,6 +288,44 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     failure["missing"] = missing
                 self.report["failures"].append(failure)
 
+    def reach_functions(self, torch, configs, plans: List[Dict[str, Any]]) -> None:
+        """Sites still unreached in module-level functions: each function called directly
+        (:mod:`.functions`), in its modes while a site of it is unreached; each mode
+        that runs is its own compared case."""
+        done: Set[Tuple[str, str]] = set()
+        for site in self.unreached():
+            name, module = function_owner(site), sys.modules.get(site["module"])
+            function = vars(module).get(name) if module is not None and name else None
+            if not inspect.isfunction(function) or (site["module"], name) in done:
+                continue
+            done.add((site["module"], name))
+            recipes: List[Tuple[str, Dict[str, Any]]] = []
+            for where, recipe in self.constructions(function):
+                if all(recipe != r for _, r in recipes):
+                    recipes.append((where, recipe))
+            modes = function_modes(function, recipes[:2], self.spec["kwargs"], self.fill, BRANCH_KNOBS)
+            label = f"function {name}"
+            if not modes:
+                self.report["failures"].append({"error": "cannot tell which of its arguments are tensors (annotate them torch.Tensor)", "label": label, "class": None, "function": name})
+                continue
+            cand = {"module": site["module"], "attr": name, "label": label, "cls": None, "component": True, "kwargs": {}}
+            tried: List[str] = []
+            missing = None
+            for mode in modes:
+                if not any(function_owner(s) == name and s["module"] == site["module"] for s in self.unreached()):
+                    break
+                plan, errors = self.attempt(cand, [mode], torch, configs, self.unique(mode["label"]))
+                if plan is not None:
+                    plans.append(plan)
+                for err in errors:
+                    tried.append(f"{mode['label'].removeprefix('function ')}: {err['error']}")
+                    missing = missing or err.get("missing")
+            if tried:
+                failure = {"error": "; ".join(tried), "label": label, "class": None, "function": name}
+                if missing:
+                    failure["missing"] = missing
+                self.report["failures"].append(failure)
+
     def run(self) -> None:
         try:
             import torch
@@ -329,6 +372,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
             self.reach_eval(plans, torch, configs)
             if not self.spec["factories"]:
                 self.reach_components(torch, configs, plans, models)
+                self.reach_functions(torch, configs, plans)
         finally:
             self.leave()
 
@@ -355,7 +399,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
         try:
             self.progress(f"building {label} (rewritten)")
             with self.trace(self.bucket("new", label, "build")):
-                model = self.construct(self.resolve(plan["module"], plan["attr"]), dict(plan["kwargs"]), torch, {})
+                model = self.construct(self.ctor_of(plan, torch), dict(plan["kwargs"]), torch, {})
             new_state = model.state_dict()
             keys_a, keys_b = list(plan["state"]), list(new_state)
             same = keys_a == keys_b and all(plan["state"][k].shape == new_state[k].shape for k in keys_a)
