@@ -283,7 +283,8 @@ def _count_only_while_own(
     `num_masked = num_masked if <m is the file's own> else None`.  The file's own <m>
     leaves the mask alone (``written_by_a_call`` proved it); an override in a subclass
     of the user's may write it in place (`mask[:, 0] = True` in a get_pixel_label_2d of
-    its own), and the selections after the call then count the mask themselves."""
+    its own, or one assigned to the class), and the selections after the call then count
+    the mask themselves."""
     owner = class_reference(ctx, cls)
     if owner is None or shadowed(ctx, "type"):
         return  # no method of the file passes the count then
@@ -292,7 +293,9 @@ def _count_only_while_own(
         names = by_statement.setdefault(_statement_holding(ctx, call), [])
         names += [m for m in reached if m not in names]
     for stmt, names in by_statement.items():
-        own = " and ".join(own_method(owner, m) for m in names)
+        # a method gaining the count is also asked to still take it: a function with
+        # upstream's signature assigned to the class itself passes the identity test
+        own = " and ".join(own_method(owner, m, COUNT if m in methods else None) for m in names)
         reset = ctx.statement(
             f"# an override of {' or '.join(names)} may write {mask} in place: then its count is unknown\n"
             f"{COUNT} = {COUNT} if {own} else None\n",

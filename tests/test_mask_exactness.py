@@ -501,3 +501,20 @@ def test_mro_mixin_with_a_user_hiera_forward(hiera_orig, hiera_new):
     (before: a TypeError, unexpected keyword num_kept)."""
     model_a, model_b = _pair(hiera_orig, hiera_new, _mixin(hiera_orig), _mixin(hiera_new))
     assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
+
+
+def test_labels_assigned_to_the_class_writing_the_mask(hiera_orig, hiera_new, monkeypatch):
+    """`MaskedAutoencoderHiera.get_pixel_label_2d = f`, f with upstream's signature writing
+    the mask it is given (one more masked token per row): forward_loss's `pred[mask]`
+    must select that mask (before: the static count, a size mismatch)."""
+    for pkg in (hiera_orig, hiera_new):
+        cls = pkg.hiera_mae.MaskedAutoencoderHiera
+        labels = cls.get_pixel_label_2d
+
+        def get_pixel_label_2d(self, input_img, mask, norm=True, labels=labels):
+            mask[torch.arange(mask.shape[0]), mask.logical_not().byte().argmax(dim=1)] = True
+            return labels(self, input_img, mask, norm)
+
+        monkeypatch.setattr(cls, "get_pixel_label_2d", get_pixel_label_2d)
+    model_a, model_b = _pair(hiera_orig, hiera_new)
+    assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)

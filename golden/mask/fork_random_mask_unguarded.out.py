@@ -324,6 +324,10 @@ class TinyMAE(TinyHiera):
                 if (
                     type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
                     and "get_pixel_label_1d" not in self.__dict__
+                    and "num_masked"
+                    in TinyMAE.get_pixel_label_1d.__code__.co_varnames[
+                        : TinyMAE.get_pixel_label_1d.__code__.co_argcount
+                    ]
                 )
                 else None
             )
@@ -351,6 +355,10 @@ class TinyMAE(TinyHiera):
                 if (
                     type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
                     and "get_pixel_label_2d" not in self.__dict__
+                    and "num_masked"
+                    in TinyMAE.get_pixel_label_2d.__code__.co_varnames[
+                        : TinyMAE.get_pixel_label_2d.__code__.co_argcount
+                    ]
                 )
                 else None
             )
@@ -377,6 +385,10 @@ class TinyMAE(TinyHiera):
                 if (
                     type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
                     and "get_pixel_label_3d" not in self.__dict__
+                    and "num_masked"
+                    in TinyMAE.get_pixel_label_3d.__code__.co_varnames[
+                        : TinyMAE.get_pixel_label_3d.__code__.co_argcount
+                    ]
                 )
                 else None
             )

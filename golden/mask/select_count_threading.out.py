@@ -100,7 +100,12 @@ class Loss(nn.Module):
         # an override of labels or labels_skipped may write mask in place: then its count is unknown
         num_masked = (
             num_masked
-            if (type(self).labels is Loss.labels and "labels" not in self.__dict__)
+            if (
+                type(self).labels is Loss.labels
+                and "labels" not in self.__dict__
+                and "num_masked"
+                in Loss.labels.__code__.co_varnames[: Loss.labels.__code__.co_argcount]
+            )
             and (
                 type(self).labels_skipped is Loss.labels_skipped
                 and "labels_skipped" not in self.__dict__
@@ -127,7 +132,14 @@ class Loss(nn.Module):
         # an override of weights may write mask in place: then its count is unknown
         num_masked = (
             num_masked
-            if (type(self).weights is Loss.weights and "weights" not in self.__dict__)
+            if (
+                type(self).weights is Loss.weights
+                and "weights" not in self.__dict__
+                and "num_masked"
+                in Loss.weights.__code__.co_varnames[
+                    : Loss.weights.__code__.co_argcount
+                ]
+            )
             else None
         )
         w = self.weights(
