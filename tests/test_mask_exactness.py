@@ -315,6 +315,15 @@ def test_methods_set_on_the_instance_get_upstream_calls(hiera_orig, hiera_new, p
     assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
 
 
+def _moving_one_masked_token(old):
+    def get_pixel_label_2d(self, img, mask, norm=True):
+        mask[0, mask[0].logical_not().nonzero()[0, 0]] = True
+        mask[1, mask[1].nonzero()[0, 0]] = False
+        return old(self, img, mask, norm)
+
+    return get_pixel_label_2d
+
+
 # A function with upstream's signature set on the class itself, as a user patches a
 # library without forking it: (package module, class, method, the patch given the old one)
 CLASS_PATCHES = {
@@ -324,6 +333,8 @@ CLASS_PATCHES = {
         "MaskedAutoencoderHiera",
         lambda old: lambda self, img, mask, norm=True: old(self, img, mask, norm=False),
     ),
+    # moves one masked token from row 1 to row 0: the same total, rows ragged
+    "get_pixel_label_2d_writing": ("MaskedAutoencoderHiera", lambda old: _moving_one_masked_token(old)),
     "forward": (
         "Hiera",
         lambda old: lambda self, x, mask=None, return_intermediates=False: old(self, x, mask, return_intermediates),
@@ -336,13 +347,17 @@ def test_methods_set_on_the_class_get_upstream_calls(hiera_orig, hiera_new, meth
     """`MaskedAutoencoderHiera.forward_loss = my_loss` (or Hiera.forward, the decoder, the
     labels) replaces the function the class holds, so `type(self).m is Cls.m` still
     holds: the count goes only to a function that still has the parameter the rewrite
-    gave it (before: TypeError, unexpected keyword num_masked / num_kept)."""
+    gave it (before: TypeError, unexpected keyword num_masked / num_kept), and a caller
+    keeps it only while the function it passes the mask to does (before: a labels
+    function writing the mask left forward_loss's pred selecting the static count:
+    rows of the wrong tokens, same shape)."""
     owner, make = CLASS_PATCHES[method]
     model_a, model_b = _pair(hiera_orig, hiera_new)
     restore = []
     try:
         for pkg in (hiera_orig, hiera_new):
             cls = getattr(pkg, owner)
+            method = method.replace("_writing", "")
             old = cls.__dict__[method]
             restore.append((cls, old))
             setattr(cls, method, make(old))
