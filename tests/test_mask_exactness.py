@@ -533,3 +533,25 @@ def test_labels_assigned_to_the_class_writing_the_mask(hiera_orig, hiera_new, mo
         monkeypatch.setattr(cls, "get_pixel_label_2d", get_pixel_label_2d)
     model_a, model_b = _pair(hiera_orig, hiera_new)
     assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known wrong (xmod, unfixed): Hiera.forward gives the model's patch_embed a view of the mask before"
+    " the token drop; a patch_embed of the user's that writes it (one more unit kept per row) makes the rewritten"
+    " token drop keep get_random_mask's count, and the decoder fills the extra unit with zeros",
+)
+def test_patch_embed_of_the_user_writing_the_mask(hiera_orig, hiera_new):
+    """A submodule replaced by the user's class (same weights) whose forward keeps the
+    first unit of every row, writing the mask view it is given."""
+    model_a, model_b = _pair(hiera_orig, hiera_new)
+    for model, pkg in ((model_a, hiera_orig), (model_b, hiera_new)):
+
+        class KeepFirstUnit(pkg.hiera.PatchEmbed):
+            def forward(self, x, mask=None):
+                if mask is not None:
+                    mask.view(mask.shape[0], -1)[:, 0] = True
+                return super().forward(x, mask)
+
+        model.patch_embed.__class__ = KeepFirstUnit
+    assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
