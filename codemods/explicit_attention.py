@@ -129,6 +129,16 @@ class ExplicitAttention(Rewrite):
     Same parameters, same state_dict, same outputs and gradients up to float
     rounding (the scale is applied inside SDPA instead of to q first).
 
+    One limit comes from PyTorch, not from the rewrite: the fused kernels (CPU flash,
+    CUDA flash / memory-efficient / cuDNN) have no double backward and no forward-mode
+    AD.  A gradient penalty or Hessian-vector product (`create_graph=True`) or
+    `torch.func.jvp` through the rewritten attention raises "derivative for
+    aten::_scaled_dot_product_flash_attention_for_cpu_backward is not implemented"
+    (or the CUDA kernel's), where the original's explicit matmul-softmax ran.  Run those steps
+    under `torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`: the same math as the
+    original's explicit attention (a gradient penalty through transformers' Hiera
+    then equals the original's in float64).
+
     Left alone, with a reason: another permutation or reshape, q/k/v or the qkv
     tensor read besides the attention, a scale the class itself does not set to a
     Python number (a tensor, a property, a store outside __init__), softmax over

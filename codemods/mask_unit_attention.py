@@ -121,6 +121,15 @@ class MaskUnitAttention(Rewrite):
     `hasattr(F, "scaled_dot_product_attention")` fallback branch is removed: every
     torch >= 2.0 has SDPA, and the branch would otherwise be dead code.
 
+    One limit comes from PyTorch, not from the rewrite: the fused kernels (CPU flash,
+    CUDA flash / memory-efficient / cuDNN) have no double backward and no forward-mode
+    AD.  A gradient penalty or Hessian-vector product (`create_graph=True`) or
+    `torch.func.jvp` through the rewritten attention raises "derivative for
+    aten::_scaled_dot_product_flash_attention_for_cpu_backward is not implemented"
+    (or the CUDA kernel's), where the original ran the math backend.  Run those steps
+    under `torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`: the original's kernel,
+    the same values (tests/test_parity.py checks a gradient penalty in float64).
+
     A manual-attention fallback under another flag (timm's `if self.fused_attn:`)
     is kept when every op in it treats the leading dims as batch: `q * scale` with
     a numeric scale, `@`, `.transpose(-1, -2)`, `.softmax(dim=-1)`.  When the 5-D

@@ -39,6 +39,7 @@ from tests.parity_tools import (  # noqa: E402
     assert_parity_shared,
     compare_runs,
     default_dtype,
+    max_rel_error,
     randomize_,
     run_with_grads,
     share_weights,
@@ -469,3 +470,46 @@ def test_original_attention_feeds_sdpa_5d(monkeypatch, hiera_orig):
     """The same probe sees 5-D q/k/v on the original: the test above can fail."""
     seen = _sdpa_ranks(monkeypatch, hiera_orig, SDPA_CELLS)
     assert (5, 5, 5) in set(seen)
+
+
+# -- higher-order autograd: the documented limit of the fused kernels and its way out --
+
+
+def _input_gradient_penalty(model, x, mask):
+    """A gradient penalty (WGAN-GP/R1 style): backward through d(out)/dx, create_graph."""
+    x = x.detach().clone().requires_grad_(True)
+    out = model(x, mask=mask, return_intermediates=True)
+    loss = sum((t * torch.linspace(0.5, 1.5, t.numel(), dtype=t.dtype).view(t.shape)).sum() for t in _leaves(out))
+    (grad_x,) = torch.autograd.grad(loss, x, create_graph=True)
+    penalty = (grad_x**2).sum()
+    penalty.backward()
+    return [grad_x.detach(), penalty.detach()] + [p.grad for p in model.parameters() if p.grad is not None]
+
+
+def _leaves(value):
+    if isinstance(value, (tuple, list)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
+def test_double_backward_needs_the_math_backend(hiera_orig, hiera_new):
+    """README: the fused SDPA kernels the rewritten attention reaches (CPU flash here) have
+    no double backward, where the original's 5-D input ran the math backend.  Under
+    ``sdpa_kernel(SDPBackend.MATH)`` the rewritten model gives the original's gradient
+    penalty: its input gradient, the penalty and every parameter gradient."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    cell = Cell("Hiera", IMG16, _kw(num_classes=10, **MICRO), mask="given", keep=5)
+    model_a = build(hiera_orig, cell, torch.float64)
+    model_b = build(hiera_new, cell, torch.float64, randomize=False)
+    share_weights(model_a, model_b)
+    x, mask, _ = _inputs(cell, model_a, torch.float64)
+    expected = _input_gradient_penalty(model_a, x, mask)
+    with pytest.raises(RuntimeError, match="derivative for .* is not implemented"):
+        _input_gradient_penalty(model_b, x, mask)  # if this starts passing, update README
+    model_b.zero_grad(set_to_none=True)
+    with sdpa_kernel(SDPBackend.MATH):
+        got = _input_gradient_penalty(model_b, x, mask)
+    assert len(got) == len(expected)
+    for a, b in zip(expected, got):
+        assert max_rel_error(a, b, torch) <= F64_TOL
