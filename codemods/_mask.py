@@ -8,7 +8,7 @@ three rewrites emit it identically.
 
 from __future__ import annotations
 
-from typing import List, Optional, Set, Tuple
+from typing import Callable, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -282,23 +282,58 @@ def declares(function: str, parameter: str) -> str:
     return f'"{parameter}" in {function}.__code__.co_varnames[: {function}.__code__.co_argcount]'
 
 
-def own_method(cls: str, method: str, parameter: Optional[str] = None) -> str:
-    """True at run time when ``self.<method>`` is the one the file's class ``cls`` defines
-    (not an override in a subclass, nor a function set on the instance: both keep
-    upstream's signature).  torch.compile folds both tests (not ``self.m.__func__``).
-    With ``parameter`` (the one the rewrite gave the method), also that the function
-    ``cls`` holds then still has it: a caller may set one with upstream's signature on
-    the class itself (``Cls.forward_loss = my_loss``), which passes the identity test."""
-    check = f'type(self).{method} is {cls}.{method} and "{method}" not in self.__dict__'
-    if parameter is not None:
-        check += f" and {declares(f'{cls}.{method}', parameter)}"
-    return f"({check})"
+def own_name(method: str) -> str:
+    """The class attribute holding ``method`` as the class body defines it (``capture``),
+    name-mangled: a subclass cannot shadow it."""
+    return f"__own_{method}"
+
+
+def own_method(cls: str, method: str) -> str:
+    """True at run time when ``self.<method>`` is the function the file's class ``cls``
+    defines, as its class body defined it: not an override in a subclass, nor a function
+    set on the instance, nor one set on the class itself later (``Cls.forward_loss =
+    my_loss``, which ``type(self).m is Cls.m`` would not see).  The edit that emits it
+    must also emit ``capture``.  torch.compile folds both tests (not ``self.m.__func__``)."""
+    return f'(type(self).{method} is {cls}.{own_name(method)} and "{method}" not in self.__dict__)'
 
 
 def keyword_if_own(cls: str, method: str, keyword: str, value: str) -> str:
-    """A ``**`` argument passing ``keyword=value`` only to the file's own ``method`` while
-    it takes ``keyword``."""
-    return f'**({{"{keyword}": {value}}} if {own_method(cls, method, keyword)} else {{}})'
+    """A ``**`` argument passing ``keyword=value`` only to the file's own ``method``."""
+    return f'**({{"{keyword}": {value}}} if {own_method(cls, method)} else {{}})'
+
+
+def capture(ctx, cls: cst.ClassDef, methods) -> Callable[[cst.ClassDef], cst.ClassDef]:
+    """An edit of the class ``cls`` (a function of its updated node) putting
+    ``__own_<m> = <m>`` right after the def of each of ``methods`` that has none yet:
+    the function as the class body defines it, for ``own_method``.  Several sites (of
+    several rewrites) may ask for the same method: the engine composes their edits."""
+    defs = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
+    lines = {
+        m: ctx.statement(f"{own_name(m)} = {m}\n", like=defs[m], replaces=False).with_changes(
+            leading_lines=[cst.EmptyLine(indent=False)]
+        )
+        for m in dict.fromkeys(methods)
+    }
+
+    def edit(updated: cst.ClassDef) -> cst.ClassDef:
+        body = list(updated.body.body)  # type: ignore[union-attr]
+        have = {
+            code(t.target)
+            for s in body if isinstance(s, cst.SimpleStatementLine)
+            for small in s.body if isinstance(small, cst.Assign)
+            for t in small.targets
+        }
+        # after the last def of the name: the one the class holds
+        last = {s.name.value: i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef)}
+        for name, line in lines.items():
+            if own_name(name) not in have and name in last:
+                have.add(own_name(name))
+                at = last[name] + 1
+                body.insert(at, line)
+                last = {n: i + (i >= at) for n, i in last.items()}
+        return updated.with_changes(body=updated.body.with_changes(body=body))
+
+    return edit
 
 
 def class_reference(ctx, cls: cst.ClassDef) -> Optional[str]:

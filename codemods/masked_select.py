@@ -50,6 +50,7 @@ from ._mask import (
     written_in_place,
     written_by_a_call,
     methods_given,
+    capture,
 )
 
 COUNT = "num_masked"
@@ -134,8 +135,15 @@ class MaskedSelect(Rewrite):
                             "[:, None]).flatten())",
                         ],
                     )
-                _calls_in_lines(ctx, _pass_count_on(ctx, cls, func, methods, lambda arg: is_name(arg, mask)), edits)
-                _count_only_while_own(ctx, cls, func, mask, methods, edits)
+                owned: List[str] = []
+                resets = _count_only_while_own(ctx, cls, func, mask, methods, owned)
+                reset_calls = {call for call, _ in resets}
+                calls = _pass_count_on(ctx, cls, func, methods, lambda arg: is_name(arg, mask), owned=owned, reset=reset_calls)
+                _calls_in_lines(ctx, calls, edits)
+                for stmt, reset in {stmt: reset for _, (stmt, reset) in resets}.items():
+                    edits[stmt] = _before(reset, edits.get(stmt))
+                if owned:
+                    edits[cls] = capture(ctx, cls, owned)
                 annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
                 edits[func] = with_keyword_param(ctx, func, COUNT, annotation)
                 ctx.add_site(lines_of[func][0], edits)
@@ -248,11 +256,16 @@ def _pass_count_on(
     methods: Dict[str, "_Method"],
     same_mask: Callable[[cst.BaseExpression], bool],
     value: str = COUNT,
+    owned: Optional[List[str]] = None,
+    reset: frozenset = frozenset(),
 ) -> Dict[cst.CSTNode, Replacement]:
     """`self.<method>(...)` calls inside ``func`` to methods of the same class that gain
     ``num_masked`` pass it when the mask they pass is the one counted (``same_mask``)
-    and, at run time, the method is the class's own: a subclass's override keeps
-    upstream's signature and gets the call as it was."""
+    and, at run time, the method is the class's own (``own_method``; its name is added
+    to ``owned``, for ``capture``): a subclass's override keeps upstream's signature
+    and gets the call as it was.  A call in ``reset`` comes after
+    ``_count_only_while_own``'s reset, which already made the count None unless the
+    method is the class's own: it passes the count when there is one."""
     edits: Dict[cst.CSTNode, Replacement] = {}
     owner = class_reference(ctx, cls)
     if owner is None or shadowed(ctx, "type"):
@@ -269,6 +282,11 @@ def _pass_count_on(
             argument = methods[method].mask_argument(node)
             if argument is None or not same_mask(argument):
                 return
+            if node in reset and value == COUNT:
+                edits[node] = _with_keyword(node, f'**({{}} if {COUNT} is None else {{"{COUNT}": {COUNT}}})')
+                return
+            if owned is not None:
+                owned.append(method)
             edits[node] = _with_keyword(node, keyword_if_own(owner, method, COUNT, value))
 
     ctx.visit(_Calls(), func.body)
@@ -277,32 +295,37 @@ def _pass_count_on(
 
 def _count_only_while_own(
     ctx: PlanContext, cls: cst.ClassDef, func: cst.FunctionDef, mask: str, methods: Dict[str, "_Method"],
-    edits: Dict[cst.CSTNode, Replacement],
-) -> None:
+    owned: List[str],
+) -> List[Tuple[cst.Call, Tuple[cst.BaseStatement, cst.BaseStatement]]]:
     """Before each `self.<m>(..., mask, ...)` call that runs before the count's last use:
-    `num_masked = num_masked if <m is the file's own> else None`.  The file's own <m>
-    leaves the mask alone (``written_by_a_call`` proved it); an override in a subclass
-    of the user's may write it in place (`mask[:, 0] = True` in a get_pixel_label_2d of
-    its own, or one assigned to the class), and the selections after the call then count
-    the mask themselves."""
+    `num_masked = num_masked if <m is the file's own> else None` (each call, with the
+    statement holding it and the reset to put before that statement; the methods it
+    asks about are added to ``owned``).  The file's own <m> leaves the mask alone
+    (``written_by_a_call`` proved it); an override in a subclass of the user's, or a
+    function set on the class or the instance, may write it in place (`mask[:, 0] =
+    True` in a get_pixel_label_2d of its own), and the selections after the call then
+    count the mask themselves."""
     owner = class_reference(ctx, cls)
     if owner is None or shadowed(ctx, "type"):
-        return  # no method of the file passes the count then
+        return []  # no method of the file passes the count then
     by_statement: Dict[cst.BaseStatement, List[str]] = {}
+    calls: List[Tuple[cst.Call, cst.BaseStatement]] = []
     for call, reached in methods_given(ctx, cls, func, mask, set(methods)):
-        names = by_statement.setdefault(_statement_holding(ctx, call), [])
+        stmt = _statement_holding(ctx, call)
+        names = by_statement.setdefault(stmt, [])
         names += [m for m in reached if m not in names]
+        calls.append((call, stmt))
+    resets: Dict[cst.BaseStatement, cst.BaseStatement] = {}
     for stmt, names in by_statement.items():
-        # a method gaining the count is also asked to still take it: a function with
-        # upstream's signature assigned to the class itself passes the identity test
-        own = " and ".join(own_method(owner, m, COUNT if m in methods else None) for m in names)
-        reset = ctx.statement(
+        owned += [m for m in names if m not in owned]
+        own = " and ".join(own_method(owner, m) for m in names)
+        resets[stmt] = ctx.statement(
             f"# an override of {' or '.join(names)} may write {mask} in place: then its count is unknown\n"
             f"{COUNT} = {COUNT} if {own} else None\n",
             like=stmt,  # type: ignore[arg-type]
             replaces=False,
         )
-        edits[stmt] = _before(reset, edits.get(stmt))
+    return [(call, (stmt, resets[stmt])) for call, stmt in calls]
 
 
 def _statement_holding(ctx: PlanContext, node: cst.CSTNode) -> cst.BaseStatement:
@@ -424,7 +447,8 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
                 if not after.line.body:
                     continue
                 holder = cst.FunctionDef(cst.Name("f"), cst.Parameters(), cst.IndentedBlock([after.line]))
-                calls = _pass_count_on(ctx, cls, holder, methods, toggled)
+                owned: List[str] = []
+                calls = _pass_count_on(ctx, cls, holder, methods, toggled, owned=owned)
                 if not calls:
                     continue
                 clash = free_names(flow, COUNT, KEPT)
@@ -474,12 +498,13 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
                     ),
                     ctx.statement(
                         f"if {KEPT} is not None and {pred_mask.value}.dim() == 2 and "  # type: ignore[attr-defined]
-                        f"{own_method(owner, 'forward_decoder', KEPT if fill else None)}:\n"
+                        f"{own_method(owner, 'forward_decoder')}:\n"
                         f"    {COUNT} = {count}\n",
                         like=after.line,
                         replaces=False,
                     ),
                 ]
+                edits[cls] = capture(ctx, cls, [encoder, "forward_decoder", *owned])
                 new_line = _replace_in_line(ctx, after.line, calls)
                 edits[after.line] = cst.FlattenSentinel(
                     [count_stmts[0].with_changes(leading_lines=[*after.line.leading_lines, *count_stmts[0].leading_lines]),

@@ -35,7 +35,7 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import enclosing_function, enclosing_line, statement_names
+from hiera_rewrite.flow import enclosing_function, enclosing_line, statement_names, tensor_aliases
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, refusing_as, register
 
 from ._match import code, int_value, is_name, method_call, positional, single_assign, target_code
@@ -46,14 +46,10 @@ from ._mask import (
     shadowed,
     class_reference,
     declares,
-    foreign_binding,
-    is_docstring,
-    module_binds,
     ascending_true,
     free_names,
     imports_module,
     imports_typing_optional,
-    last_top_level_import,
     with_keyword_param,
     written_in_place,
 )
@@ -306,7 +302,115 @@ def _token_drop(
         [f"{INDEX} = {ascending_true(mask, COUNT)}", gather],
     )
     annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
-    return {line: drop, func: with_keyword_param(ctx, func, COUNT, annotation)}
+    edits: Dict[cst.CSTNode, Replacement] = {line: drop, func: with_keyword_param(ctx, func, COUNT, annotation)}
+    _count_only_while_own_submodules(ctx, func, mask, line, edits)
+    return edits
+
+
+def _count_only_while_own_submodules(
+    ctx: PlanContext, func: cst.FunctionDef, mask: str, drop: cst.SimpleStatementLine, edits: Dict[cst.CSTNode, Replacement]
+) -> None:
+    """A submodule called with the mask (or a view of it) before the token drop, upstream's
+    `self.patch_embed(x, mask=mask.view(...))`, may write it in place when it is of the
+    user's class (a subclass, a function set on it): then the count no longer holds.
+    Before that call: `num_kept = num_kept if <the submodule runs the file's own forward>
+    else None`, the forward captured in the model's class body when the class is made
+    (``__own_patch_embed_forward = PatchEmbed.forward``).  The submodule's class must be
+    one the file defines above the model's class (``self.patch_embed = PatchEmbed(...)``
+    in ``__init__``); a submodule of another kind given the mask refuses the token drop."""
+    block = ctx.parent(func)
+    cls = ctx.parent(block) if block is not None else None
+    aliases = tensor_aliases(ctx, func, mask)
+    body = list(func.body.body)  # type: ignore[union-attr]
+    above = [drop, *ctx.ancestors(drop)]
+    here = next((i for i, s in enumerate(body) if any(s is a for a in above)), len(body))
+    calls: List[Tuple[cst.BaseStatement, str]] = []
+
+    class _Calls(cst.CSTVisitor):
+        def __init__(self, stmt):
+            super().__init__()
+            self.stmt = stmt
+
+        def visit_Call(self, node: cst.Call) -> None:
+            callee = node.func
+            if not (isinstance(callee, cst.Attribute) and is_name(callee.value, "self")):
+                return
+            names: List[str] = []
+
+            class _Names(cst.CSTVisitor):
+                def visit_Name(self, name: cst.Name) -> None:
+                    names.append(name.value)
+
+            for arg in node.args:
+                ctx.visit(_Names(), arg.value)
+            if aliases & set(names):
+                calls.append((self.stmt, callee.attr.value))
+
+    for stmt in body[:here]:
+        ctx.visit(_Calls(stmt), stmt)
+    if not calls:
+        return
+    if not isinstance(cls, cst.ClassDef):
+        raise Refuse(f"{mask} is passed to a submodule before the token drop, outside a class")
+    owner = class_reference(ctx, cls)
+    methods = {s.name.value for s in cls.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
+    init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)  # type: ignore[union-attr]
+    top = list(ctx.module.body)
+    classes = {s.name.value: s for s in top[: top.index(cls)] if isinstance(s, cst.ClassDef)} if cls in top else {}
+    captures: List[str] = []
+    for stmt, attr in calls:
+        if attr in methods:
+            raise Refuse(f"{mask} is passed to self.{attr}(...) before the token drop, which may write it in place")
+        made = []
+        if init is not None:
+            for s in ctx.flow(init).stmts:
+                assign = single_assign(s.line) if s.line.body else None
+                if assign is not None and code(assign[0]) == f"self.{attr}":
+                    made.append(assign[1])
+        kind = made[0].func.value if len(made) == 1 and isinstance(made[0], cst.Call) and is_name(made[0].func) else None  # type: ignore[attr-defined]
+        if owner is None or shadowed(ctx, "type") or kind not in classes or not any(
+            isinstance(m, cst.FunctionDef) and m.name.value == "forward" for m in classes[kind].body.body  # type: ignore[union-attr]
+        ):
+            raise Refuse(
+                f"{mask} is passed to self.{attr}(...) before the token drop, and self.{attr} is not built from a"
+                " class this file defines above: it may write the mask in place"
+            )
+        captured = f"__own_{attr}_forward"
+        reset = ctx.statement(
+            f"# a {attr} of another class may write the view of {mask} it is given: then its count is unknown\n"
+            f"{COUNT} = {COUNT} if type(self.{attr}).forward is {owner}.{captured}"
+            f' and "forward" not in self.{attr}.__dict__ else None\n',
+            like=stmt,  # type: ignore[arg-type]
+            replaces=False,
+        )
+        previous = edits.get(stmt)
+        edits[stmt] = _before_statement(reset, previous)
+        captures.append(f"{captured} = {kind}.forward")
+    lines = [ctx.statement(f"{c}\n", like=func, replaces=False).with_changes(leading_lines=[cst.EmptyLine(indent=False)]) for c in dict.fromkeys(captures)]
+
+    def add_captures(updated: cst.ClassDef) -> cst.ClassDef:
+        statements = list(updated.body.body)  # type: ignore[union-attr]
+        have = {code(s) for s in statements if isinstance(s, cst.SimpleStatementLine)}
+        at = max(i for i, s in enumerate(statements) if isinstance(s, cst.FunctionDef) and s.name.value == func.name.value) + 1
+        new = [ln for ln in lines if code(ln) not in have]
+        return updated.with_changes(body=updated.body.with_changes(body=[*statements[:at], *new, *statements[at:]]))
+
+    edits[cls] = add_captures
+
+
+def _before_statement(new: cst.BaseStatement, edit) -> Replacement:
+    """An edit putting ``new`` before a statement (after ``edit`` of it, if any); the
+    statement's comment lines go above ``new``."""
+
+    def insert(updated: cst.CSTNode) -> cst.FlattenSentinel:
+        made = edit(updated) if callable(edit) else (edit if edit is not None else updated)
+        nodes = list(made.nodes) if isinstance(made, cst.FlattenSentinel) else [made]
+        return cst.FlattenSentinel(
+            [new.with_changes(leading_lines=[*nodes[0].leading_lines, *new.leading_lines]),
+             nodes[0].with_changes(leading_lines=[]), *nodes[1:]]
+        )
+
+    return insert
 
 
 def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacement]:
@@ -357,13 +461,10 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     if not imports_module(ctx.module, "torch"):
         raise Refuse("the module does not `import torch`")
     if _defines(cls, FLAG):
-        raise NotThisIdiom()  # rewritten already
+        raise NotThisIdiom()  # rewritten already (by a version that emitted this flag)
     clash = free_names(flow, COUNT)
     if clash:
         raise Refuse(f"{func.name.value} already uses the name {COUNT}")
-    collision = foreign_binding(ctx, "inspect")
-    if collision:
-        raise Refuse(f"the count needs `inspect`, but {collision}")
     taken = shadowed(ctx, "getattr")
     if taken:
         raise Refuse(f"the count needs the builtin {taken[0]}, which the module binds itself")
@@ -393,14 +494,15 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     if taken:
         raise Refuse(f"the count needs the builtin {taken[0]}, which the module binds itself")
     # super().forward is {base}.forward only if no class between (a mixin's, in the user's
-    # MRO) defines forward: that one keeps upstream's signature.
+    # MRO) defines forward: that one keeps upstream's signature; and {base}.forward takes
+    # the count only where hiera.py is rewritten too (it may be rewritten separately).
     resolved = (
         f'[c for c in type(self).__mro__[type(self).__mro__.index({owner}) + 1:] if "forward" in c.__dict__][:1]'
         f" == [{base}] and {declares(f'{base}.forward', COUNT)}"
     )
     new_call = (
         call_code[:-1].rstrip().rstrip(",")
-        + f", **({{{COUNT!r}: {COUNT}}} if self.{FLAG} and {resolved} else {{}}))"
+        + f", **({{{COUNT!r}: {COUNT}}} if {resolved} else {{}}))"
     )
     if assign is not None:
         new_line = ctx.statement(f"{target_code(line)} {new_call}\n", like=line)
@@ -417,47 +519,6 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
         raise Refuse("the encoder call is part of a larger expression")
     edits[line] = new_line
 
-    # A class attribute with a private (mangled) name: each rewritten MAE class asks
-    # its own base, and a subclass cannot shadow it.
-    first = cls.body.body[0]  # type: ignore[union-attr]
-    has_doc = is_docstring(first) and len(cls.body.body) > 1  # type: ignore[union-attr]
-    anchor = cls.body.body[1] if has_doc else first  # type: ignore[union-attr]
-    flag = ctx.statement(
-        f"# hiera.py may be rewritten separately: pass {COUNT} only if {base}.forward takes it.\n"
-        f'{FLAG} = "{COUNT}" in inspect.signature({base}.forward).parameters\n',
-        like=anchor,  # type: ignore[arg-type]
-        replaces=False,
-    )
-
-    def add_flag(updated: cst.ClassDef) -> cst.ClassDef:
-        statements = list(updated.body.body)  # type: ignore[union-attr]
-        at = 1 if has_doc else 0
-        following = statements[at]
-        statements[at:at + 1] = [
-            flag.with_changes(
-                leading_lines=[*(ln for ln in following.leading_lines if ln.comment is None), *flag.leading_lines]
-            ),
-            following.with_changes(
-                leading_lines=[
-                    *([cst.EmptyLine(indent=False)] if isinstance(following, (cst.FunctionDef, cst.ClassDef)) else []),
-                    *(ln for ln in following.leading_lines if ln.comment is not None),
-                ]
-            ),
-        ]
-        return updated.with_changes(body=updated.body.with_changes(body=statements))
-
-    edits[cls] = add_flag
-    # The flag is computed when the class body runs: `inspect` must be imported above it.
-    top = next((a for a in [cls, *ctx.ancestors(cls)] if ctx.parent(a) is ctx.module), None)
-    above = list(ctx.module.body[: ctx.module.body.index(top)]) if top is not None else []
-    if imports_module(ctx.module, "inspect"):
-        if module_binds(ctx.module, "inspect") not in above:
-            raise Refuse("`import inspect` comes after the MAE class, which reads it when the class is created")
-    else:
-        anchor_import = last_top_level_import(cst.Module(body=above))
-        if anchor_import is None:
-            raise Refuse("no top-level import above the MAE class to add `import inspect` after")
-        edits[anchor_import] = lambda updated: cst.FlattenSentinel([updated, cst.parse_statement("import inspect\n")])
     return edits
 
 

@@ -15,7 +15,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
 
 import libcst as cst
 
@@ -221,8 +221,17 @@ def _rewrite_module(
         return reports, None
     edits: Dict[cst.CSTNode, Replacement] = {}
     for site in accepted:
-        edits.update(site.edits)
+        for node, edit in site.edits.items():
+            earlier = edits.get(node)
+            if isinstance(node, cst.ClassDef) and callable(earlier) and callable(edit) and earlier is not edit:
+                # two edits of one class (statements put into its body, by several sites): both
+                edit = _composed(earlier, edit)
+            edits[node] = edit
     return reports, _apply(index, edits)
+
+
+def _composed(first: Callable[[cst.CSTNode], Any], then: Callable[[cst.CSTNode], Any]) -> Callable[[cst.CSTNode], Any]:
+    return lambda updated: then(first(updated))
 
 
 def _apply(index: ModuleIndex, edits: Dict[cst.CSTNode, Replacement]) -> cst.Module:

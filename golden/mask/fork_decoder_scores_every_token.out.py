@@ -9,7 +9,6 @@ from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
-import inspect
 
 
 def patchify(x: torch.Tensor, patch: int) -> torch.Tensor:
@@ -149,11 +148,6 @@ class TinyHiera(nn.Module):
 class TinyMAE(TinyHiera):
     """The MAE: a subclass of the encoder, as upstream's."""
 
-    # hiera.py may be rewritten separately: pass num_kept only if TinyHiera.forward takes it.
-    __super_forward_takes_num_kept = (
-        "num_kept" in inspect.signature(TinyHiera.forward).parameters
-    )
-
     def __init__(self, decoder_dim=6, norm_pix_loss=True, **kwargs):
         super().__init__(**kwargs)
         dim = self.patch_embed.out_features
@@ -201,6 +195,8 @@ class TinyMAE(TinyHiera):
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
 
+    __own_get_pixel_label_1d = get_pixel_label_1d
+
     def get_pixel_label_2d(
         self,
         input_img: torch.Tensor,
@@ -233,6 +229,8 @@ class TinyMAE(TinyHiera):
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
+
+    __own_get_pixel_label_2d = get_pixel_label_2d
 
     def get_pixel_label_3d(
         self,
@@ -269,6 +267,8 @@ class TinyMAE(TinyHiera):
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
 
+    __own_get_pixel_label_3d = get_pixel_label_3d
+
     def forward_encoder(
         self, x: torch.Tensor, mask_ratio: float, mask: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -287,8 +287,7 @@ class TinyMAE(TinyHiera):
             return_intermediates=True,
             **(
                 {"num_kept": num_kept}
-                if self.__super_forward_takes_num_kept
-                and [
+                if [
                     c
                     for c in type(self).__mro__[type(self).__mro__.index(TinyMAE) + 1 :]
                     if "forward" in c.__dict__
@@ -356,12 +355,8 @@ class TinyMAE(TinyHiera):
             num_masked = (
                 num_masked
                 if (
-                    type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
+                    type(self).get_pixel_label_1d is TinyMAE.__own_get_pixel_label_1d
                     and "get_pixel_label_1d" not in self.__dict__
-                    and "num_masked"
-                    in TinyMAE.get_pixel_label_1d.__code__.co_varnames[
-                        : TinyMAE.get_pixel_label_1d.__code__.co_argcount
-                    ]
                 )
                 else None
             )
@@ -369,60 +364,28 @@ class TinyMAE(TinyHiera):
                 x,
                 mask,
                 norm=self.norm_pix_loss,
-                **(
-                    {"num_masked": num_masked}
-                    if (
-                        type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
-                        and "get_pixel_label_1d" not in self.__dict__
-                        and "num_masked"
-                        in TinyMAE.get_pixel_label_1d.__code__.co_varnames[
-                            : TinyMAE.get_pixel_label_1d.__code__.co_argcount
-                        ]
-                    )
-                    else {}
-                )
+                **({} if num_masked is None else {"num_masked": num_masked})
             )
         elif len(self.q_stride) == 2:
             # an override of get_pixel_label_2d may write mask in place: then its count is unknown
             num_masked = (
                 num_masked
                 if (
-                    type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
+                    type(self).get_pixel_label_2d is TinyMAE.__own_get_pixel_label_2d
                     and "get_pixel_label_2d" not in self.__dict__
-                    and "num_masked"
-                    in TinyMAE.get_pixel_label_2d.__code__.co_varnames[
-                        : TinyMAE.get_pixel_label_2d.__code__.co_argcount
-                    ]
                 )
                 else None
             )
             label = self.get_pixel_label_2d(
-                x,
-                mask,
-                **(
-                    {"num_masked": num_masked}
-                    if (
-                        type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
-                        and "get_pixel_label_2d" not in self.__dict__
-                        and "num_masked"
-                        in TinyMAE.get_pixel_label_2d.__code__.co_varnames[
-                            : TinyMAE.get_pixel_label_2d.__code__.co_argcount
-                        ]
-                    )
-                    else {}
-                )
+                x, mask, **({} if num_masked is None else {"num_masked": num_masked})
             )
         else:
             # an override of get_pixel_label_3d may write mask in place: then its count is unknown
             num_masked = (
                 num_masked
                 if (
-                    type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
+                    type(self).get_pixel_label_3d is TinyMAE.__own_get_pixel_label_3d
                     and "get_pixel_label_3d" not in self.__dict__
-                    and "num_masked"
-                    in TinyMAE.get_pixel_label_3d.__code__.co_varnames[
-                        : TinyMAE.get_pixel_label_3d.__code__.co_argcount
-                    ]
                 )
                 else None
             )
@@ -430,18 +393,7 @@ class TinyMAE(TinyHiera):
                 x,
                 mask,
                 self.norm_pix_loss,
-                **(
-                    {"num_masked": num_masked}
-                    if (
-                        type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
-                        and "get_pixel_label_3d" not in self.__dict__
-                        and "num_masked"
-                        in TinyMAE.get_pixel_label_3d.__code__.co_varnames[
-                            : TinyMAE.get_pixel_label_3d.__code__.co_argcount
-                        ]
-                    )
-                    else {}
-                )
+                **({} if num_masked is None else {"num_masked": num_masked})
             )
 
         if num_masked is None:

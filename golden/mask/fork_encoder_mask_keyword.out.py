@@ -193,6 +193,8 @@ class TinyMAE(TinyHiera):
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
 
+    __own_get_pixel_label_1d = get_pixel_label_1d
+
     def get_pixel_label_2d(
         self,
         input_img: torch.Tensor,
@@ -225,6 +227,8 @@ class TinyMAE(TinyHiera):
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
+
+    __own_get_pixel_label_2d = get_pixel_label_2d
 
     def get_pixel_label_3d(
         self,
@@ -261,6 +265,8 @@ class TinyMAE(TinyHiera):
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
 
+    __own_get_pixel_label_3d = get_pixel_label_3d
+
     def forward_encoder(
         self, x: torch.Tensor, mask_ratio: float, mask: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -272,6 +278,8 @@ class TinyMAE(TinyHiera):
         for interm in intermediates:
             x = x + self.fusion(interm)
         return self.encoder_norm(x), mask
+
+    __own_forward_encoder = forward_encoder
 
     def forward_decoder(
         self, x: torch.Tensor, mask: torch.Tensor, num_kept: Optional[int] = None
@@ -310,6 +318,8 @@ class TinyMAE(TinyHiera):
         x = x + torch.tanh(self.decoder_block(x)).cumsum(dim=1) / x.shape[1]
         return self.decoder_pred(x), mask
 
+    __own_forward_decoder = forward_decoder
+
     def forward_loss(
         self,
         x: torch.Tensor,
@@ -323,12 +333,8 @@ class TinyMAE(TinyHiera):
             num_masked = (
                 num_masked
                 if (
-                    type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
+                    type(self).get_pixel_label_1d is TinyMAE.__own_get_pixel_label_1d
                     and "get_pixel_label_1d" not in self.__dict__
-                    and "num_masked"
-                    in TinyMAE.get_pixel_label_1d.__code__.co_varnames[
-                        : TinyMAE.get_pixel_label_1d.__code__.co_argcount
-                    ]
                 )
                 else None
             )
@@ -336,60 +342,28 @@ class TinyMAE(TinyHiera):
                 x,
                 mask,
                 norm=self.norm_pix_loss,
-                **(
-                    {"num_masked": num_masked}
-                    if (
-                        type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
-                        and "get_pixel_label_1d" not in self.__dict__
-                        and "num_masked"
-                        in TinyMAE.get_pixel_label_1d.__code__.co_varnames[
-                            : TinyMAE.get_pixel_label_1d.__code__.co_argcount
-                        ]
-                    )
-                    else {}
-                )
+                **({} if num_masked is None else {"num_masked": num_masked})
             )
         elif len(self.q_stride) == 2:
             # an override of get_pixel_label_2d may write mask in place: then its count is unknown
             num_masked = (
                 num_masked
                 if (
-                    type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
+                    type(self).get_pixel_label_2d is TinyMAE.__own_get_pixel_label_2d
                     and "get_pixel_label_2d" not in self.__dict__
-                    and "num_masked"
-                    in TinyMAE.get_pixel_label_2d.__code__.co_varnames[
-                        : TinyMAE.get_pixel_label_2d.__code__.co_argcount
-                    ]
                 )
                 else None
             )
             label = self.get_pixel_label_2d(
-                x,
-                mask,
-                **(
-                    {"num_masked": num_masked}
-                    if (
-                        type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
-                        and "get_pixel_label_2d" not in self.__dict__
-                        and "num_masked"
-                        in TinyMAE.get_pixel_label_2d.__code__.co_varnames[
-                            : TinyMAE.get_pixel_label_2d.__code__.co_argcount
-                        ]
-                    )
-                    else {}
-                )
+                x, mask, **({} if num_masked is None else {"num_masked": num_masked})
             )
         else:
             # an override of get_pixel_label_3d may write mask in place: then its count is unknown
             num_masked = (
                 num_masked
                 if (
-                    type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
+                    type(self).get_pixel_label_3d is TinyMAE.__own_get_pixel_label_3d
                     and "get_pixel_label_3d" not in self.__dict__
-                    and "num_masked"
-                    in TinyMAE.get_pixel_label_3d.__code__.co_varnames[
-                        : TinyMAE.get_pixel_label_3d.__code__.co_argcount
-                    ]
                 )
                 else None
             )
@@ -397,18 +371,7 @@ class TinyMAE(TinyHiera):
                 x,
                 mask,
                 self.norm_pix_loss,
-                **(
-                    {"num_masked": num_masked}
-                    if (
-                        type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
-                        and "get_pixel_label_3d" not in self.__dict__
-                        and "num_masked"
-                        in TinyMAE.get_pixel_label_3d.__code__.co_varnames[
-                            : TinyMAE.get_pixel_label_3d.__code__.co_argcount
-                        ]
-                    )
-                    else {}
-                )
+                **({} if num_masked is None else {"num_masked": num_masked})
             )
 
         if num_masked is None:
@@ -434,6 +397,8 @@ class TinyMAE(TinyHiera):
 
         return loss.mean(), pred, label
 
+    __own_forward_loss = forward_loss
+
     def forward(
         self, x: torch.Tensor, mask_ratio: float = 0.6, mask: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -441,7 +406,7 @@ class TinyMAE(TinyHiera):
         # keeps in every row, if it states it (a Python int: no host sync)
         num_kept = None
         if mask is None and (
-            type(self).forward_encoder is TinyMAE.forward_encoder
+            type(self).forward_encoder is TinyMAE.__own_forward_encoder
             and "forward_encoder" not in self.__dict__
         ):
             num_kept = getattr(self.get_random_mask, "num_kept", lambda *args: None)(
@@ -456,12 +421,8 @@ class TinyMAE(TinyHiera):
             **(
                 {"num_kept": num_kept}
                 if (
-                    type(self).forward_decoder is TinyMAE.forward_decoder
+                    type(self).forward_decoder is TinyMAE.__own_forward_decoder
                     and "forward_decoder" not in self.__dict__
-                    and "num_kept"
-                    in TinyMAE.forward_decoder.__code__.co_varnames[
-                        : TinyMAE.forward_decoder.__code__.co_argcount
-                    ]
                 )
                 else {}
             )
@@ -473,12 +434,8 @@ class TinyMAE(TinyHiera):
             num_kept is not None
             and pred_mask.dim() == 2
             and (
-                type(self).forward_decoder is TinyMAE.forward_decoder
+                type(self).forward_decoder is TinyMAE.__own_forward_decoder
                 and "forward_decoder" not in self.__dict__
-                and "num_kept"
-                in TinyMAE.forward_decoder.__code__.co_varnames[
-                    : TinyMAE.forward_decoder.__code__.co_argcount
-                ]
             )
         ):
             num_masked = pred_mask.shape[1] - latent.shape[1] * math.prod(
@@ -492,12 +449,8 @@ class TinyMAE(TinyHiera):
                 **(
                     {"num_masked": num_masked}
                     if (
-                        type(self).forward_loss is TinyMAE.forward_loss
+                        type(self).forward_loss is TinyMAE.__own_forward_loss
                         and "forward_loss" not in self.__dict__
-                        and "num_masked"
-                        in TinyMAE.forward_loss.__code__.co_varnames[
-                            : TinyMAE.forward_loss.__code__.co_argcount
-                        ]
                     )
                     else {}
                 ),

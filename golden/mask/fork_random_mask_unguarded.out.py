@@ -193,6 +193,8 @@ class TinyMAE(TinyHiera):
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
 
+    __own_get_pixel_label_1d = get_pixel_label_1d
+
     def get_pixel_label_2d(
         self,
         input_img: torch.Tensor,
@@ -225,6 +227,8 @@ class TinyMAE(TinyHiera):
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
+
+    __own_get_pixel_label_2d = get_pixel_label_2d
 
     def get_pixel_label_3d(
         self,
@@ -260,6 +264,8 @@ class TinyMAE(TinyHiera):
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
+
+    __own_get_pixel_label_3d = get_pixel_label_3d
 
     def forward_encoder(
         self, x: torch.Tensor, mask_ratio: float, mask: Optional[torch.Tensor] = None
@@ -322,12 +328,8 @@ class TinyMAE(TinyHiera):
             num_masked = (
                 num_masked
                 if (
-                    type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
+                    type(self).get_pixel_label_1d is TinyMAE.__own_get_pixel_label_1d
                     and "get_pixel_label_1d" not in self.__dict__
-                    and "num_masked"
-                    in TinyMAE.get_pixel_label_1d.__code__.co_varnames[
-                        : TinyMAE.get_pixel_label_1d.__code__.co_argcount
-                    ]
                 )
                 else None
             )
@@ -335,60 +337,28 @@ class TinyMAE(TinyHiera):
                 x,
                 mask,
                 norm=self.norm_pix_loss,
-                **(
-                    {"num_masked": num_masked}
-                    if (
-                        type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
-                        and "get_pixel_label_1d" not in self.__dict__
-                        and "num_masked"
-                        in TinyMAE.get_pixel_label_1d.__code__.co_varnames[
-                            : TinyMAE.get_pixel_label_1d.__code__.co_argcount
-                        ]
-                    )
-                    else {}
-                )
+                **({} if num_masked is None else {"num_masked": num_masked})
             )
         elif len(self.q_stride) == 2:
             # an override of get_pixel_label_2d may write mask in place: then its count is unknown
             num_masked = (
                 num_masked
                 if (
-                    type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
+                    type(self).get_pixel_label_2d is TinyMAE.__own_get_pixel_label_2d
                     and "get_pixel_label_2d" not in self.__dict__
-                    and "num_masked"
-                    in TinyMAE.get_pixel_label_2d.__code__.co_varnames[
-                        : TinyMAE.get_pixel_label_2d.__code__.co_argcount
-                    ]
                 )
                 else None
             )
             label = self.get_pixel_label_2d(
-                x,
-                mask,
-                **(
-                    {"num_masked": num_masked}
-                    if (
-                        type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
-                        and "get_pixel_label_2d" not in self.__dict__
-                        and "num_masked"
-                        in TinyMAE.get_pixel_label_2d.__code__.co_varnames[
-                            : TinyMAE.get_pixel_label_2d.__code__.co_argcount
-                        ]
-                    )
-                    else {}
-                )
+                x, mask, **({} if num_masked is None else {"num_masked": num_masked})
             )
         else:
             # an override of get_pixel_label_3d may write mask in place: then its count is unknown
             num_masked = (
                 num_masked
                 if (
-                    type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
+                    type(self).get_pixel_label_3d is TinyMAE.__own_get_pixel_label_3d
                     and "get_pixel_label_3d" not in self.__dict__
-                    and "num_masked"
-                    in TinyMAE.get_pixel_label_3d.__code__.co_varnames[
-                        : TinyMAE.get_pixel_label_3d.__code__.co_argcount
-                    ]
                 )
                 else None
             )
@@ -396,18 +366,7 @@ class TinyMAE(TinyHiera):
                 x,
                 mask,
                 self.norm_pix_loss,
-                **(
-                    {"num_masked": num_masked}
-                    if (
-                        type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
-                        and "get_pixel_label_3d" not in self.__dict__
-                        and "num_masked"
-                        in TinyMAE.get_pixel_label_3d.__code__.co_varnames[
-                            : TinyMAE.get_pixel_label_3d.__code__.co_argcount
-                        ]
-                    )
-                    else {}
-                )
+                **({} if num_masked is None else {"num_masked": num_masked})
             )
 
         if num_masked is None:

@@ -8,7 +8,6 @@ from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
-import inspect
 
 
 def patchify(x: torch.Tensor, patch: int) -> torch.Tensor:
@@ -148,11 +147,6 @@ class TinyHiera(nn.Module):
 class TinyMAE(TinyHiera):
     """The MAE: a subclass of the encoder, as upstream's."""
 
-    # hiera.py may be rewritten separately: pass num_kept only if TinyHiera.forward takes it.
-    __super_forward_takes_num_kept = (
-        "num_kept" in inspect.signature(TinyHiera.forward).parameters
-    )
-
     def __init__(self, decoder_dim=6, norm_pix_loss=True, **kwargs):
         super().__init__(**kwargs)
         dim = self.patch_embed.out_features
@@ -200,6 +194,8 @@ class TinyMAE(TinyHiera):
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
 
+    __own_get_pixel_label_1d = get_pixel_label_1d
+
     def get_pixel_label_2d(
         self,
         input_img: torch.Tensor,
@@ -232,6 +228,8 @@ class TinyMAE(TinyHiera):
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
+
+    __own_get_pixel_label_2d = get_pixel_label_2d
 
     def get_pixel_label_3d(
         self,
@@ -268,6 +266,8 @@ class TinyMAE(TinyHiera):
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
 
+    __own_get_pixel_label_3d = get_pixel_label_3d
+
     def forward_encoder(
         self, x: torch.Tensor, mask_ratio: float, mask: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -286,8 +286,7 @@ class TinyMAE(TinyHiera):
             return_intermediates=True,
             **(
                 {"num_kept": num_kept}
-                if self.__super_forward_takes_num_kept
-                and [
+                if [
                     c
                     for c in type(self).__mro__[type(self).__mro__.index(TinyMAE) + 1 :]
                     if "forward" in c.__dict__
@@ -304,6 +303,8 @@ class TinyMAE(TinyHiera):
         for interm in intermediates:
             x = x + self.fusion(interm)
         return self.encoder_norm(x), mask
+
+    __own_forward_encoder = forward_encoder
 
     def forward_decoder(
         self, x: torch.Tensor, mask: torch.Tensor, num_kept: Optional[int] = None
@@ -342,6 +343,8 @@ class TinyMAE(TinyHiera):
         x = x + torch.tanh(self.decoder_block(x)).cumsum(dim=1) / x.shape[1]
         return self.decoder_pred(x), mask
 
+    __own_forward_decoder = forward_decoder
+
     def forward_loss(
         self,
         x: torch.Tensor,
@@ -355,12 +358,8 @@ class TinyMAE(TinyHiera):
             num_masked = (
                 num_masked
                 if (
-                    type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
+                    type(self).get_pixel_label_1d is TinyMAE.__own_get_pixel_label_1d
                     and "get_pixel_label_1d" not in self.__dict__
-                    and "num_masked"
-                    in TinyMAE.get_pixel_label_1d.__code__.co_varnames[
-                        : TinyMAE.get_pixel_label_1d.__code__.co_argcount
-                    ]
                 )
                 else None
             )
@@ -368,60 +367,28 @@ class TinyMAE(TinyHiera):
                 x,
                 mask,
                 norm=self.norm_pix_loss,
-                **(
-                    {"num_masked": num_masked}
-                    if (
-                        type(self).get_pixel_label_1d is TinyMAE.get_pixel_label_1d
-                        and "get_pixel_label_1d" not in self.__dict__
-                        and "num_masked"
-                        in TinyMAE.get_pixel_label_1d.__code__.co_varnames[
-                            : TinyMAE.get_pixel_label_1d.__code__.co_argcount
-                        ]
-                    )
-                    else {}
-                )
+                **({} if num_masked is None else {"num_masked": num_masked})
             )
         elif len(self.q_stride) == 2:
             # an override of get_pixel_label_2d may write mask in place: then its count is unknown
             num_masked = (
                 num_masked
                 if (
-                    type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
+                    type(self).get_pixel_label_2d is TinyMAE.__own_get_pixel_label_2d
                     and "get_pixel_label_2d" not in self.__dict__
-                    and "num_masked"
-                    in TinyMAE.get_pixel_label_2d.__code__.co_varnames[
-                        : TinyMAE.get_pixel_label_2d.__code__.co_argcount
-                    ]
                 )
                 else None
             )
             label = self.get_pixel_label_2d(
-                x,
-                mask,
-                **(
-                    {"num_masked": num_masked}
-                    if (
-                        type(self).get_pixel_label_2d is TinyMAE.get_pixel_label_2d
-                        and "get_pixel_label_2d" not in self.__dict__
-                        and "num_masked"
-                        in TinyMAE.get_pixel_label_2d.__code__.co_varnames[
-                            : TinyMAE.get_pixel_label_2d.__code__.co_argcount
-                        ]
-                    )
-                    else {}
-                )
+                x, mask, **({} if num_masked is None else {"num_masked": num_masked})
             )
         else:
             # an override of get_pixel_label_3d may write mask in place: then its count is unknown
             num_masked = (
                 num_masked
                 if (
-                    type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
+                    type(self).get_pixel_label_3d is TinyMAE.__own_get_pixel_label_3d
                     and "get_pixel_label_3d" not in self.__dict__
-                    and "num_masked"
-                    in TinyMAE.get_pixel_label_3d.__code__.co_varnames[
-                        : TinyMAE.get_pixel_label_3d.__code__.co_argcount
-                    ]
                 )
                 else None
             )
@@ -429,18 +396,7 @@ class TinyMAE(TinyHiera):
                 x,
                 mask,
                 self.norm_pix_loss,
-                **(
-                    {"num_masked": num_masked}
-                    if (
-                        type(self).get_pixel_label_3d is TinyMAE.get_pixel_label_3d
-                        and "get_pixel_label_3d" not in self.__dict__
-                        and "num_masked"
-                        in TinyMAE.get_pixel_label_3d.__code__.co_varnames[
-                            : TinyMAE.get_pixel_label_3d.__code__.co_argcount
-                        ]
-                    )
-                    else {}
-                )
+                **({} if num_masked is None else {"num_masked": num_masked})
             )
 
         if num_masked is None:
@@ -466,6 +422,8 @@ class TinyMAE(TinyHiera):
 
         return loss.mean(), pred, label
 
+    __own_forward_loss = forward_loss
+
     def forward(
         self, x: torch.Tensor, mask_ratio: float = 0.6, mask: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -473,7 +431,7 @@ class TinyMAE(TinyHiera):
         # keeps in every row, if it states it (a Python int: no host sync)
         num_kept = None
         if mask is None and (
-            type(self).forward_encoder is TinyMAE.forward_encoder
+            type(self).forward_encoder is TinyMAE.__own_forward_encoder
             and "forward_encoder" not in self.__dict__
         ):
             num_kept = getattr(self.get_random_mask, "num_kept", lambda *args: None)(
@@ -488,12 +446,8 @@ class TinyMAE(TinyHiera):
             **(
                 {"num_kept": num_kept}
                 if (
-                    type(self).forward_decoder is TinyMAE.forward_decoder
+                    type(self).forward_decoder is TinyMAE.__own_forward_decoder
                     and "forward_decoder" not in self.__dict__
-                    and "num_kept"
-                    in TinyMAE.forward_decoder.__code__.co_varnames[
-                        : TinyMAE.forward_decoder.__code__.co_argcount
-                    ]
                 )
                 else {}
             )
@@ -505,12 +459,8 @@ class TinyMAE(TinyHiera):
             num_kept is not None
             and pred_mask.dim() == 2
             and (
-                type(self).forward_decoder is TinyMAE.forward_decoder
+                type(self).forward_decoder is TinyMAE.__own_forward_decoder
                 and "forward_decoder" not in self.__dict__
-                and "num_kept"
-                in TinyMAE.forward_decoder.__code__.co_varnames[
-                    : TinyMAE.forward_decoder.__code__.co_argcount
-                ]
             )
         ):
             num_masked = pred_mask.shape[1] - latent.shape[1] * math.prod(
@@ -524,12 +474,8 @@ class TinyMAE(TinyHiera):
                 **(
                     {"num_masked": num_masked}
                     if (
-                        type(self).forward_loss is TinyMAE.forward_loss
+                        type(self).forward_loss is TinyMAE.__own_forward_loss
                         and "forward_loss" not in self.__dict__
-                        and "num_masked"
-                        in TinyMAE.forward_loss.__code__.co_varnames[
-                            : TinyMAE.forward_loss.__code__.co_argcount
-                        ]
                     )
                     else {}
                 ),

@@ -46,6 +46,8 @@ class Loss(nn.Module):
         label = x[mask]
         return label
 
+    __own_labels_skipped = labels_skipped
+
     def labels(
         self, x: torch.Tensor, mask: torch.Tensor, norm: bool = True, num_masked=None
     ) -> torch.Tensor:
@@ -69,6 +71,8 @@ class Loss(nn.Module):
                 ).flatten(),
             )
         return label - label.mean(dim=-1, keepdim=True) if norm else label
+
+    __own_labels = labels
 
     def weights(
         self, w: torch.Tensor, mask: torch.Tensor, num_masked=None
@@ -94,6 +98,8 @@ class Loss(nn.Module):
             )
         return picked
 
+    __own_weights = weights
+
     def forward_loss(
         self, x: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor, num_masked=None
     ):
@@ -101,62 +107,31 @@ class Loss(nn.Module):
         num_masked = (
             num_masked
             if (
-                type(self).labels is Loss.labels
-                and "labels" not in self.__dict__
-                and "num_masked"
-                in Loss.labels.__code__.co_varnames[: Loss.labels.__code__.co_argcount]
+                type(self).labels is Loss.__own_labels and "labels" not in self.__dict__
             )
             and (
-                type(self).labels_skipped is Loss.labels_skipped
+                type(self).labels_skipped is Loss.__own_labels_skipped
                 and "labels_skipped" not in self.__dict__
             )
             else None
         )
         label = self.labels(
-            x,
-            mask,
-            **(
-                {"num_masked": num_masked}
-                if (
-                    type(self).labels is Loss.labels
-                    and "labels" not in self.__dict__
-                    and "num_masked"
-                    in Loss.labels.__code__.co_varnames[
-                        : Loss.labels.__code__.co_argcount
-                    ]
-                )
-                else {}
-            )
+            x, mask, **({} if num_masked is None else {"num_masked": num_masked})
         ) + self.labels_skipped(x, mask)
         visible = self.labels(x, ~mask, norm=False)
         # an override of weights may write mask in place: then its count is unknown
         num_masked = (
             num_masked
             if (
-                type(self).weights is Loss.weights
+                type(self).weights is Loss.__own_weights
                 and "weights" not in self.__dict__
-                and "num_masked"
-                in Loss.weights.__code__.co_varnames[
-                    : Loss.weights.__code__.co_argcount
-                ]
             )
             else None
         )
         w = self.weights(
             x.sum(-1),
             mask=mask,
-            **(
-                {"num_masked": num_masked}
-                if (
-                    type(self).weights is Loss.weights
-                    and "weights" not in self.__dict__
-                    and "num_masked"
-                    in Loss.weights.__code__.co_varnames[
-                        : Loss.weights.__code__.co_argcount
-                    ]
-                )
-                else {}
-            )
+            **({} if num_masked is None else {"num_masked": num_masked})
         )
         pred = self.proj(pred)[mask] if False else pred
         if num_masked is None:
