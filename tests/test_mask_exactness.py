@@ -574,3 +574,50 @@ def test_encoder_assigned_to_the_class_making_a_ragged_mask(hiera_orig, hiera_ne
         monkeypatch.setattr(cls, "forward_encoder", _ragged_encoder(cls.forward_encoder))
     model_a, model_b = _pair(hiera_orig, hiera_new)
     assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.75), (_image(),), torch, REL_TOL)
+
+
+def _moving_one_unit(mask):
+    """Row 0 keeps one unit more, row 1 one less: the same total, rows ragged."""
+    flat = mask.view(mask.shape[0], -1)
+    flat[0, flat[0].logical_not().nonzero()[0, 0]] = True
+    flat[1, flat[1].nonzero()[0, 0]] = False
+
+
+def _patch_embed_moving_a_unit(pkg, model):
+    class MoveOneUnit(pkg.hiera.PatchEmbed):
+        def forward(self, x, mask=None):
+            if mask is not None:
+                _moving_one_unit(mask)
+            return super().forward(x, mask)
+
+    model.patch_embed.__class__ = MoveOneUnit
+
+
+def _hiera_forward_moving_a_unit(pkg, model, monkeypatch):
+    old = pkg.hiera.Hiera.forward
+
+    def forward(self, x, mask=None, return_intermediates=False):
+        if mask is not None:
+            _moving_one_unit(mask)
+        return old(self, x, mask, return_intermediates)
+
+    monkeypatch.setattr(pkg.hiera.Hiera, "forward", forward)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known wrong, unfixed: MAE.forward passes its decoder get_random_mask's count while its own"
+    " forward_encoder runs, checking only that the latent keeps that many units; code inside"
+    " super().forward (a patch_embed of the user's, a Hiera.forward set on the class) that moves a unit"
+    " between rows keeps the total, and the decoder scatters the static count (loss 4.2e-3 off). hiera_mae.py"
+    " cannot see what hiera.py's forward gives the mask to",
+)
+@pytest.mark.parametrize("where", ["patch_embed", "hiera_forward"])
+def test_code_inside_the_encoder_moving_a_unit_between_rows(hiera_orig, hiera_new, monkeypatch, where):
+    model_a, model_b = _pair(hiera_orig, hiera_new)
+    for model, pkg in ((model_a, hiera_orig), (model_b, hiera_new)):
+        if where == "patch_embed":
+            _patch_embed_moving_a_unit(pkg, model)
+        else:
+            _hiera_forward_moving_a_unit(pkg, model, monkeypatch)
+    assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.75), (_image(),), torch, REL_TOL)
