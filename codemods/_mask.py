@@ -336,6 +336,20 @@ def capture(ctx, cls: cst.ClassDef, methods) -> Callable[[cst.ClassDef], cst.Cla
     return edit
 
 
+LEAVES = "leaves_mask"
+
+
+def leaves_mask_check(owner: str, base: str) -> str:
+    """True at run time when ``super().forward`` in the class ``owner``'s methods is
+    ``base``'s, and that forward states that it leaves the mask it is given alone
+    (``<base>.forward.leaves_mask(self)``, attached by HR003 where it rewrote the token
+    drop there; a hiera.py rewritten separately, or not, states nothing)."""
+    return (
+        f'[c for c in type(self).__mro__[type(self).__mro__.index({owner}) + 1:] if "forward" in c.__dict__][:1]'
+        f' == [{base}] and getattr({base}.forward, "{LEAVES}", lambda self: False)(self)'
+    )
+
+
 def class_reference(ctx, cls: cst.ClassDef) -> Optional[str]:
     """The name that refers to ``cls`` from its methods at run time: a top-level class
     whose name no other top-level statement binds; None otherwise."""

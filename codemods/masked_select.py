@@ -51,6 +51,7 @@ from ._mask import (
     written_by_a_call,
     methods_given,
     capture,
+    leaves_mask_check,
 )
 
 COUNT = "num_masked"
@@ -84,8 +85,11 @@ class MaskedSelect(Rewrite):
     each other's own versions.  The MAE's forward computes it from static shapes
     (prediction tokens minus kept units times tokens per unit) only when the mask is
     the model's own -- made by its own forward_encoder with a get_random_mask that
-    states its kept count (see HR003) and decoded by its own forward_decoder -- so
-    the training step has no sync.  Called without it (a caller's mask: ragged,
+    states its kept count (see HR003), passed through a base forward that states it
+    leaves the mask alone (HR003's `forward.leaves_mask`), and decoded by its own
+    forward_decoder -- so the training step has no sync.  "Own" is the function as the
+    class body defined it, captured there (`__own_forward_loss = forward_loss`): a
+    function set on the class later, a subclass's or an instance's is not.  Called without it (a caller's mask: ragged,
     1-D, all-True or all-False masks are all legal), the original boolean selection
     runs, unchanged.  Each keyword goes only to the file's own method: a user's
     subclass that overrides forward_loss or get_pixel_label_2d with upstream's
@@ -464,8 +468,15 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
                     like=encoder_line,
                     replaces=False,
                 )
+                # the encoder gives its mask to super().forward: the count holds after it only
+                # while that forward states it leaves the mask alone (HR003's leaves_mask)
+                through = _super_forward_check(ctx, cls, owner, defined[encoder])
+                if through is None:
+                    ctx.refuse(call[1], f"{encoder} calls super().forward, and the class's base is not a plain name:"
+                               " the masked counts are not passed")
+                    break
                 compute = ctx.statement(
-                    f"if {mask_arg} is None and {own_method(owner, encoder)}:\n"
+                    f"if {mask_arg} is None and {own_method(owner, encoder)}{through}:\n"
                     f"    {KEPT} = {count_call(receiver, count_args)}\n",
                     like=encoder_line,
                     replaces=False,
@@ -513,6 +524,26 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
                 sites.append((next(iter(calls)), edits, "MAE forward: pass the counts of the model's own mask (static shapes)"))
                 break
     return sites
+
+
+def _super_forward_check(ctx: PlanContext, cls: cst.ClassDef, owner: str, encoder: cst.FunctionDef) -> Optional[str]:
+    """`` and <super().forward is the base's and leaves the mask alone>`` when ``encoder``
+    calls ``super().forward(...)`` (the mask it makes goes there), "" when it does not,
+    None when the base class is not a plain name."""
+    found: List[cst.Call] = []
+
+    class _Super(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            f = node.func
+            if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Call) and is_name(f.value.func, "super"):
+                found.append(node)
+
+    ctx.visit(_Super(), encoder.body)
+    if not found:
+        return ""
+    if not cls.bases or not is_name(cls.bases[0].value):
+        return None
+    return f" and {leaves_mask_check(owner, cls.bases[0].value.value)}"  # type: ignore[attr-defined]
 
 
 def _encoder_call(

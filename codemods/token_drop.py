@@ -41,6 +41,7 @@ from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement
 from ._match import code, int_value, is_name, method_call, positional, single_assign, target_code
 from ._random_mask import count_call, get_random_mask_call, helper_source, kept_count, random_mask_guard
 from ._mask import (
+    LEAVES,
     with_fallback,
     emitted_fallback,
     shadowed,
@@ -91,7 +92,12 @@ class EncoderTokenDrop(Rewrite):
     mask, so a subclass that overrides get_random_mask (another count) carries no
     count and takes the boolean path.  The training step has no sync at all.  The
     MAE passes the count only when the encoder's forward accepts it, so a rewritten
-    hiera_mae.py works with an original hiera.py and the reverse.
+    hiera_mae.py works with an original hiera.py and the reverse.  A submodule given
+    the mask before the drop (upstream's patch_embed) keeps the count only while it runs
+    its class's own forward (captured in the model's class body): the user's class may
+    write the mask.  And the forward states `forward.leaves_mask(self)`: whether it and
+    every submodule it gives the mask (patch_embed, reroll) are still the file's own,
+    for the MAE, which keeps the count for its decoder only then.
     """
 
     def plan(self, ctx: PlanContext) -> None:
@@ -310,57 +316,78 @@ def _token_drop(
 def _count_only_while_own_submodules(
     ctx: PlanContext, func: cst.FunctionDef, mask: str, drop: cst.SimpleStatementLine, edits: Dict[cst.CSTNode, Replacement]
 ) -> None:
-    """A submodule called with the mask (or a view of it) before the token drop, upstream's
-    `self.patch_embed(x, mask=mask.view(...))`, may write it in place when it is of the
-    user's class (a subclass, a function set on it): then the count no longer holds.
-    Before that call: `num_kept = num_kept if <the submodule runs the file's own forward>
-    else None`, the forward captured in the model's class body when the class is made
-    (``__own_patch_embed_forward = PatchEmbed.forward``).  The submodule's class must be
-    one the file defines above the model's class (``self.patch_embed = PatchEmbed(...)``
-    in ``__init__``); a submodule of another kind given the mask refuses the token drop."""
+    """A submodule called with the mask (or a view of it), upstream's
+    `self.patch_embed(x, mask=mask.view(...))` before the token drop and
+    `self.reroll(x, i, mask=mask)` after it, may write it in place when it is of the
+    user's class (a subclass, a function set on it).  Before the drop: `num_kept =
+    num_kept if <the submodule runs its class's own forward> else None`, that forward
+    captured in the model's class body when the class is made
+    (``__own_patch_embed_forward = PatchEmbed.forward``).  And the method gets
+    ``<method>.leaves_mask(self)``: whether it is still the class's own and every such
+    submodule runs its own forward, for a caller keeping the mask's count after the call
+    (an MAE's decoder).  A submodule's class must be one a top-level class statement or
+    import above the model's class binds (``self.patch_embed = PatchEmbed(...)`` in
+    ``__init__``); one of another kind given the mask before the drop refuses it, after
+    it leaves the method without ``leaves_mask``."""
     block = ctx.parent(func)
     cls = ctx.parent(block) if block is not None else None
+    if not isinstance(cls, cst.ClassDef) or func.decorators or not func.params.params:
+        return
+    owner = class_reference(ctx, cls)
     aliases = tensor_aliases(ctx, func, mask)
     body = list(func.body.body)  # type: ignore[union-attr]
     above = [drop, *ctx.ancestors(drop)]
     here = next((i for i, s in enumerate(body) if any(s is a for a in above)), len(body))
-    calls: List[Tuple[cst.BaseStatement, str]] = []
+    calls: List[Tuple[cst.BaseStatement, str, bool]] = []
+    others: List[cst.Call] = []
 
     class _Calls(cst.CSTVisitor):
-        def __init__(self, stmt):
+        def __init__(self, stmt, before):
             super().__init__()
-            self.stmt = stmt
+            self.stmt, self.before = stmt, before
 
         def visit_Call(self, node: cst.Call) -> None:
             callee = node.func
-            if not (isinstance(callee, cst.Attribute) and is_name(callee.value, "self")):
-                return
             names: List[str] = []
 
             class _Names(cst.CSTVisitor):
                 def visit_Name(self, name: cst.Name) -> None:
                     names.append(name.value)
 
+                def visit_Call(self, inner: cst.Call) -> bool:
+                    # self.<submodule>(..., mask) inside: that call is followed by itself
+                    return not (isinstance(inner.func, cst.Attribute) and is_name(inner.func.value, "self"))
+
             for arg in node.args:
                 ctx.visit(_Names(), arg.value)
-            if aliases & set(names):
-                calls.append((self.stmt, callee.attr.value))
+            if not aliases & set(names):
+                return
+            if isinstance(callee, cst.Attribute) and is_name(callee.value, "self"):
+                calls.append((self.stmt, callee.attr.value, self.before))
+            elif not (code(callee).startswith("torch.") and not code(callee).endswith("_")):
+                others.append(node)  # a function of the file's or a library's, given the mask
 
-    for stmt in body[:here]:
-        ctx.visit(_Calls(stmt), stmt)
-    if not calls:
-        return
-    if not isinstance(cls, cst.ClassDef):
-        raise Refuse(f"{mask} is passed to a submodule before the token drop, outside a class")
-    owner = class_reference(ctx, cls)
+    for i, stmt in enumerate(body):
+        ctx.visit(_Calls(stmt, i < here), stmt)
     methods = {s.name.value for s in cls.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
     init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)  # type: ignore[union-attr]
     top = list(ctx.module.body)
-    classes = {s.name.value: s for s in top[: top.index(cls)] if isinstance(s, cst.ClassDef)} if cls in top else {}
+    bound: Dict[str, cst.CSTNode] = {}
+    for stmt in top[: top.index(cls)] if cls in top else []:
+        if isinstance(stmt, cst.ClassDef) and any(
+            isinstance(m, cst.FunctionDef) and m.name.value == "forward" for m in stmt.body.body  # type: ignore[union-attr]
+        ):
+            bound[stmt.name.value] = stmt
+        elif isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(x, (cst.Import, cst.ImportFrom)) for x in stmt.body):
+            bound.update({n: stmt for n in statement_names(ctx, stmt)[0]})
+        else:
+            for n in statement_names(ctx, stmt)[0]:
+                bound.pop(n, None)
+    usable = owner is not None and not shadowed(ctx, "type", "getattr")
+    checks: List[str] = []
     captures: List[str] = []
-    for stmt, attr in calls:
-        if attr in methods:
-            raise Refuse(f"{mask} is passed to self.{attr}(...) before the token drop, which may write it in place")
+    leaves = usable and not others  # a function given the mask: not followed, no leaves_mask
+    for stmt, attr, before in calls:
         made = []
         if init is not None:
             for s in ctx.flow(init).stmts:
@@ -368,34 +395,57 @@ def _count_only_while_own_submodules(
                 if assign is not None and code(assign[0]) == f"self.{attr}":
                     made.append(assign[1])
         kind = made[0].func.value if len(made) == 1 and isinstance(made[0], cst.Call) and is_name(made[0].func) else None  # type: ignore[attr-defined]
-        if owner is None or shadowed(ctx, "type") or kind not in classes or not any(
-            isinstance(m, cst.FunctionDef) and m.name.value == "forward" for m in classes[kind].body.body  # type: ignore[union-attr]
-        ):
-            raise Refuse(
-                f"{mask} is passed to self.{attr}(...) before the token drop, and self.{attr} is not built from a"
-                " class this file defines above: it may write the mask in place"
-            )
+        known = usable and attr not in methods and kind in bound
+        if not known:
+            if before:
+                raise Refuse(
+                    f"{mask} is passed to self.{attr}(...) before the token drop, and self.{attr} is not built from a"
+                    " class this file defines or imports above: it may write the mask in place"
+                )
+            leaves = False
+            continue
         captured = f"__own_{attr}_forward"
-        reset = ctx.statement(
-            f"# a {attr} of another class may write the view of {mask} it is given: then its count is unknown\n"
-            f"{COUNT} = {COUNT} if type(self.{attr}).forward is {owner}.{captured}"
-            f' and "forward" not in self.{attr}.__dict__ else None\n',
-            like=stmt,  # type: ignore[arg-type]
-            replaces=False,
+        check = f'type(self.{attr}).forward is {owner}.{captured} and "forward" not in self.{attr}.__dict__'
+        if check not in checks:
+            checks.append(check)
+            captures.append(f"{captured} = {kind}.forward")
+        if before:
+            reset = ctx.statement(
+                f"# a {attr} of another class may write the view of {mask} it is given: then its count is unknown\n"
+                f"{COUNT} = {COUNT} if {check} else None\n",
+                like=stmt,  # type: ignore[arg-type]
+                replaces=False,
+            )
+            edits[stmt] = _before_statement(reset, edits.get(stmt))
+    name = func.name.value
+    sources = [f"{c}\n" for c in captures]
+    if leaves:
+        helper = f"_{name}_leaves_mask"
+        test = " and ".join([f"{owner}.{name} is _leaving", *checks])
+        sources.append(
+            f"# hiera-rewrite: whether {name} leaves the mask it is given alone (it is the class's own\n"
+            f"# and the submodules it gives the mask run their own forward), for callers that keep its count\n"
+            f"def {helper}(self, _leaving={name}):\n"
+            f"    return {test}\n"
         )
-        previous = edits.get(stmt)
-        edits[stmt] = _before_statement(reset, previous)
-        captures.append(f"{captured} = {kind}.forward")
-    lines = [ctx.statement(f"{c}\n", like=func, replaces=False).with_changes(leading_lines=[cst.EmptyLine(indent=False)]) for c in dict.fromkeys(captures)]
+        sources.append(f"{name}.{LEAVES} = {helper}\n")
+        sources.append(f"del {helper}\n")
+    if not sources:
+        return
+    lines = [ctx.statement(src, like=func, replaces=False) for src in sources]
+    lines = [
+        ln.with_changes(leading_lines=[cst.EmptyLine(indent=False), *ln.leading_lines])
+        if i == 0 or isinstance(ln, cst.FunctionDef) or isinstance(lines[i - 1], cst.FunctionDef)
+        else ln
+        for i, ln in enumerate(lines)
+    ]
 
-    def add_captures(updated: cst.ClassDef) -> cst.ClassDef:
+    def add_after(updated: cst.ClassDef) -> cst.ClassDef:
         statements = list(updated.body.body)  # type: ignore[union-attr]
-        have = {code(s) for s in statements if isinstance(s, cst.SimpleStatementLine)}
-        at = max(i for i, s in enumerate(statements) if isinstance(s, cst.FunctionDef) and s.name.value == func.name.value) + 1
-        new = [ln for ln in lines if code(ln) not in have]
-        return updated.with_changes(body=updated.body.with_changes(body=[*statements[:at], *new, *statements[at:]]))
+        at = max(i for i, s in enumerate(statements) if isinstance(s, cst.FunctionDef) and s.name.value == name) + 1
+        return updated.with_changes(body=updated.body.with_changes(body=[*statements[:at], *lines, *statements[at:]]))
 
-    edits[cls] = add_captures
+    edits[cls] = add_after
 
 
 def _before_statement(new: cst.BaseStatement, edit) -> Replacement:

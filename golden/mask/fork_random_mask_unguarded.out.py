@@ -142,6 +142,14 @@ class TinyHiera(nn.Module):
             return x, intermediates
         return x
 
+    # hiera-rewrite: whether forward leaves the mask it is given alone (it is the class's own
+    # and the submodules it gives the mask run their own forward), for callers that keep its count
+    def _forward_leaves_mask(self, _leaving=forward):
+        return TinyHiera.forward is _leaving
+
+    forward.leaves_mask = _forward_leaves_mask
+    del _forward_leaves_mask
+
 
 class TinyMAE(TinyHiera):
     """The MAE: a subclass of the encoder, as upstream's."""

@@ -143,6 +143,14 @@ class TinyHiera(nn.Module):
             return x, intermediates
         return x
 
+    # hiera-rewrite: whether forward leaves the mask it is given alone (it is the class's own
+    # and the submodules it gives the mask run their own forward), for callers that keep its count
+    def _forward_leaves_mask(self, _leaving=forward):
+        return TinyHiera.forward is _leaving
+
+    forward.leaves_mask = _forward_leaves_mask
+    del _forward_leaves_mask
+
 
 class TinyMAE(TinyHiera):
     """The MAE: a subclass of the encoder, as upstream's."""
@@ -430,9 +438,19 @@ class TinyMAE(TinyHiera):
         # the mask forward_encoder makes when none is given: how many units get_random_mask
         # keeps in every row, if it states it (a Python int: no host sync)
         num_kept = None
-        if mask is None and (
-            type(self).forward_encoder is TinyMAE.__own_forward_encoder
-            and "forward_encoder" not in self.__dict__
+        if (
+            mask is None
+            and (
+                type(self).forward_encoder is TinyMAE.__own_forward_encoder
+                and "forward_encoder" not in self.__dict__
+            )
+            and [
+                c
+                for c in type(self).__mro__[type(self).__mro__.index(TinyMAE) + 1 :]
+                if "forward" in c.__dict__
+            ][:1]
+            == [TinyHiera]
+            and getattr(TinyHiera.forward, "leaves_mask", lambda self: False)(self)
         ):
             num_kept = getattr(self.get_random_mask, "num_kept", lambda *args: None)(
                 self, x, mask_ratio

@@ -58,6 +58,14 @@ class TinyHiera(nn.Module):
 
         return self.head(x).cumsum(dim=1)
 
+    # hiera-rewrite: whether forward leaves the mask it is given alone (it is the class's own
+    # and the submodules it gives the mask run their own forward), for callers that keep its count
+    def _forward_leaves_mask(self, _leaving=forward):
+        return TinyHiera.forward is _leaving
+
+    forward.leaves_mask = _forward_leaves_mask
+    del _forward_leaves_mask
+
 
 class OneLine(TinyHiera):
     def forward(self, x, mask=None, num_kept=None):
@@ -96,6 +104,14 @@ class OneLine(TinyHiera):
                     .view(x.shape[0], -1, x.shape[-1])
                 )
         return self.head(x).cumsum(dim=1)
+
+    # hiera-rewrite: whether forward leaves the mask it is given alone (it is the class's own
+    # and the submodules it gives the mask run their own forward), for callers that keep its count
+    def _forward_leaves_mask(self, _leaving=forward):
+        return OneLine.forward is _leaving
+
+    forward.leaves_mask = _forward_leaves_mask
+    del _forward_leaves_mask
 
 
 class Both(nn.Module):

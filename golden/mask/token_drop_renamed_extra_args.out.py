@@ -64,6 +64,14 @@ class GeneralizedHiera(nn.Module):
             outs.append(x.sin())
         return outs
 
+    # hiera-rewrite: whether forward leaves the mask it is given alone (it is the class's own
+    # and the submodules it gives the mask run their own forward), for callers that keep its count
+    def _forward_leaves_mask(self, _leaving=forward):
+        return GeneralizedHiera.forward is _leaving
+
+    forward.leaves_mask = _forward_leaves_mask
+    del _forward_leaves_mask
+
 
 class SignHiera(GeneralizedHiera):
     def forward(
@@ -102,6 +110,14 @@ class SignHiera(GeneralizedHiera):
                 .view(x.shape[0], -1, x.shape[-1])
             )
         return [x.cumsum(dim=1), *extra]
+
+    # hiera-rewrite: whether forward leaves the mask it is given alone (it is the class's own
+    # and the submodules it gives the mask run their own forward), for callers that keep its count
+    def _forward_leaves_mask(self, _leaving=forward):
+        return SignHiera.forward is _leaving
+
+    forward.leaves_mask = _forward_leaves_mask
+    del _forward_leaves_mask
 
 
 class Both(nn.Module):

@@ -50,6 +50,14 @@ class SplitHiera(nn.Module):
         x = x.view(B, -1, C)
         return x.cumsum(dim=1)
 
+    # hiera-rewrite: whether forward leaves the mask it is given alone (it is the class's own
+    # and the submodules it gives the mask run their own forward), for callers that keep its count
+    def _forward_leaves_mask(self, _leaving=forward):
+        return SplitHiera.forward is _leaving
+
+    forward.leaves_mask = _forward_leaves_mask
+    del _forward_leaves_mask
+
 
 class ViewInline(SplitHiera):
     def forward(
@@ -92,6 +100,14 @@ class ViewInline(SplitHiera):
                 .view(x.shape[0], -1, x.shape[-1])
             )
         return hidden_states.cumsum(dim=1)
+
+    # hiera-rewrite: whether forward leaves the mask it is given alone (it is the class's own
+    # and the submodules it gives the mask run their own forward), for callers that keep its count
+    def _forward_leaves_mask(self, _leaving=forward):
+        return ViewInline.forward is _leaving
+
+    forward.leaves_mask = _forward_leaves_mask
+    del _forward_leaves_mask
 
 
 class Both(nn.Module):

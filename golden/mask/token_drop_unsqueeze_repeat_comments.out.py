@@ -52,6 +52,14 @@ class Unsqueezed(nn.Module):
                 )
         return x.cumsum(dim=1)
 
+    # hiera-rewrite: whether forward leaves the mask it is given alone (it is the class's own
+    # and the submodules it gives the mask run their own forward), for callers that keep its count
+    def _forward_leaves_mask(self, _leaving=forward):
+        return Unsqueezed.forward is _leaving
+
+    forward.leaves_mask = _forward_leaves_mask
+    del _forward_leaves_mask
+
 
 class Repeated(Unsqueezed):
     def forward(self, x, mask=None, num_kept=None):
@@ -93,6 +101,14 @@ class Repeated(Unsqueezed):
                 )
         return x.cumsum(dim=1)
 
+    # hiera-rewrite: whether forward leaves the mask it is given alone (it is the class's own
+    # and the submodules it gives the mask run their own forward), for callers that keep its count
+    def _forward_leaves_mask(self, _leaving=forward):
+        return Repeated.forward is _leaving
+
+    forward.leaves_mask = _forward_leaves_mask
+    del _forward_leaves_mask
+
 
 class UnsqueezeTwoRepeat(Unsqueezed):
     def forward(self, x, mask=None, num_kept=None):
@@ -131,6 +147,14 @@ class UnsqueezeTwoRepeat(Unsqueezed):
                     .view(x.shape[0], -1, x.shape[-1])
                 )
         return x.cumsum(dim=1)
+
+    # hiera-rewrite: whether forward leaves the mask it is given alone (it is the class's own
+    # and the submodules it gives the mask run their own forward), for callers that keep its count
+    def _forward_leaves_mask(self, _leaving=forward):
+        return UnsqueezeTwoRepeat.forward is _leaving
+
+    forward.leaves_mask = _forward_leaves_mask
+    del _forward_leaves_mask
 
 
 class All(nn.Module):
