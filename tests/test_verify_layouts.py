@@ -469,7 +469,9 @@ def test_sabotaged_static_token_drop_fails_on_a_classifier_fork(tmp_path: Path, 
     assert code == EXIT_VERIFY_FAILED, out + err
     rows = site_rows(out)
     drop = [row for row in rows.values() if "Hiera.forward" in row]
-    assert drop and "FAIL" in drop[0] and "num_kept" in drop[0], out
+    # (its "exercised by" column names forward(x) first: the count reset before
+    # patch_embed runs in every case; the failing comparisons are the num_kept case's)
+    assert drop and "FAIL" in drop[0], out
     failing = [line for line in out.splitlines() if "num_kept)" in line and "FAIL" in line]
     assert failing and not [line for line in out.splitlines() if "forward(x)  " in line and "FAIL" in line], out
     assert "verify: FAILED" in out

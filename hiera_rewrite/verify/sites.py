@@ -11,7 +11,10 @@ lines).  On the rewritten side, where a region holds simple statements of new te
 statement as a fallback branch (``if num_kept is None: <original> else: <new>``) is
 proven by its new branch running, not by its test or its fallback.  Regions that touch no function body (an import, a signature, a class
 attribute) run at import on both sides and prove nothing about behaviour: they are
-not required.  A site is exercised by a case when each of its required regions ran
+not required.  A whole function the rewrite adds for the file's callers (a *helper*
+region: ``forward.leaves_mask``, which only an MAE calls) is required only when some
+compared case runs it, where the site changes more than it: uncalled, it took no part in
+any compared result (where the helper is all the site changes, it stays required).  A site is exercised by a case when each of its required regions ran
 in that case on both sides (sides without a statement in the region are not asked).
 """
 
@@ -31,6 +34,9 @@ class Region:
     new: Range  # lines of the rewritten text
     orig_stmts: List[Range]  # statement line ranges that count as running it
     new_stmts: List[Range]
+    # a whole function the rewrite adds for callers of the file (``get_random_mask.num_kept``,
+    # ``forward.leaves_mask``): required only where a compared case calls it
+    helper: bool = False
 
     @property
     def required(self) -> bool:
@@ -159,6 +165,7 @@ def sites_of(path: str, source: bytes, output: bytes, reports: Sequence) -> List
             new,
             _overlapping(old_scan.ranges, *orig) if a1 > a0 else [],
             fresh or new_stmts,
+            a1 == a0 and bool(new_stmts) and all(_in_added_function(new_scan, r, new) for r in new_stmts),
         )
         anchor = a0 + 1 if a1 > a0 else max(a0, 1)
         inside = [s for s in sites if orig[0] <= s.line <= max(orig[1], orig[0])]
@@ -169,6 +176,15 @@ def sites_of(path: str, source: bytes, output: bytes, reports: Sequence) -> List
         for site in inside:
             site.regions.append(region)
     return sites
+
+
+def _in_added_function(scan: _Statements, stmt: Range, added: Range) -> bool:
+    """``stmt`` lies in a function whose whole definition is in the ``added`` lines."""
+    holders = [(lo, hi) for lo, hi, _, _ in scan.owners if lo <= stmt[0] and stmt[1] <= hi]
+    if not holders:
+        return False
+    lo, hi = min(holders, key=lambda h: h[1] - h[0])
+    return added[0] <= lo and hi <= added[1]
 
 
 def ran(stmts: Sequence[Range], lines: Set[int]) -> bool:
