@@ -14,7 +14,7 @@ import libcst as cst
 
 from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in_place_write, root_name, statement_names, tensor_aliases
 from hiera_rewrite.index import import_names
-from hiera_rewrite.rewrite import PlanContext
+from hiera_rewrite.rewrite import PlanContext, Replacement
 
 from ._match import code, is_name
 
@@ -273,6 +273,21 @@ def methods_given(
                 reached += [m for m in inner if m not in reached]
         found.append((call, reached))
     return found
+
+
+def before_statement(new: cst.BaseStatement, edit: Optional[Replacement]) -> Callable[[cst.CSTNode], cst.FlattenSentinel]:
+    """An edit putting ``new`` before a statement, made after ``edit`` of it (if any);
+    the statement's comment lines go above ``new``."""
+
+    def insert(updated: cst.CSTNode) -> cst.FlattenSentinel:
+        made = edit(updated) if callable(edit) else (edit if edit is not None else updated)
+        nodes = list(made.nodes) if isinstance(made, cst.FlattenSentinel) else [made]
+        first = nodes[0]
+        return cst.FlattenSentinel(
+            [new.with_changes(leading_lines=[*first.leading_lines, *new.leading_lines]), first.with_changes(leading_lines=[]), *nodes[1:]]
+        )
+
+    return insert
 
 
 def declares(function: str, parameter: str) -> str:

@@ -36,6 +36,7 @@ from ._match import code, is_name, method_call, single_assign, target_code
 from ._random_mask import count_call, get_random_mask_call, random_mask_guard
 from .decoder_fill import planned_fill
 from ._mask import (
+    before_statement,
     with_fallback,
     emitted_fallback,
     shadowed,
@@ -145,7 +146,7 @@ class MaskedSelect(Rewrite):
                 calls = _pass_count_on(ctx, cls, func, methods, lambda arg: is_name(arg, mask), owned=owned, reset=reset_calls)
                 _calls_in_lines(ctx, calls, edits)
                 for stmt, reset in {stmt: reset for _, (stmt, reset) in resets}.items():
-                    edits[stmt] = _before(reset, edits.get(stmt))
+                    edits[stmt] = before_statement(reset, edits.get(stmt))
                 if owned:
                     edits[cls] = capture(ctx, cls, owned)
                 annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
@@ -340,21 +341,6 @@ def _statement_holding(ctx: PlanContext, node: cst.CSTNode) -> cst.BaseStatement
         ):
             return ancestor
     raise Refuse("a call given the mask is not in a statement of a block")  # pragma: no cover
-
-
-def _before(new: cst.BaseStatement, edit: Optional[Replacement]) -> Callable[[cst.CSTNode], cst.FlattenSentinel]:
-    """An edit putting ``new`` before a statement, made after ``edit`` of it (if any);
-    the statement's comment lines go above ``new``."""
-
-    def insert(updated: cst.CSTNode) -> cst.FlattenSentinel:
-        made = edit(updated) if callable(edit) else (edit if edit is not None else updated)
-        nodes = list(made.nodes) if isinstance(made, cst.FlattenSentinel) else [made]
-        first = nodes[0]
-        return cst.FlattenSentinel(
-            [new.with_changes(leading_lines=[*first.leading_lines, *new.leading_lines]), first.with_changes(leading_lines=[]), *nodes[1:]]
-        )
-
-    return insert
 
 
 def _calls_in_lines(ctx: PlanContext, calls: Dict[cst.CSTNode, Replacement], edits: Dict[cst.CSTNode, Replacement]) -> None:

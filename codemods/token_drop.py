@@ -41,6 +41,7 @@ from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement
 from ._match import code, int_value, is_name, method_call, positional, single_assign, target_code
 from ._random_mask import count_call, get_random_mask_call, helper_source, kept_count, random_mask_guard
 from ._mask import (
+    before_statement,
     LEAVES,
     with_fallback,
     emitted_fallback,
@@ -416,7 +417,7 @@ def _count_only_while_own_submodules(
                 like=stmt,  # type: ignore[arg-type]
                 replaces=False,
             )
-            edits[stmt] = _before_statement(reset, edits.get(stmt))
+            edits[stmt] = before_statement(reset, edits.get(stmt))
     name = func.name.value
     sources = [f"{c}\n" for c in captures]
     if leaves:
@@ -446,21 +447,6 @@ def _count_only_while_own_submodules(
         return updated.with_changes(body=updated.body.with_changes(body=[*statements[:at], *lines, *statements[at:]]))
 
     edits[cls] = add_after
-
-
-def _before_statement(new: cst.BaseStatement, edit) -> Replacement:
-    """An edit putting ``new`` before a statement (after ``edit`` of it, if any); the
-    statement's comment lines go above ``new``."""
-
-    def insert(updated: cst.CSTNode) -> cst.FlattenSentinel:
-        made = edit(updated) if callable(edit) else (edit if edit is not None else updated)
-        nodes = list(made.nodes) if isinstance(made, cst.FlattenSentinel) else [made]
-        return cst.FlattenSentinel(
-            [new.with_changes(leading_lines=[*nodes[0].leading_lines, *new.leading_lines]),
-             nodes[0].with_changes(leading_lines=[]), *nodes[1:]]
-        )
-
-    return insert
 
 
 def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacement]:
