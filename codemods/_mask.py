@@ -12,11 +12,11 @@ from typing import Callable, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in_place_write, root_name, statement_names, tensor_aliases
+from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in_place_write, root_name, statement_names, tensor_aliases, tensor_root
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext, Replacement
 
-from ._match import code, is_name
+from ._match import code, is_name, single_assign
 
 
 def ascending_true(mask: str, count: str) -> str:
@@ -26,6 +26,26 @@ def ascending_true(mask: str, count: str) -> str:
     with ``count`` a Python int the result has a static shape and needs no host sync.
     """
     return f"{mask}.logical_not().byte().argsort(dim=1, stable=True)[:, :{count}]"
+
+
+def is_bool_cast(line: cst.CSTNode, name: str) -> bool:
+    """``line`` is `name = name.bool()` (or `name.to(torch.bool)`, `.to(dtype=torch.bool)`):
+    the mask cast where it is used.  Non-zero is True, so every row keeps the count it had."""
+    assign = single_assign(line) if isinstance(line, cst.SimpleStatementLine) else None
+    if assign is None or not is_name(assign[0], name):
+        return False
+    value = assign[1]
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and is_name(value.func.value, name)):
+        return False
+    method, args = value.func.attr.value, value.args
+    if method == "bool":
+        return not args
+    return (
+        method == "to"
+        and len(args) == 1
+        and (args[0].keyword is None or args[0].keyword.value == "dtype")
+        and code(args[0].value) == "torch.bool"
+    )
 
 
 def module_binds(module: cst.Module, name: str) -> Optional[cst.CSTNode]:
@@ -149,7 +169,7 @@ def written_by_a_call(
     ctx.visit(_Calls(), func.body)
 
     def given(arg: cst.Arg) -> bool:
-        if root_name(arg.value) in aliases:
+        if tensor_root(arg.value) in aliases:
             return True
         if arg.star or isinstance(arg.value, (cst.List, cst.Tuple, cst.Set, cst.Dict)):
             found: List[str] = []
@@ -246,7 +266,7 @@ def methods_given(
 
     class _Uses(cst.CSTVisitor):
         def visit_Call(self, node: cst.Call) -> None:
-            given = [a for a in node.args if not a.star and root_name(a.value) in aliases]
+            given = [a for a in node.args if not a.star and tensor_root(a.value) in aliases]
             callee = node.func
             if given and isinstance(callee, cst.Attribute) and is_name(callee.value, "self") and callee.attr.value in defined:
                 calls.append((node, given))

@@ -36,6 +36,7 @@ from ._match import code, is_name, method_call, single_assign, target_code
 from ._random_mask import count_call, get_random_mask_call, random_mask_guard
 from .decoder_fill import planned_fill
 from ._mask import (
+    is_bool_cast,
     before_statement,
     with_fallback,
     emitted_fallback,
@@ -246,7 +247,7 @@ def _gaining(ctx: PlanContext, func: cst.FunctionDef, lines: List[cst.SimpleStat
     if cls is None or not func.params.params or func.params.params[0].name.value != "self" or func.decorators:
         raise Refuse(f"{func.name.value} is not a plain method of a class: its callers cannot pass the count")
     (mask,) = masks
-    if flow.assigning(mask) or flow.compound_assigned.get(mask):
+    if [s for s in flow.assigning(mask) if not is_bool_cast(s.line, mask)] or flow.compound_assigned.get(mask):
         raise Refuse(f"the mask argument {mask} is reassigned in {func.name.value}")
     written = written_in_place(ctx, func, mask) or written_by_a_call(ctx, cls, func, mask, ordered=True)
     if written is not None:

@@ -41,6 +41,7 @@ from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement
 from ._match import code, int_value, is_name, method_call, positional, single_assign, target_code
 from ._random_mask import count_call, get_random_mask_call, helper_source, kept_count, random_mask_guard
 from ._mask import (
+    is_bool_cast,
     before_statement,
     LEAVES,
     with_fallback,
@@ -268,9 +269,10 @@ def _token_drop(
     tokens = node.value
     if not is_name(tokens):
         raise Refuse("the tokens indexed by the mask are not a local name")
-    if mask not in flow.params or flow.assigning(mask):
+    casts = [st for st in flow.assigning(mask) if is_bool_cast(st.line, mask)]
+    if mask not in flow.params or len(casts) != len(flow.assigning(mask)):
         here = flow.stmt_of(line).index
-        bindings = [st for st in flow.assigning(mask) if st.index < here and st.line.body]
+        bindings = [st for st in flow.assigning(mask) if st.index < here and st.line.body and st not in casts]
         if bindings:
             # e.g. `mask = mask_from_indices(ids_keep, n).bool()`: True once per distinct
             # index, so ids_keep.shape[1] per row only where no row repeats one;
@@ -514,10 +516,13 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
         "# how many units get_random_mask keeps in every row, if it states it (a Python\n"
         "# int: no host sync); an override that does not leaves the count to the mask\n"
         f"{COUNT} = {count_call('self', [code(a) for a in mask_args])}\n",  # type: ignore[union-attr]
-        like=guard.body.body[-1],  # type: ignore[arg-type]
+        like=guard.body.body[0],  # type: ignore[arg-type]
         replaces=False,
     )
-    body = guard.body.with_changes(body=[*guard.body.body, count_stmt])  # type: ignore[union-attr]
+    # right after the mask is made, from the values it was made with: the block may
+    # rebind them after (a fork logging the realised ratio)
+    made_line, *rest = guard.body.body  # type: ignore[union-attr]
+    body = guard.body.with_changes(body=[made_line, count_stmt, *rest])  # type: ignore[union-attr]
     init = cst.parse_statement(f"{COUNT} = None\n").with_changes(leading_lines=guard.leading_lines)
     edits[guard] = cst.FlattenSentinel([init, guard.with_changes(body=body, leading_lines=[])])
 

@@ -363,6 +363,34 @@ def root_name(expr: cst.CSTNode) -> Optional[str]:
             return None
 
 
+# Reading these from a tensor gives an int, a torch.Size, a dtype or a device: nothing
+# that shares the tensor's storage, so passing `m.shape[0]` on is not passing m.
+METADATA_ATTRIBUTES = frozenset({"shape", "ndim", "dtype", "device", "layout", "is_cuda"})
+METADATA_METHODS = frozenset({"size", "dim", "ndimension", "numel", "nelement", "element_size", "get_device"})
+
+
+def tensor_root(expr: cst.CSTNode) -> Optional[str]:
+    """:func:`root_name` of a chain that may hand on the tensor itself (a view, an
+    element, a method's result); None for one that only reads its metadata
+    (`m.shape[0]`, `m.view(B, -1).size(1)`, `m.dim()`)."""
+    node = expr
+    while True:
+        if isinstance(node, cst.Name):
+            return node.value
+        if isinstance(node, cst.Attribute):
+            if node.attr.value in METADATA_ATTRIBUTES:
+                return None
+            node = node.value
+        elif isinstance(node, cst.Subscript):
+            node = node.value
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            if node.func.attr.value in METADATA_METHODS:
+                return None
+            node = node.func.value
+        else:
+            return None
+
+
 def in_place_write(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Optional[cst.CSTNode]:
     """The first node of ``func`` (nested code included) that may write in place into
     the tensor ``name`` holds, or into a view of it; None if there is none.
@@ -391,7 +419,7 @@ def in_place_write(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Opti
             func_ = node.func
             if isinstance(func_, cst.Attribute) and is_inplace_method(func_.attr.value) and root_name(func_.value) in aliases:
                 found.append(node)
-            elif any(root_name(arg.value) in aliases for arg in node.args) and any(
+            elif any(tensor_root(arg.value) in aliases for arg in node.args) and any(
                 is_inplace_function(q) for q in ctx.qualified_names(func_)
             ):
                 found.append(node)
@@ -407,7 +435,8 @@ def in_place_write(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Opti
 
 def tensor_aliases(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Set[str]:
     """``name`` and the names of ``func`` bound to a method, attribute or subscript chain
-    of one of them (`k = mask.view(...)`: may share its storage), transitively."""
+    of one of them (`k = mask.view(...)`: may share its storage), transitively; not
+    those bound to its metadata (`n = mask.shape[1]`, :func:`tensor_root`)."""
     aliases = {name}
     assigns: List[cst.Assign] = []
 
@@ -420,7 +449,7 @@ def tensor_aliases(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Set[
     while changed:
         changed = False
         for node in assigns:
-            if root_name(node.value) in aliases:
+            if tensor_root(node.value) in aliases:
                 for target in node.targets:
                     if isinstance(target.target, cst.Name) and target.target.value not in aliases:
                         aliases.add(target.target.value)
