@@ -181,6 +181,7 @@ def test_verify_catches_a_wrong_rewrite(tmp_path: Path, monkeypatch, capsys):
     assert code == EXIT_VERIFY_FAILED, out + err
     assert target.read_bytes() == original  # in-place mode writes nothing when verification fails
     assert "not rewritten: verification failed" in err
+    assert "verification FAILED." in err, err
     assert "verify: FAILED" in out and "=> FAIL" in out
     # readable: the failing output row names the output, its shape and the error
     failing = [line for line in out.splitlines() if "FAIL" in line and "forward(x)" in line]
@@ -198,6 +199,12 @@ def test_verify_reports_a_model_it_cannot_build(tmp_path: Path, capsys):
     assert "not built: mypkg.models.model:no_such_factory: cannot build (as given): AttributeError" in out
     assert "no model could be built; name one with --factory module:function" in out
     assert "verify: NOT PROVEN (0/1 sites exercised; 1 never ran in a compared case)" in out  # not a mismatch
+    # one word for one verdict: the summary says NOT PROVEN too, not FAILED (a mismatch)
+    assert "verification NOT PROVEN." in err and "FAILED" not in err, err
+    original = target.read_bytes()
+    code, out, err = run_cli(["--verify", "--factory", "mypkg.models.model:no_such_factory", target], capsys)
+    assert code == EXIT_VERIFY_FAILED and target.read_bytes() == original
+    assert "not rewritten: verification not proven" in err and "verification NOT PROVEN." in err, err
 
 
 def test_verify_explicit_factory_kwargs_and_input_shape(tmp_path: Path, capsys):

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import List
+from typing import Dict, List
 
 from ..exit_codes import EXIT_CHANGED, EXIT_CLEAN, EXIT_ERROR, EXIT_VERIFY_FAILED
 from ..files import expand_paths, process_file, unified_diff, write_checked
 from .layout import group_files
+from .report import FAILED, NOT_PROVEN, PASSED
 from .runner import UsageError, verify_group
 
 def run_cli(args, codes: List[str]) -> int:
@@ -73,12 +74,12 @@ def run_cli(args, codes: List[str]) -> int:
         return EXIT_ERROR
     report_out = sys.stderr if args.diff else sys.stdout
     passed: set = set()
-    failed = False
+    verdicts: Dict[Path, str] = {}  # each rewritten file's group verdict
     for group in groups:
         if not group.results:
             continue
         try:
-            ok = verify_group(
+            verdict = verify_group(
                 group,
                 factories=args.factory or (),
                 kwargs=kwargs,
@@ -91,10 +92,9 @@ def run_cli(args, codes: List[str]) -> int:
         except UsageError as exc:
             print(f"hiera-rewrite: {exc}", file=sys.stderr)
             return EXIT_ERROR
-        if ok:
+        verdicts.update(dict.fromkeys(group.results, verdict))
+        if verdict == PASSED:
             passed.update(group.results)
-        else:
-            failed = True
     if not any(g.results for g in groups):
         print("verify: nothing to verify (no file would change)", file=report_out)
 
@@ -106,7 +106,8 @@ def run_cli(args, codes: List[str]) -> int:
         if args.check or args.diff:
             changed += 1
         elif Path(name).resolve() not in passed:
-            print(f"{name}:1:1: not rewritten: verification failed", file=sys.stderr)
+            verdict = verdicts.get(Path(name).resolve(), FAILED)
+            print(f"{name}:1:1: not rewritten: verification {verdict.lower()}", file=sys.stderr)
         else:
             problem = write_checked(name, result.output)
             if problem is None:
@@ -115,12 +116,14 @@ def run_cli(args, codes: List[str]) -> int:
                 print(problem, file=sys.stderr)
                 errors += 1
     exit_code = EXIT_ERROR if errors else (EXIT_CHANGED if changed else EXIT_CLEAN)
-    if failed:
+    # one word for one verdict: a mismatch anywhere is FAILED, else a site unproven is NOT PROVEN
+    worst = FAILED if FAILED in verdicts.values() else NOT_PROVEN if NOT_PROVEN in verdicts.values() else None
+    if worst is not None:
         exit_code = EXIT_VERIFY_FAILED
     verb = "would be rewritten" if (args.check or args.diff) else "rewritten"
     parts = [f"{changed} file{'s' if changed != 1 else ''} {verb}", f"{unchanged} unchanged"]
-    if failed:
-        parts.append("verification FAILED")
+    if worst is not None:
+        parts.append(f"verification {worst}")
     elif passed:
         parts.append("verified")
     if errors:

@@ -11,6 +11,9 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .sites import ran, regions_run
 
+# A group's verdict, one word each: the report's last line and the summary say the same.
+PASSED, NOT_PROVEN, FAILED = "PASSED", "NOT PROVEN", "FAILED"
+
 def _fmt(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.2e}"
 
@@ -112,7 +115,8 @@ def _hint(site: Dict[str, Any], report: Dict[str, Any]) -> str:
     return (f"{reason}; " if reason else "") + text
 
 
-def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> bool:
+def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> str:
+    """Print the report; return the verdict: PASSED, NOT_PROVEN or FAILED (a comparison differs)."""
     ok = True
     for problem in report.get("errors", []):
         print(f"  FAILED: {problem}", file=out)
@@ -186,13 +190,14 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> bo
     proven = sum(1 for v in verdicts if v["exercised"] or v["definition_only"])
     tally = f"{proven}/{len(verdicts)} sites exercised"
     if ok and not unproven and not nothing_built:
-        print(f"verify: PASSED ({tally}, every comparison equal)", file=out)
-        return True
+        print(f"verify: {PASSED} ({tally}, every comparison equal)", file=out)
+        return PASSED
     if ok and missing:  # not a mismatch: install what the files import, then verify again
-        print(f"verify: NOT PROVEN ({tally}; {'; '.join(missing)})", file=out)
+        print(f"verify: {NOT_PROVEN} ({tally}; {'; '.join(missing)})", file=out)
     elif ok:
         why = f"{len(unproven)} never ran in a compared case" if unproven else "no model could be built"
-        print(f"verify: NOT PROVEN ({tally}; {why})", file=out)
+        print(f"verify: {NOT_PROVEN} ({tally}; {why})", file=out)
     else:
-        print(f"verify: FAILED ({tally})", file=out)
-    return False
+        print(f"verify: {FAILED} ({tally})", file=out)
+        return FAILED
+    return NOT_PROVEN

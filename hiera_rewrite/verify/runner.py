@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from .layout import Group
-from .report import print_report
+from .report import FAILED, print_report
 from .sites import sites_of
 
 INSTALL_HINT = "pip install 'hiera-rewrite[verify]'"
@@ -141,14 +141,15 @@ def verify_group(
     bench: Optional[Dict[str, Any]] = None,
     quiet: bool = False,
     out=None,
-) -> bool:
-    """Verify one group; print its report to ``out``.  True if every site is proven."""
+) -> str:
+    """Verify one group; print its report to ``out``.  Its verdict (verify.report's
+    PASSED, NOT_PROVEN, FAILED)."""
     out = out if out is not None else sys.stdout
     changed = sorted(group.results)
     print(f"verify: {group.label}: rewritten {', '.join(p.name for p in changed) or 'nothing'}", file=out)
     if not torch_available():
         print(f"verify: FAILED: {TORCH_MISSING}", file=out)
-        return False
+        return FAILED
     user_factories = _user_factories(group, factories)
     sites = []
     for path in changed:
