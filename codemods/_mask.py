@@ -28,6 +28,24 @@ def ascending_true(mask: str, count: str) -> str:
     return f"{mask}.logical_not().byte().argsort(dim=1, stable=True)[:, :{count}]"
 
 
+# Appended to HR003-HR005's explanations (`--explain`); README's "What the rewrite
+# assumes" says the same.
+MASK_CONTRACT = """
+
+    What the mask rewrites assume.  Exact (outputs, shapes, order, gradients,
+    state_dicts loading both ways, RNG consumption) for: every input the original
+    accepts, a mask a caller passes included; every subclass, in any module, that
+    overrides a method with upstream's signature, multiple inheritance included (the
+    override gets the original call); every edit inside the rewritten files (they are
+    read).  Out of contract: code elsewhere that reassigns the rewritten classes'
+    functions or an instance's attributes at run time (`Cls.forward_loss = f`,
+    `model.forward_decoder = f`), and a submodule whose forward writes in place the
+    mask tensor it is given.  `hiera-rewrite --verify` on your repo is the check for
+    those.  (The emitted code still checks some of them at run time and falls back to
+    boolean indexing there; a redesign of the emission drops those checks.)
+"""
+
+
 def is_bool_cast(line: cst.CSTNode, name: str) -> bool:
     """``line`` is `name = name.bool()` (or `name.to(torch.bool)`, `.to(dtype=torch.bool)`):
     the mask cast where it is used.  Non-zero is True, so every row keeps the count it had."""

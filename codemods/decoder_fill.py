@@ -36,6 +36,7 @@ from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, pro
 
 from ._match import code, is_name, method_call, single_assign
 from ._mask import (
+    MASK_CONTRACT,
     with_fallback,
     emitted_fallback,
     ascending_true,
@@ -69,7 +70,7 @@ class DecoderFill(Rewrite):
     places.  Without a count (a caller's mask, which may keep different counts per
     row) the original index_put runs, unchanged.  The blend `~mask * mask_tokens + mask * x_dec` that follows is left
     untouched, so dtype promotion (under autocast too) is exactly as before.
-    """
+    """ + MASK_CONTRACT
 
     def plan(self, ctx: PlanContext) -> None:
         finder = _IndexPuts()

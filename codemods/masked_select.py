@@ -36,6 +36,7 @@ from ._match import code, is_name, method_call, single_assign, target_code
 from ._random_mask import count_call, get_random_mask_call, random_mask_guard
 from .decoder_fill import planned_fill
 from ._mask import (
+    MASK_CONTRACT,
     is_bool_cast,
     before_statement,
     with_fallback,
@@ -98,7 +99,7 @@ class MaskedSelect(Rewrite):
     signature gets the original call.  And a method passing its mask to such an
     override (forward_loss to get_pixel_label_2d) drops its own count first: the
     override may write the mask in place, and `pred[mask]` then selects as before.
-    """
+    """ + MASK_CONTRACT
 
     def plan(self, ctx: PlanContext) -> None:
         if not imports_module(ctx.module, "torch"):

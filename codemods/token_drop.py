@@ -41,6 +41,7 @@ from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement
 from ._match import code, int_value, is_name, method_call, positional, single_assign, target_code
 from ._random_mask import count_call, get_random_mask_call, helper_source, kept_count, random_mask_guard
 from ._mask import (
+    MASK_CONTRACT,
     is_bool_cast,
     before_statement,
     LEAVES,
@@ -100,7 +101,7 @@ class EncoderTokenDrop(Rewrite):
     write the mask.  And the forward states `forward.leaves_mask(self)`: whether it and
     every submodule it gives the mask (patch_embed, reroll) are still the file's own,
     for the MAE, which keeps the count for its decoder only then.
-    """
+    """ + MASK_CONTRACT
 
     def plan(self, ctx: PlanContext) -> None:
         finder = _Finder()

@@ -121,6 +121,11 @@ def test_list_and_explain(tmp_path):
     assert text.startswith("HR002 pool-amax:")
     assert "amax" in text and "indices" in text
 
+    # the mask rewrites state their contract, what is out of it, and the check for it
+    for code in ("HR003", "HR004", "HR005"):
+        text = run("--explain", code, cwd=tmp_path, module=True).out.decode()
+        assert "What the mask rewrites assume" in text and "Out of contract" in text and "--verify" in text, code
+
 
 @pytest.mark.parametrize(
     "args, reason",
