@@ -347,48 +347,38 @@ def is_inplace_function(qualified: str) -> bool:
     return (module == "torch" or module.startswith("torch.")) and is_inplace_method(name)
 
 
-def root_name(expr: cst.CSTNode) -> Optional[str]:
-    """The name a method/attribute/subscript chain starts from: `m` for
-    `m.view(...)[..., 0].bool()`; None for anything else (`~m`, `f(m)`, `m | n`)."""
-    while True:
-        if isinstance(expr, cst.Name):
-            return expr.value
-        if isinstance(expr, cst.Attribute):
-            expr = expr.value
-        elif isinstance(expr, cst.Subscript):
-            expr = expr.value
-        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
-            expr = expr.func.value
-        else:
-            return None
-
-
 # Reading these from a tensor gives an int, a torch.Size, a dtype or a device: nothing
 # that shares the tensor's storage, so passing `m.shape[0]` on is not passing m.
 METADATA_ATTRIBUTES = frozenset({"shape", "ndim", "dtype", "device", "layout", "is_cuda"})
 METADATA_METHODS = frozenset({"size", "dim", "ndimension", "numel", "nelement", "element_size", "get_device"})
 
 
-def tensor_root(expr: cst.CSTNode) -> Optional[str]:
-    """:func:`root_name` of a chain that may hand on the tensor itself (a view, an
-    element, a method's result); None for one that only reads its metadata
+def root_name(expr: cst.CSTNode, through_metadata: bool = True) -> Optional[str]:
+    """The name a method/attribute/subscript chain starts from: `m` for
+    `m.view(...)[..., 0].bool()`; None for anything else (`~m`, `f(m)`, `m | n`) and,
+    without ``through_metadata``, for a chain that only reads the tensor's metadata
     (`m.shape[0]`, `m.view(B, -1).size(1)`, `m.dim()`)."""
-    node = expr
     while True:
-        if isinstance(node, cst.Name):
-            return node.value
-        if isinstance(node, cst.Attribute):
-            if node.attr.value in METADATA_ATTRIBUTES:
+        if isinstance(expr, cst.Name):
+            return expr.value
+        if isinstance(expr, cst.Attribute):
+            if not through_metadata and expr.attr.value in METADATA_ATTRIBUTES:
                 return None
-            node = node.value
-        elif isinstance(node, cst.Subscript):
-            node = node.value
-        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-            if node.func.attr.value in METADATA_METHODS:
+            expr = expr.value
+        elif isinstance(expr, cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            if not through_metadata and expr.func.attr.value in METADATA_METHODS:
                 return None
-            node = node.func.value
+            expr = expr.func.value
         else:
             return None
+
+
+def tensor_root(expr: cst.CSTNode) -> Optional[str]:
+    """:func:`root_name` of a chain that may hand on the tensor itself (a view, an
+    element, a method's result); None for one that only reads its metadata."""
+    return root_name(expr, through_metadata=False)
 
 
 def in_place_write(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Optional[cst.CSTNode]:
