@@ -73,7 +73,6 @@ def run_cli(args, codes: List[str]) -> int:
         print(f"hiera-rewrite: {exc}", file=sys.stderr)
         return EXIT_ERROR
     report_out = sys.stderr if args.diff else sys.stdout
-    passed: set = set()
     verdicts: Dict[Path, str] = {}  # each rewritten file's group verdict
     for group in groups:
         if not group.results:
@@ -93,8 +92,6 @@ def run_cli(args, codes: List[str]) -> int:
             print(f"hiera-rewrite: {exc}", file=sys.stderr)
             return EXIT_ERROR
         verdicts.update(dict.fromkeys(group.results, verdict))
-        if verdict == PASSED:
-            passed.update(group.results)
     if not any(g.results for g in groups):
         print("verify: nothing to verify (no file would change)", file=report_out)
 
@@ -103,10 +100,10 @@ def run_cli(args, codes: List[str]) -> int:
         if not result.changed:
             unchanged += 1
             continue
+        verdict = verdicts.get(Path(name).resolve(), FAILED)
         if args.check or args.diff:
             changed += 1
-        elif Path(name).resolve() not in passed:
-            verdict = verdicts.get(Path(name).resolve(), FAILED)
+        elif verdict != PASSED:
             print(f"{name}:1:1: not rewritten: verification {verdict.lower()}", file=sys.stderr)
         else:
             problem = write_checked(name, result.output)
@@ -124,7 +121,7 @@ def run_cli(args, codes: List[str]) -> int:
     parts = [f"{changed} file{'s' if changed != 1 else ''} {verb}", f"{unchanged} unchanged"]
     if worst is not None:
         parts.append(f"verification {worst}")
-    elif passed:
+    elif PASSED in verdicts.values():
         parts.append("verified")
     if errors:
         parts.append(f"{errors} error{'s' if errors != 1 else ''}")
