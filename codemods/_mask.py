@@ -28,6 +28,87 @@ def ascending_true(mask: str, count: str) -> str:
     return f"{mask}.logical_not().byte().argsort(dim=1, stable=True)[:, :{count}]"
 
 
+# The helpers the mask rewrites put into the file they rewrite (one each, above the
+# first class that uses it; a second run finds them by name and adds nothing).
+KEPT_TOKENS = "kept_tokens"
+TRUE_ROWS = "true_rows"
+MASKED_ROWS = "masked_rows"
+RUNS_OWN = "runs_own"
+TAKES_COUNT = "takes_kept_count"
+COUNT_METHOD = "kept_mask_units"
+HELPER_NAMES = (KEPT_TOKENS, TRUE_ROWS, MASKED_ROWS, RUNS_OWN, TAKES_COUNT)
+
+HELPERS = {
+    KEPT_TOKENS: '''
+def kept_tokens(x, mask, num_kept=None):
+    """x[mask[..., None].tile(1, mu_size, C)] for tokens x [B, mu_size * #MUs, C]; given
+    num_kept (the units every row of mask keeps, a Python int), in static shapes."""
+    B, N = mask.shape
+    if num_kept is None:
+        return x[mask[..., None].tile(1, x.shape[1] // N, x.shape[2])]
+    kept = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
+    rows = torch.arange(0, B * x.shape[1], N, device=x.device).view(B, -1, 1)
+    return x.flatten(0, 1).index_select(0, (rows + kept[:, None]).flatten())
+''',
+    TRUE_ROWS: '''
+def true_rows(mask, count):
+    """Indices of mask.flatten()'s count True entries, ascending (static shapes)."""
+    return mask.flatten().logical_not().byte().argsort(stable=True)[:count]
+''',
+    MASKED_ROWS: '''
+def masked_rows(t, mask, count=None):
+    """t[mask]; given mask's True count (mask over t's dims 0, 1), in static shapes."""
+    if count is None:
+        return t[mask]
+    return t.flatten(0, 1).index_select(0, true_rows(mask, count))
+''',
+    RUNS_OWN: '''
+def runs_own(model, cls, *names):
+    """Whether model's methods `names` are cls's own (an override: upstream's call)."""
+    return all(getattr(type(model), name) is getattr(cls, name) for name in names)
+''',
+    TAKES_COUNT: '''
+@torch.compiler.assume_constant_result
+def takes_kept_count(cls, owner, base):
+    """Whether super().forward in owner's methods is, for a cls model, base.forward
+    taking num_kept, and get_random_mask is base's (an override may keep another)."""
+    rewritten = hasattr(base, "kept_mask_units")  # its hiera.py is rewritten too
+    own = rewritten and cls.get_random_mask is base.get_random_mask
+    return own and super(owner, cls).forward is base.forward
+''',
+}
+
+
+def add_helper(ctx, user: cst.CSTNode, *names: str) -> Tuple[cst.Module, Callable[[cst.Module], cst.Module]]:
+    """An edit of the module putting the helpers ``names`` (``HELPERS``) above the
+    top-level statement holding ``user``, each unless the module defines it already (a
+    second site, a second run).  Several sites may ask for one: the engine composes
+    their edits."""
+    top = next(a for a in [user, *ctx.ancestors(user)] if ctx.parent(a) is ctx.module)
+    where = list(ctx.module.body).index(top)
+    named = getattr(getattr(top, "name", None), "value", None)
+
+    def edit(updated: cst.Module) -> cst.Module:
+        body = list(updated.body)
+        for name in names:
+            if any(isinstance(s, cst.FunctionDef) and s.name.value == name for s in body):
+                continue
+            at = next((i for i, s in enumerate(body) if named and getattr(getattr(s, "name", None), "value", None) == named), where)
+            helper = cst.parse_module(HELPERS[name].lstrip("\n")).body[0]
+            following = body[at]
+            body[at:at + 1] = [
+                helper.with_changes(leading_lines=following.leading_lines),
+                following.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2),
+            ]
+        return updated.with_changes(body=body)
+
+    return ctx.module, edit
+
+
+def defines_helper(ctx, name: str) -> bool:
+    return any(isinstance(s, cst.FunctionDef) and s.name.value == name for s in ctx.module.body)
+
+
 # Appended to HR003-HR005's explanations (`--explain`); README's "What the rewrite
 # assumes" says the same.
 MASK_CONTRACT = """

@@ -69,6 +69,7 @@ class KeptCount:
     statements: List[str]
     windows: str
     keep: str
+    keep_node: cst.BaseExpression  # K of `mask[:, :K] = 1`, in the function's code
 
 
 def kept_count(ctx: PlanContext, func: cst.FunctionDef) -> KeptCount:
@@ -154,6 +155,7 @@ def kept_count(ctx: PlanContext, func: cst.FunctionDef) -> KeptCount:
         statements=statements,
         windows=code(windows),
         keep=code(keep),
+        keep_node=keep,
     )
 
 

@@ -7,19 +7,17 @@ It matches, in one function (names are followed, not assumed):
     mask = mask.expand((-1,) * 2 + x.shape[2:]).bool()        # [B, #MUs, *unit, C]
     x_dec[mask] = x.flatten()
 
-and emits (the function gains ``num_kept=None``, passed by the MAE's forward for the
-mask the model makes itself):
+and emits:
 
-    if num_kept is not None:
-        kept_windows = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
+    kept = true_rows(mask, x.shape[0] * x.shape[1])            # before the reshape
     mask = mask.reshape(...)                                   # unchanged
     mask = mask.expand(...).bool()                             # unchanged
-    if num_kept is None:  # a mask from the caller: rows may keep different counts
-        x_dec[mask] = x.flatten()                              # the original
-    else:
-        x_dec = x_dec.scatter(
-            1, kept_windows.reshape(kept_windows.shape + (1,) * (x.dim() - 2)).expand_as(x), x
-        )
+    x_dec = x_dec.flatten(0, 1).index_copy(0, kept, x.flatten(0, 1)).view_as(x_dec)
+
+with ``true_rows`` (codemods/_mask.py) put above the class: the flat indices of the
+True units, ascending.  The count needs no caller: `x_dec[mask] = x.flatten()` fills
+exactly as many units as x holds (else it raises), so it is exact for every mask the
+original accepts, ragged rows included, and each file's rewrite stands alone.
 
 The blend with the mask token that follows is left as it is, so dtypes (autocast)
 behave exactly as before.
@@ -35,49 +33,38 @@ from hiera_rewrite.flow import FunctionFlow, Stmt, enclosing_function
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
 from ._match import code, is_name, method_call, single_assign
-from ._mask import (
-    MASK_CONTRACT,
-    with_fallback,
-    emitted_fallback,
-    ascending_true,
-    free_names,
-    imports_module,
-    imports_typing_optional,
-    with_keyword_param,
-    written_in_place,
-)
+from ._mask import MASK_CONTRACT, TRUE_ROWS, add_helper, free_names, imports_module, shadowed, written_in_place
 
-INDEX = "kept_windows"
-COUNT = "num_kept"
+INDEX = "kept"
 
 
 @register
 class DecoderFill(Rewrite):
     code = "HR004"
     name = "decoder-fill"
-    message = "decoder fill: x_dec[mask] = x.flatten() -> scatter of the kept units (static shape, no sync)"
+    message = "decoder fill: x_dec[mask] = x.flatten() -> index_copy of the kept units (static shape, no sync)"
     explanation = """
     The MAE decoder puts the encoder's kept units back on the full grid with
     `x_dec[mask] = x.flatten()`, where `mask` is the unit mask expanded to
     x_dec's shape.  Boolean index_put is a data-dependent `nonzero` (a host sync
     and a graph break under torch.compile) with a slow backward.
 
-    The encoder output x holds the kept units in ascending unit order.  When the
-    caller states how many every row keeps (`num_kept`: the MAE's forward does, for
-    the mask its own get_random_mask makes), the rewrite takes the kept unit
-    indices from a stable argsort of the 2-D mask (before it is expanded) and
-    scatters x into x_dec along the unit axis: the same values land in the same
-    places.  Without a count (a caller's mask, which may keep different counts per
-    row) the original index_put runs, unchanged.  The blend `~mask * mask_tokens + mask * x_dec` that follows is left
-    untouched, so dtype promotion (under autocast too) is exactly as before.
+    The original fills exactly as many units as x holds (x.shape[0] * x.shape[1]:
+    any other count raises), in ascending order of the flattened (B, #MUs) mask.
+    The rewrite takes those unit indices from a stable argsort of the 2-D mask
+    (before it is expanded), sliced to that count (a Python int: static shapes),
+    and copies x's units there with `index_copy` on x_dec flattened to units: the
+    same values land in the same places, for the model's own masks and for a
+    caller's, ragged rows included.  No count is passed in, so hiera_mae.py's
+    rewrite stands on its own.  The blend `~mask * mask_tokens + mask * x_dec` that
+    follows is left untouched, so dtype promotion (under autocast too) is exactly
+    as before.
     """ + MASK_CONTRACT
 
     def plan(self, ctx: PlanContext) -> None:
         finder = _IndexPuts()
         ctx.visit(finder)
         for line in finder.lines:
-            if emitted_fallback(ctx, line, COUNT):
-                continue  # this rewrite's own output
             edits = ctx.attempt(line, lambda: _fill(ctx, line))
             if edits is not None:
                 ctx.add_site(line, edits)
@@ -127,6 +114,8 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
     expand = method_call(chain, "expand")
     if expand is None or not is_name(expand[0]):
         raise Refuse(f"{mask} is not a unit mask expanded to the grid (mask.expand(...))")
+    if len(expand[1].args) != 1 or code(expand[1].args[0].value).replace(" ", "") != f"(-1,)*2+{units}.shape[2:]":
+        raise Refuse(f"{mask} is not expanded with `(-1,) * 2 + x.shape[2:]`: the unit mask may not be (B, #MUs)")
     reshape_stmt = _latest_def(flow, expand[0].value, expand_stmt)  # type: ignore[attr-defined, arg-type]
     reshaped = single_assign(reshape_stmt.line) if reshape_stmt else None
     reshape = method_call(reshaped[1], "reshape", "view") if reshaped else None
@@ -179,49 +168,33 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
         written = written_in_place(ctx, func, name)
         if written is not None:
             raise Refuse(f"{written}: the kept units may not be the ones the count states")
-    if free_names(flow, INDEX, COUNT):
-        raise Refuse(f"the function already uses the name {INDEX} or {COUNT}")
+    if free_names(flow, INDEX):
+        raise Refuse(f"the function already uses the name {INDEX}")
     if not imports_module(ctx.module, "torch"):
         raise Refuse("the module does not `import torch`")
+    taken = shadowed(ctx, TRUE_ROWS)
+    if taken and not _defines_function(ctx, TRUE_ROWS):
+        raise Refuse(f"the module binds the name {TRUE_ROWS} itself")
 
     index_stmt = ctx.statement(
-        f"# the kept units in ascending order, when the caller states their count\n"
-        f"if {COUNT} is not None:\n"
-        f"    {INDEX} = {ascending_true(unit_mask, COUNT)}\n",
+        f"{INDEX} = {TRUE_ROWS}({unit_mask}, {units}.shape[0] * {units}.shape[1])\n",
         like=reshape_stmt.line,  # type: ignore[union-attr]
         replaces=False,
     )
-    fill = with_fallback(
-        ctx,
-        line,
-        COUNT,
-        "a mask from the caller: rows may keep different counts, so fill as before",
-        [f"{grid} = {grid}.scatter(1, {INDEX}.reshape({INDEX}.shape + (1,) * ({units}.dim() - 2))"
-         f".expand_as({units}), {units})"],
+    fill = ctx.statement(
+        f"{grid} = {grid}.flatten(0, 1).index_copy(0, {INDEX}, {units}.flatten(0, 1)).view_as({grid})\n", like=line
     )
     anchor = reshape_stmt.line  # type: ignore[union-attr]
-    annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
+    module, helper = add_helper(ctx, func, TRUE_ROWS)
     return {
         anchor: lambda updated: cst.FlattenSentinel(
             [index_stmt.with_changes(leading_lines=[*updated.leading_lines, *index_stmt.leading_lines]),
              updated.with_changes(leading_lines=[])]
         ),
         line: fill,
-        func: with_keyword_param(ctx, func, COUNT, annotation),
+        module: helper,
     }
 
 
-def planned_fill(ctx: PlanContext, func: cst.FunctionDef) -> bool:
-    """True when ``func`` takes ``num_kept`` after this run: it has it already, or
-    HR004 is selected and rewrites a fill in it (the MAE forward then passes it)."""
-    params = {p.name.value for p in (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)}
-    if COUNT in params:
-        return True
-    if DecoderFill.code not in getattr(ctx, "codes", ()):
-        return False
-    finder = _IndexPuts()
-    ctx.visit(finder, func)
-    for line in finder.lines:
-        if proves(lambda: _fill(ctx, line)) and ctx.skipped_by(line) is None:
-            return True
-    return False
+def _defines_function(ctx: PlanContext, name: str) -> bool:
+    return any(isinstance(s, cst.FunctionDef) and s.name.value == name for s in ctx.module.body)

@@ -23,43 +23,35 @@ A method under `# hiera-rewrite: skip` neither gains the count nor is passed it.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import dataclasses
 
 import libcst as cst
 
-from hiera_rewrite.flow import FunctionFlow, Stmt
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._match import code, is_name, method_call, single_assign, target_code
-from ._random_mask import count_call, get_random_mask_call, random_mask_guard
-from .decoder_fill import planned_fill
 from ._mask import (
+    HELPER_NAMES,
     MASK_CONTRACT,
-    is_bool_cast,
-    before_statement,
-    with_fallback,
-    emitted_fallback,
-    shadowed,
+    RUNS_OWN,
+    MASKED_ROWS,
+    TRUE_ROWS,
+    add_helper,
     class_reference,
-    keyword_if_own,
-    own_method,
-    ascending_true,
+    defines_helper,
     free_names,
     imports_module,
-    imports_typing_optional,
-    with_keyword_param,
-    written_in_place,
-    written_by_a_call,
+    is_bool_cast,
     methods_given,
-    capture,
-    leaves_mask_check,
+    shadowed,
+    with_keyword_param,
+    written_by_a_call,
+    written_in_place,
 )
 
 COUNT = "num_masked"
-INDEX = "masked_tokens"
-KEPT = "num_kept"
 
 
 @register
@@ -115,47 +107,21 @@ class MaskedSelect(Rewrite):
         gaining: Dict[cst.ClassDef, Dict[str, _Method]] = {}
         lines_of: Dict[cst.FunctionDef, List[cst.SimpleStatementLine]] = {}
         for func, lines in finder.by_function.items():
-            lines = [line for line in lines if not emitted_fallback(ctx, line, COUNT)]
-            if not lines:
-                continue  # this rewrite's own output
             method = ctx.attempt(lines, lambda: _gaining(ctx, func, lines))
             if method is None:
                 continue
             gaining.setdefault(_class_of(ctx, func), {})[func.name.value] = method  # type: ignore[arg-type]
             lines_of[func] = lines
         for cls, methods in gaining.items():
+            owner = class_reference(ctx, cls)
             for method in methods.values():
-                func, mask = method.func, method.mask
-                edits: Dict[cst.CSTNode, Replacement] = {}
-                for line in lines_of[func]:
-                    target, value = single_assign(line)  # type: ignore[misc]
-                    source = code(value.value)  # type: ignore[attr-defined]
-                    edits[line] = with_fallback(
-                        ctx,
-                        line,
-                        COUNT,
-                        "a mask from the caller: rows may select different counts, so select as before",
-                        [
-                            f"{INDEX} = {ascending_true(mask, COUNT)}",
-                            f"{target_code(line)} {source}.flatten(0, 1).index_select(0, ({INDEX} + torch.arange("
-                            f"0, {source}.shape[0] * {source}.shape[1], {source}.shape[1], device={INDEX}.device)"
-                            "[:, None]).flatten())",
-                        ],
-                    )
-                owned: List[str] = []
-                resets = _count_only_while_own(ctx, cls, func, mask, methods, owned)
-                reset_calls = {call for call, _ in resets}
-                calls = _pass_count_on(ctx, cls, func, methods, lambda arg: is_name(arg, mask), owned=owned, reset=reset_calls)
-                _calls_in_lines(ctx, calls, edits)
-                for stmt, reset in {stmt: reset for _, (stmt, reset) in resets}.items():
-                    edits[stmt] = before_statement(reset, edits.get(stmt))
-                if owned:
-                    edits[cls] = capture(ctx, cls, owned)
-                annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
-                edits[func] = with_keyword_param(ctx, func, COUNT, annotation)
-                ctx.add_site(lines_of[func][0], edits)
-            for site in _mae_forward_calls(ctx, cls, methods):
-                ctx.add_site(*site)
+                lines = lines_of[method.func]
+                edits = ctx.attempt(lines, lambda: _method_site(ctx, cls, owner, method, lines, methods))
+                if edits is not None:
+                    ctx.add_site(lines[0], edits)
+            if owner is not None:
+                for site in _mae_forward_calls(ctx, cls, owner, methods):
+                    ctx.add_site(*site)
 
 
 @dataclasses.dataclass
@@ -243,8 +209,8 @@ def _gaining(ctx: PlanContext, func: cst.FunctionDef, lines: List[cst.SimpleStat
     flow = ctx.flow(func)
     if len(masks) != 1:
         raise Refuse(f"{func.name.value} selects with several masks ({', '.join(sorted(masks))})")
-    if free_names(flow, COUNT, INDEX):
-        raise Refuse(f"{func.name.value} already uses the name {COUNT} or {INDEX}")
+    if free_names(flow, COUNT):
+        raise Refuse(f"{func.name.value} already uses the name {COUNT}")
     if cls is None or not func.params.params or func.params.params[0].name.value != "self" or func.decorators:
         raise Refuse(f"{func.name.value} is not a plain method of a class: its callers cannot pass the count")
     (mask,) = masks
@@ -256,83 +222,84 @@ def _gaining(ctx: PlanContext, func: cst.FunctionDef, lines: List[cst.SimpleStat
     return _Method(func, mask)
 
 
-def _pass_count_on(
-    ctx: PlanContext,
-    cls: cst.ClassDef,
-    func: cst.FunctionDef,
+def _method_site(
+    ctx: PlanContext, cls: cst.ClassDef, owner: Optional[str], method: "_Method", lines: List[cst.SimpleStatementLine],
     methods: Dict[str, "_Method"],
-    same_mask: Callable[[cst.BaseExpression], bool],
-    value: str = COUNT,
-    owned: Optional[List[str]] = None,
-    reset: frozenset = frozenset(),
 ) -> Dict[cst.CSTNode, Replacement]:
-    """`self.<method>(...)` calls inside ``func`` to methods of the same class that gain
-    ``num_masked`` pass it when the mask they pass is the one counted (``same_mask``)
-    and, at run time, the method is the class's own (``own_method``; its name is added
-    to ``owned``, for ``capture``): a subclass's override keeps upstream's signature
-    and gets the call as it was.  A call in ``reset`` comes after
-    ``_count_only_while_own``'s reset, which already made the count None unless the
-    method is the class's own: it passes the count when there is one."""
+    """The method's selections `t = s[mask]` as flat index_selects of ``true_rows(mask,
+    num_masked)``; its calls given the mask (``methods_given``) go to the class's own
+    methods only with the count, else as upstream's call, and the count is dropped
+    after them (an override may write the mask)."""
+    func, mask = method.func, method.mask
     edits: Dict[cst.CSTNode, Replacement] = {}
-    owner = class_reference(ctx, cls)
-    if owner is None or shadowed(ctx, "type"):
-        return edits
-
-    class _Calls(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            found = method_call(node, *methods)
-            if not found or not is_name(found[0], "self") or not node.args:
-                return
-            if any(a.keyword is not None and a.keyword.value == COUNT or a.star == "**" for a in node.args):
-                return
-            method = found[1].func.attr.value  # type: ignore[attr-defined]
-            argument = methods[method].mask_argument(node)
-            if argument is None or not same_mask(argument):
-                return
-            if node in reset and value == COUNT:
-                edits[node] = _with_keyword(node, f'**({{}} if {COUNT} is None else {{"{COUNT}": {COUNT}}})')
-                return
-            if owned is not None:
-                owned.append(method)
-            edits[node] = _with_keyword(node, keyword_if_own(owner, method, COUNT, value))
-
-    ctx.visit(_Calls(), func.body)
+    for line in lines:
+        target, value = single_assign(line)  # type: ignore[misc]
+        source = code(value.value)  # type: ignore[attr-defined]
+        edits[line] = ctx.statement(f"{target_code(line)} {MASKED_ROWS}({source}, {mask}, {COUNT})\n", like=line)
+    helpers = [TRUE_ROWS, MASKED_ROWS]
+    for stmt, calls, names in _given_the_mask(ctx, cls, func, mask, methods):
+        if owner is None:
+            raise Refuse(f"the class name {cls.name.value} is bound again in the module: the own-method check needs it")
+        swaps = {c: _with_keyword(c, f"{COUNT}={COUNT}") for c in calls if _callee(c) in methods}
+        edits[stmt] = _own_or_upstream(
+            ctx, owner, stmt, names, swaps, f"an override gets upstream's call, and may change {mask}",
+            after=[f"{COUNT} = None"],
+        )
+        helpers.append(RUNS_OWN)
+    taken = [n for n in shadowed(ctx, *helpers, "getattr", "type", "all") if n not in HELPER_NAMES or not defines_helper(ctx, n)]
+    if taken:
+        raise Refuse(f"the selection needs the name {taken[0]}, which the module binds itself")
+    edits[func] = with_keyword_param(ctx, func, COUNT, None)
+    module, helper = add_helper(ctx, cls, *dict.fromkeys(helpers))
+    edits[module] = helper
     return edits
 
 
-def _count_only_while_own(
-    ctx: PlanContext, cls: cst.ClassDef, func: cst.FunctionDef, mask: str, methods: Dict[str, "_Method"],
-    owned: List[str],
-) -> List[Tuple[cst.Call, Tuple[cst.BaseStatement, cst.BaseStatement]]]:
-    """Before each `self.<m>(..., mask, ...)` call that runs before the count's last use:
-    `num_masked = num_masked if <m is the file's own> else None` (each call, with the
-    statement holding it and the reset to put before that statement; the methods it
-    asks about are added to ``owned``).  The file's own <m> leaves the mask alone
-    (``written_by_a_call`` proved it); an override in a subclass of the user's, or a
-    function set on the class or the instance, may write it in place (`mask[:, 0] =
-    True` in a get_pixel_label_2d of its own), and the selections after the call then
-    count the mask themselves."""
-    owner = class_reference(ctx, cls)
-    if owner is None or shadowed(ctx, "type"):
-        return []  # no method of the file passes the count then
-    by_statement: Dict[cst.BaseStatement, List[str]] = {}
-    calls: List[Tuple[cst.Call, cst.BaseStatement]] = []
+def _callee(call: cst.Call) -> Optional[str]:
+    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+
+
+def _given_the_mask(
+    ctx: PlanContext, cls: cst.ClassDef, func: cst.FunctionDef, mask: str, methods: Dict[str, "_Method"]
+) -> List[Tuple[cst.SimpleStatementLine, List[cst.Call], List[str]]]:
+    """The statements of ``func`` holding `self.<m>(..., mask, ...)` calls: each with its
+    calls and the methods they reach (``methods_given``)."""
+    found: Dict[cst.CSTNode, Tuple[List[cst.Call], List[str]]] = {}
     for call, reached in methods_given(ctx, cls, func, mask, set(methods)):
         stmt = _statement_holding(ctx, call)
-        names = by_statement.setdefault(stmt, [])
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            raise Refuse(f"`{code(call)}` is given {mask} inside a compound statement's header")
+        calls, names = found.setdefault(stmt, ([], []))
+        calls.append(call)
         names += [m for m in reached if m not in names]
-        calls.append((call, stmt))
-    resets: Dict[cst.BaseStatement, cst.BaseStatement] = {}
-    for stmt, names in by_statement.items():
-        owned += [m for m in names if m not in owned]
-        own = " and ".join(own_method(owner, m) for m in names)
-        resets[stmt] = ctx.statement(
-            f"# an override of {' or '.join(names)} may write {mask} in place: then its count is unknown\n"
-            f"{COUNT} = {COUNT} if {own} else None\n",
-            like=stmt,  # type: ignore[arg-type]
-            replaces=False,
+    return [(stmt, calls, names) for stmt, (calls, names) in found.items()]  # type: ignore[misc]
+
+
+def _own_or_upstream(
+    ctx: PlanContext, owner: str, stmt: cst.SimpleStatementLine, names: List[str], swaps: Dict[cst.CSTNode, Replacement],
+    why: str, before: Sequence[str] = (), after: Sequence[str] = (),
+) -> Replacement:
+    """``stmt`` as ``if runs_own(self, Owner, "m", ...): <before>; <stmt with swaps> else:
+    <stmt>; <after>``: the class's own methods get the count, an override upstream's call.
+    A return is left as it is, after the branch (no else)."""
+    new = _replace_in_line(ctx, stmt, swaps)
+    new_code = "; ".join(code(s) for s in new.body)  # type: ignore[attr-defined]
+    old_code = "; ".join(code(s) for s in stmt.body)
+    quoted = ", ".join(f'"{n}"' for n in names)
+    head = f"if {RUNS_OWN}(self, {owner}, {quoted}):\n" + "".join(f"    {b}\n" for b in before) + f"    {new_code}\n"
+    if isinstance(stmt.body[-1], cst.Return) and not after:
+        # the original return stays as it is, after the branch that returns with the count
+        branch = ctx.statement(head, like=stmt, replaces=False)
+        return lambda updated: cst.FlattenSentinel(
+            [branch.with_changes(leading_lines=updated.leading_lines), updated.with_changes(leading_lines=[])]
         )
-    return [(call, (stmt, resets[stmt])) for call, stmt in calls]
+    assign = single_assign(stmt)
+    if list(after) == [f"{COUNT} = None"] and assign is not None and is_name(assign[0]):
+        # `label, num_masked = self.m(x, mask), None`: the override's call, then no count
+        old_code, after = f"{code(assign[0])}, {COUNT} = {code(assign[1])}, None", []
+    return ctx.statement(
+        head + f"else:  # {why}\n" + f"    {old_code}\n" + "".join(f"    {a}\n" for a in after), like=stmt
+    )
 
 
 def _statement_holding(ctx: PlanContext, node: cst.CSTNode) -> cst.BaseStatement:
@@ -345,18 +312,8 @@ def _statement_holding(ctx: PlanContext, node: cst.CSTNode) -> cst.BaseStatement
     raise Refuse("a call given the mask is not in a statement of a block")  # pragma: no cover
 
 
-def _calls_in_lines(ctx: PlanContext, calls: Dict[cst.CSTNode, Replacement], edits: Dict[cst.CSTNode, Replacement]) -> None:
-    """Put each edited call back into its statement, formatted (the statement is the edit)."""
-    by_line: Dict[cst.SimpleStatementLine, Dict[cst.CSTNode, Replacement]] = {}
-    for call, new in calls.items():
-        line = next(a for a in ctx.ancestors(call) if isinstance(a, cst.SimpleStatementLine))
-        by_line.setdefault(line, {})[call] = new
-    for line, swaps in by_line.items():
-        edits[line] = _replace_in_line(ctx, line, swaps)
-
-
 def _with_keyword(node: cst.Call, argument: str) -> cst.Call:
-    """``node`` with one more argument (``**(...)``) at the end."""
+    """``node`` with one more argument at the end."""
     args = list(node.args)
     last = args[-1]
     if last.comma is cst.MaybeSentinel.DEFAULT:
@@ -366,25 +323,19 @@ def _with_keyword(node: cst.Call, argument: str) -> cst.Call:
     return node.with_changes(args=args)
 
 
-def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "_Method"]):
-    """The MAE forward passes static counts, only for the mask the model makes itself:
+def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods: Dict[str, "_Method"]):
+    """The MAE forward passes the masked-token count, derived from shapes:
 
-        latent, mask = self.forward_encoder(x, mask_ratio, mask=mask)   # E
         pred, pred_mask = self.forward_decoder(latent, mask)             # D
         return *self.forward_loss(x, pred, ~pred_mask), mask             # L
 
-    When E's mask argument is None and forward_encoder is the class's own (it then
-    makes the mask with ``self.get_random_mask(x, mask_ratio)``), the count that
-    get_random_mask states (if it does) is computed before E.  D passes it to a
-    decoder whose fill HR004 rewrites; L passes the masked-token count
-    ``pred_mask.shape[1] - latent.shape[1] * math.prod(latent.shape[2:-1])`` (the
-    kept units, upsampled by the class's own decoder) to the methods gaining it.
-    Every keyword goes only to the file's own method (an override keeps upstream's
-    signature), and every count is None when the mask came from a caller."""
+    The class's own forward_decoder fills exactly as many units as ``latent`` holds
+    (its `x_dec[mask] = x.flatten()` raises otherwise) and returns that fill mask in
+    token order (``_decoded_mask``), so ``~pred_mask`` selects
+    ``pred_mask.numel() - math.prod(latent.shape[:-1])`` tokens: for every mask, the
+    model's own or a caller's, ragged rows included.  L becomes ``if runs_own(self,
+    Cls, "forward_decoder", "forward_loss"): <count>; <L with num_masked> else: <L>``."""
     if not imports_module(ctx.module, "math"):
-        return []
-    owner = class_reference(ctx, cls)
-    if owner is None or shadowed(ctx, "type", "getattr"):
         return []
     sites = []
     defined = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
@@ -410,25 +361,18 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
             if not (is_name(pred) and is_name(pred_mask) and is_name(latent) and is_name(unit_mask)):
                 continue
             names = (pred_mask.value, latent.value)  # type: ignore[attr-defined]
-            if any(len(flow.assigning(n)) != 1 or flow.compound_assigned.get(n) or n in flow.params for n in names):
+            if any(len(flow.assigning(n)) != 1 or flow.compound_assigned.get(n) for n in names):
                 continue  # the count is right only for the decoder's own outputs
             if len({pred_mask.value, latent.value, pred.value}) != 3:  # type: ignore[attr-defined]
                 continue
-            encoded = _encoder_call(ctx, defined, flow, stmt, latent.value, unit_mask.value)  # type: ignore[attr-defined]
-            if isinstance(encoded, str):
-                ctx.refuse(call[1], encoded)
+            if [s.index for s in flow.assigning(latent.value) if s.index < stmt.index] != [  # type: ignore[attr-defined]
+                s.index for s in flow.assigning(latent.value)  # type: ignore[attr-defined]
+            ] and latent.value not in flow.params:  # type: ignore[attr-defined]
                 continue
-            if encoded is not None:
-                changed = [w for w in (written_in_place(ctx, func, n.value) for n in (unit_mask, pred_mask)) if w]  # type: ignore[attr-defined]
-                unproven = _decoded_mask(ctx, decoder)
-                if changed or unproven:
-                    why = f"{changed[0]} in {func.name.value}" if changed else unproven
-                    ctx.refuse(call[1], f"{why}: the masked counts are not passed")
-                    continue
-            if encoded is None:
-                unguarded = _unguarded_random_mask(ctx, defined, flow, stmt, latent.value)  # type: ignore[attr-defined]
-                if unguarded is not None:
-                    ctx.refuse(call[1], unguarded)
+            changed = written_in_place(ctx, func, pred_mask.value)  # type: ignore[attr-defined]
+            unproven = _decoded_mask(ctx, decoder)
+            if changed or unproven:
+                ctx.refuse(call[1], f"{changed or unproven}: the masked count is not passed")
                 continue
             toggled = lambda arg: (  # noqa: E731
                 isinstance(arg, cst.UnaryOperation)
@@ -438,202 +382,50 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "
             for after in flow.stmts[stmt.index + 1:]:
                 if not after.line.body:
                     continue
-                holder = cst.FunctionDef(cst.Name("f"), cst.Parameters(), cst.IndentedBlock([after.line]))
-                owned: List[str] = []
-                calls = _pass_count_on(ctx, cls, holder, methods, toggled, owned=owned)
+                calls = _count_calls(ctx, after.line, methods, toggled)
                 if not calls:
                     continue
-                clash = free_names(flow, COUNT, KEPT)
-                if clash:
-                    ctx.refuse(next(iter(calls)), f"{func.name.value} already uses the name(s) {', '.join(clash)}")
+                if free_names(flow, COUNT):
+                    ctx.refuse(next(iter(calls)), f"{func.name.value} already uses the name {COUNT}")
                     break
-                encoder_line, encoder, mask_arg, receiver, count_args = encoded
-                edits: Dict[cst.CSTNode, Replacement] = {}
-                prelude = ctx.statement(
-                    f"# the mask {encoder} makes when none is given: how many units get_random_mask\n"
-                    f"# keeps in every row, if it states it (a Python int: no host sync)\n"
-                    f"{KEPT} = None\n",
-                    like=encoder_line,
-                    replaces=False,
-                )
-                # the encoder gives its mask to super().forward: the count holds after it only
-                # while that forward states it leaves the mask alone (HR003's leaves_mask)
-                through = _super_forward_check(ctx, cls, owner, defined[encoder])
-                if through is None:
-                    ctx.refuse(call[1], f"{encoder} calls super().forward, and the class's base is not a plain name:"
-                               " the masked counts are not passed")
+                taken = [n for n in shadowed(ctx, "getattr", "type", "all", RUNS_OWN) if n != RUNS_OWN or not defines_helper(ctx, n)]
+                if taken:
+                    ctx.refuse(next(iter(calls)), f"the count needs the name {taken[0]}, which the module binds itself")
                     break
-                compute = ctx.statement(
-                    f"if {mask_arg} is None and {own_method(owner, encoder)}{through}:\n"
-                    f"    {KEPT} = {count_call(receiver, count_args)}\n",
-                    like=encoder_line,
-                    replaces=False,
+                count = f"{pred_mask.value}.numel() - math.prod({latent.value}.shape[:-1])"  # type: ignore[attr-defined]
+                called = [m for m in dict.fromkeys(_callee(c) for c in calls) if m]
+                new = _own_or_upstream(
+                    ctx, owner, after.line, ["forward_decoder", *called],  # type: ignore[arg-type]
+                    {c: _with_keyword(c, f"{COUNT}={COUNT}") for c in calls},
+                    "an override gets upstream's call",
+                    before=[f"# forward_decoder filled {latent.value}'s units: the rest are masked (static shapes)",  # type: ignore[attr-defined]
+                            f"{COUNT} = {count}"],
                 )
-                recheck = ctx.statement(
-                    f"# an encoder that kept another count (the mask changed on the way) gets none\n"
-                    f"{KEPT} = None if {KEPT} is None or {latent.value}.shape[1] != {KEPT} else {KEPT}\n",  # type: ignore[attr-defined]
-                    like=encoder_line,
-                    replaces=False,
-                )
-                edits[encoder_line] = cst.FlattenSentinel(
-                    [prelude.with_changes(leading_lines=[*encoder_line.leading_lines, *prelude.leading_lines]),
-                     compute, encoder_line.with_changes(leading_lines=[]), recheck]
-                )
-                fill = planned_fill(ctx, decoder)
-                if fill:
-                    edits[call[1]] = _with_keyword(call[1], keyword_if_own(owner, "forward_decoder", KEPT, KEPT))
-                    edits[stmt.line] = _replace_in_line(ctx, stmt.line, {call[1]: edits.pop(call[1])})
-                count = (
-                    f"{pred_mask.value}.shape[1] - {latent.value}.shape[1]"  # type: ignore[attr-defined]
-                    f" * math.prod({latent.value}.shape[2:-1])"  # type: ignore[attr-defined]
-                )
-                count_stmts = [
-                    ctx.statement(
-                        "# masked prediction tokens, when every row keeps num_kept units: all of\n"
-                        "# them minus the kept units' (static shapes)\n"
-                        f"{COUNT} = None\n",
-                        like=after.line,
-                        replaces=False,
-                    ),
-                    ctx.statement(
-                        f"if {KEPT} is not None and {pred_mask.value}.dim() == 2 and "  # type: ignore[attr-defined]
-                        f"{own_method(owner, 'forward_decoder')}:\n"
-                        f"    {COUNT} = {count}\n",
-                        like=after.line,
-                        replaces=False,
-                    ),
-                ]
-                edits[cls] = capture(ctx, cls, [encoder, "forward_decoder", *owned])
-                new_line = _replace_in_line(ctx, after.line, calls)
-                edits[after.line] = cst.FlattenSentinel(
-                    [count_stmts[0].with_changes(leading_lines=[*after.line.leading_lines, *count_stmts[0].leading_lines]),
-                     count_stmts[1], new_line.with_changes(leading_lines=[])]
-                )
-                sites.append((next(iter(calls)), edits, "MAE forward: pass the counts of the model's own mask (static shapes)"))
+                module, helper = add_helper(ctx, cls, RUNS_OWN)
+                sites.append((next(iter(calls)), {after.line: new, module: helper},
+                              "MAE forward: pass the masked-token count, from the decoder's shapes (static shapes)"))
                 break
     return sites
 
 
-def _super_forward_check(ctx: PlanContext, cls: cst.ClassDef, owner: str, encoder: cst.FunctionDef) -> Optional[str]:
-    """`` and <super().forward is the base's and leaves the mask alone>`` when ``encoder``
-    calls ``super().forward(...)`` (the mask it makes goes there), "" when it does not,
-    None when the base class is not a plain name."""
+def _count_calls(ctx: PlanContext, line: cst.SimpleStatementLine, methods: Dict[str, "_Method"], same_mask) -> List[cst.Call]:
+    """`self.<method>(...)` calls in ``line`` to methods gaining the count, given the mask
+    ``same_mask`` accepts, and not passed a count already."""
     found: List[cst.Call] = []
 
-    class _Super(cst.CSTVisitor):
+    class _Calls(cst.CSTVisitor):
         def visit_Call(self, node: cst.Call) -> None:
-            f = node.func
-            if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Call) and is_name(f.value.func, "super"):
+            hit = method_call(node, *methods)
+            if not hit or not is_name(hit[0], "self") or not node.args:
+                return
+            if any(a.keyword is not None and a.keyword.value == COUNT or a.star == "**" for a in node.args):
+                return
+            argument = methods[hit[1].func.attr.value].mask_argument(node)  # type: ignore[attr-defined]
+            if argument is not None and same_mask(argument):
                 found.append(node)
 
-    ctx.visit(_Super(), encoder.body)
-    if not found:
-        return ""
-    if not cls.bases or not is_name(cls.bases[0].value):
-        return None
-    return f" and {leaves_mask_check(owner, cls.bases[0].value.value)}"  # type: ignore[attr-defined]
-
-
-def _encoder_call(
-    ctx: PlanContext, defined: Dict[str, cst.FunctionDef], flow: FunctionFlow, decode: Stmt, latent: str, mask: str
-) -> Union[None, str, Tuple[cst.SimpleStatementLine, str, str, str, List[str]]]:
-    """`latent, mask = self.<encoder>(...)` before ``decode``, the one binding of both,
-    where <encoder> is a method of the class that makes the mask with
-    ``self.get_random_mask(a, b)`` when its mask argument is None and returns it.
-    ``self.<module>.get_random_mask`` (an encoder held as a submodule) counts too.
-    Returns (line, encoder, the name passed as its mask, the get_random_mask's
-    owner, the names passed as a and b)."""
-    found = [s for s in flow.assigning(latent) if s.index < decode.index]
-    if len(found) != 1 or [s.index for s in flow.assigning(mask) if s.index < decode.index] != [found[0].index]:
-        return None
-    line = found[0].line
-    assign = single_assign(line)
-    if assign is None or not isinstance(assign[0], cst.Tuple) or len(assign[0].elements) != 2:
-        return None
-    if not (is_name(assign[0].elements[0].value, latent) and is_name(assign[0].elements[1].value, mask)):
-        return None
-    if any(s.index > found[0].index and s.index < decode.index and mask in s.assigned for s in flow.stmts):
-        return None
-    call = assign[1]
-    if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and is_name(call.func.value, "self")):
-        return None
-    encoder = defined.get(call.func.attr.value)
-    if encoder is None or encoder.decorators or any(a.star for a in call.args):
-        return None
-    params = [p.name.value for p in encoder.params.params]
-    if not params or params[0] != "self" or encoder.params.posonly_params or encoder.params.kwonly_params:
-        return None
-    bound: Dict[str, cst.BaseExpression] = {}
-    for i, arg in enumerate(call.args):
-        name = arg.keyword.value if arg.keyword is not None else (params[i + 1] if i + 1 < len(params) else None)
-        if name is None or name in bound:
-            return None
-        bound[name] = arg.value
-    encoder_flow = ctx.flow(encoder)
-    for param in params[1:]:
-        made = random_mask_guard(ctx, encoder, param)
-        if made is None or not made.self_owned():
-            continue
-        if not made.once:
-            return None
-        written = written_in_place(ctx, encoder, param)
-        if written is not None:
-            return (
-                f"{written} in {encoder.name.value}: the count get_random_mask states may not be the mask's;"
-                " the counts are not passed"
-            )
-        inner = made.args
-        if not all(
-            is_name(a)
-            and a.value in params[1:]  # type: ignore[attr-defined]
-            and not any(s.index < made.made.index for s in encoder_flow.assigning(a.value))  # type: ignore[attr-defined]
-            and not encoder_flow.compound_assigned.get(a.value)  # type: ignore[attr-defined]
-            for a in inner
-        ):
-            return None
-        last = encoder.body.body[-1]  # type: ignore[union-attr]
-        returned = last.body[0] if isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1 else None
-        if not (
-            isinstance(returned, cst.Return)
-            and isinstance(returned.value, cst.Tuple)
-            and len(returned.value.elements) == 2
-            and is_name(returned.value.elements[1].value, param)
-        ):
-            return None
-        returns = [r for r in _returns(ctx, encoder) if r is not returned]
-        if returns:
-            return None
-        passed = [bound.get(param), *(bound.get(a.value) for a in inner)]  # type: ignore[attr-defined]
-        if not all(is_name(p) for p in passed):
-            return None
-        return line, encoder.name.value, passed[0].value, code(made.owner), [p.value for p in passed[1:]]  # type: ignore[union-attr, arg-type]
-    return None
-
-
-def _unguarded_random_mask(
-    ctx: PlanContext, defined: Dict[str, cst.FunctionDef], flow: FunctionFlow, decode: Stmt, latent: str
-) -> Optional[str]:
-    """Why the counts are not passed where the encoder method whose output is decoded
-    (`latent, mask = self.<encoder>(...)`) makes its mask with get_random_mask, but not
-    as `if mask is None: mask = self.get_random_mask(x, ratio)`; else None (no MAE)."""
-    found = [s for s in flow.assigning(latent) if s.index < decode.index]
-    assign = single_assign(found[-1].line) if found and found[-1].line.body else None
-    call = assign[1] if assign is not None else None
-    if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and is_name(call.func.value, "self")):
-        return None
-    encoder = defined.get(call.func.attr.value)
-    made = get_random_mask_call(ctx, encoder) if encoder is not None else None
-    if encoder is None or made is None:
-        return None
-    params = [p.name.value for p in encoder.params.params]
-    if any(random_mask_guard(ctx, encoder, p) is not None for p in params):
-        return None
-    line = next((a for a in ctx.ancestors(made) if isinstance(a, cst.SimpleStatementLine)), None)
-    return (
-        f"{encoder.name.value} makes its mask by `{code(line or made)}` at line {ctx.position(made).line}, not by"
-        " `if mask is None: mask = self.get_random_mask(x, mask_ratio)`: the masked counts are not passed"
-        " (the loss and label selection count the mask themselves: host syncs)"
-    )
+    ctx.visit(_Calls(), line)
+    return found
 
 
 def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:
@@ -723,7 +515,7 @@ def _returns(ctx: PlanContext, func: cst.FunctionDef) -> List[cst.Return]:
 
 def _fills_units(ctx: PlanContext, decoder: cst.FunctionDef) -> bool:
     """The decoder puts the kept units on the full grid: `x_dec[mask] = x.flatten()`,
-    or HR004's scatter of `kept_windows` (a file rewritten in two runs)."""
+    or HR004's index_copy of `kept` (a file rewritten in two runs)."""
     found = []
 
     class _Fill(cst.CSTVisitor):
@@ -733,8 +525,8 @@ def _fills_units(ctx: PlanContext, decoder: cst.FunctionDef) -> bool:
                 return
             if isinstance(assign[0], cst.Subscript) and method_call(assign[1], "flatten"):
                 found.append(node)
-            scatter = method_call(assign[1], "scatter")
-            if scatter and "kept_windows" in code(scatter[1]):
+            copy = method_call(assign[1], "index_copy")
+            if copy and "true_rows" in code(assign[1]) or copy and "kept" in code(copy[1]):
                 found.append(node)
 
     ctx.visit(_Fill(), decoder.body)

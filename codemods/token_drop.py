@@ -35,32 +35,30 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import enclosing_function, enclosing_line, statement_names, tensor_aliases
-from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, refusing_as, register
+from hiera_rewrite.flow import enclosing_function, enclosing_line
+from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._match import code, int_value, is_name, method_call, positional, single_assign, target_code
-from ._random_mask import count_call, get_random_mask_call, helper_source, kept_count, random_mask_guard
+from ._random_mask import get_random_mask_call, kept_count, random_mask_guard
 from ._mask import (
+    COUNT_METHOD,
+    KEPT_TOKENS,
     MASK_CONTRACT,
-    is_bool_cast,
-    before_statement,
-    LEAVES,
-    with_fallback,
-    emitted_fallback,
-    shadowed,
+    TAKES_COUNT,
+    add_helper,
     class_reference,
-    declares,
-    ascending_true,
+    defines_helper,
     free_names,
     imports_module,
     imports_typing_optional,
+    is_bool_cast,
+    shadowed,
     with_keyword_param,
     written_in_place,
 )
 
 COUNT = "num_kept"
-INDEX = "kept_windows"
-FLAG = "__super_forward_takes_num_kept"
+ARGS = "kept"  # the MAE encoder's keyword arguments for super().forward: the count, or none
 
 
 @register
@@ -107,23 +105,22 @@ class EncoderTokenDrop(Rewrite):
         finder = _Finder()
         ctx.visit(finder)
         for node, via in finder.drops + _drops_through_names(ctx, finder.tile_lines):
-            line = enclosing_line(ctx, node)
-            if line is not None and emitted_fallback(ctx, line, COUNT):
-                continue  # this rewrite's own output
+            if _in_helper(ctx, node):
+                continue  # kept_tokens' own fallback (this rewrite's output)
             edits = ctx.attempt(node, lambda: _token_drop(ctx, node, via))
             if edits is not None:
                 ctx.add_site(node, edits)
+                func = enclosing_function(ctx, node)
+                method = _count_method(ctx, func) if func is not None else None
+                if method is not None:
+                    ctx.add_site(
+                        method[0], method[1],
+                        f"get_random_mask: its kept count as a method, {COUNT_METHOD} (callers drop tokens with static shapes)",
+                    )
         for call in finder.super_forwards:
             edits = ctx.attempt(call, lambda: _mae_count(ctx, call))
             if edits is not None:
-                ctx.add_site(call, edits, "MAE encoder: pass the kept count get_random_mask states (a Python int)")
-        for func in finder.random_masks:
-            edits = ctx.attempt(func, lambda: _random_mask_count(ctx, func))
-            if edits is not None:
-                ctx.add_site(
-                    func, edits,
-                    "get_random_mask: state its kept count, read from its code (callers drop tokens with static shapes)",
-                )
+                ctx.add_site(call, edits, "MAE encoder: pass the kept count of get_random_mask to the token drop (a Python int)")
         for call in finder.submodule_masks:
             encoder = code(call.func.value)  # type: ignore[attr-defined]
             ctx.refuse(
@@ -134,6 +131,11 @@ class EncoderTokenDrop(Rewrite):
             )
 
 
+def _in_helper(ctx: PlanContext, node: cst.CSTNode) -> bool:
+    func = enclosing_function(ctx, node)
+    return func is not None and func.name.value == KEPT_TOKENS and ctx.parent(func) is ctx.module
+
+
 class _Finder(cst.CSTVisitor):
     def __init__(self) -> None:
         super().__init__()
@@ -141,11 +143,6 @@ class _Finder(cst.CSTVisitor):
         self.tile_lines: List[cst.SimpleStatementLine] = []
         self.super_forwards: List[cst.Call] = []
         self.submodule_masks: List[cst.Call] = []
-        self.random_masks: List[cst.FunctionDef] = []
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if node.name.value == "get_random_mask":
-            self.random_masks.append(node)
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
@@ -287,169 +284,89 @@ def _token_drop(
     written = written_in_place(ctx, func, mask)
     if written is not None:
         raise Refuse(f"{written}: how many units it keeps in each row is not proven")
-    clash = free_names(flow, COUNT, INDEX)
+    clash = free_names(flow, COUNT)
     if clash:
         raise Refuse(f"the function already uses the name(s) {', '.join(clash)}")
     if not imports_module(ctx.module, "torch"):
         raise Refuse("the module does not `import torch`")
 
     x = tokens.value  # type: ignore[attr-defined]
-    target = target_code(line)
-    # rows of x viewed (B, T, num_windows, C) and flattened to (B*T*num_windows, C):
-    # batch b, in-window position t, kept window j, in the order the gather had
-    gather = (
-        f"{target} {x}.view({x}.shape[0], -1, {mask}.shape[-1], {x}.shape[-1]).flatten(0, 2).index_select(0, ("
-        f"{INDEX}[:, None, :] + torch.arange(0, {x}.shape[1], {mask}.shape[-1], device={INDEX}.device)[None, :, None]"
-        f" + torch.arange(0, {x}.shape[0] * {x}.shape[1], {x}.shape[1], device={INDEX}.device)[:, None, None]"
-        ").flatten())"
-        + (".flatten()" if view_args is None else f".view({', '.join(code(a) for a in view_args)})")
-    )
-    drop = with_fallback(
-        ctx,
-        line,
-        COUNT,
-        "a mask from the caller: rows may keep different counts, so select as before",
-        [f"{INDEX} = {ascending_true(mask, COUNT)}", gather],
-    )
-    annotation = "Optional[int]" if imports_typing_optional(ctx.module) else None
-    edits: Dict[cst.CSTNode, Replacement] = {line: drop, func: with_keyword_param(ctx, func, COUNT, annotation)}
-    _count_only_while_own_submodules(ctx, func, mask, line, edits)
+    selected = cst.parse_expression(f"{KEPT_TOKENS}({x}, {mask}, {COUNT})")
+    edits: Dict[cst.CSTNode, Replacement] = {
+        line: _line_with(ctx, line, node, selected),
+        func: with_keyword_param(ctx, func, COUNT, "Optional[int]" if imports_typing_optional(ctx.module) else None),
+    }
+    if via is not None and len(flow.loads_of(index.value)) == 1:  # type: ignore[attr-defined]
+        edits[via] = cst.RemovalSentinel.REMOVE  # the unit mask, now made by kept_tokens
+    module, helper = add_helper(ctx, func, KEPT_TOKENS)
+    edits[module] = helper
     return edits
 
 
-def _count_only_while_own_submodules(
-    ctx: PlanContext, func: cst.FunctionDef, mask: str, drop: cst.SimpleStatementLine, edits: Dict[cst.CSTNode, Replacement]
-) -> None:
-    """A submodule called with the mask (or a view of it), upstream's
-    `self.patch_embed(x, mask=mask.view(...))` before the token drop and
-    `self.reroll(x, i, mask=mask)` after it, may write it in place when it is of the
-    user's class (a subclass, a function set on it).  Before the drop: `num_kept =
-    num_kept if <the submodule runs its class's own forward> else None`, that forward
-    captured in the model's class body when the class is made
-    (``__own_patch_embed_forward = PatchEmbed.forward``).  And the method gets
-    ``<method>.leaves_mask(self)``: whether it is still the class's own and every such
-    submodule runs its own forward, for a caller keeping the mask's count after the call
-    (an MAE's decoder).  A submodule's class must be one a top-level class statement or
-    import above the model's class binds (``self.patch_embed = PatchEmbed(...)`` in
-    ``__init__``); one of another kind given the mask before the drop refuses it, after
-    it leaves the method without ``leaves_mask``."""
-    block = ctx.parent(func)
+class _Swap(cst.CSTTransformer):
+    def __init__(self, old: cst.CSTNode, new: cst.CSTNode) -> None:
+        super().__init__()
+        self.old, self.new = old, new
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        return self.new if original_node is self.old else updated_node
+
+
+def _count_method(ctx: PlanContext, forward: cst.FunctionDef) -> Optional[Tuple[cst.FunctionDef, Dict[cst.CSTNode, Replacement]]]:
+    """Where the class of ``forward`` (the token drop's) defines get_random_mask and its
+    body proves the count it keeps in every row (codemods/_random_mask.py), the count
+    becomes a method of its own, ``kept_mask_units``, which get_random_mask calls:
+
+        len_keep = self.kept_mask_units(x, mask_ratio)   # was: int(num_windows * (1 - mask_ratio))
+
+    A subclass that changes the count overrides it; an MAE passes it to the drop
+    (``takes_kept_count``).  A count that is not read is reported; the drop then
+    keeps the boolean path for the model's own masks."""
+    block = ctx.parent(forward)
     cls = ctx.parent(block) if block is not None else None
-    if not isinstance(cls, cst.ClassDef) or func.decorators or not func.params.params:
-        return
-    owner = class_reference(ctx, cls)
-    aliases = tensor_aliases(ctx, func, mask)
-    body = list(func.body.body)  # type: ignore[union-attr]
-    above = [drop, *ctx.ancestors(drop)]
-    here = next((i for i, s in enumerate(body) if any(s is a for a in above)), len(body))
-    calls: List[Tuple[cst.BaseStatement, str, bool]] = []
-    others: List[cst.Call] = []
-
-    class _Calls(cst.CSTVisitor):
-        def __init__(self, stmt, before):
-            super().__init__()
-            self.stmt, self.before = stmt, before
-
-        def visit_Call(self, node: cst.Call) -> None:
-            callee = node.func
-            names: List[str] = []
-
-            class _Names(cst.CSTVisitor):
-                def visit_Name(self, name: cst.Name) -> None:
-                    names.append(name.value)
-
-                def visit_Call(self, inner: cst.Call) -> bool:
-                    # self.<submodule>(..., mask) inside: that call is followed by itself
-                    return not (isinstance(inner.func, cst.Attribute) and is_name(inner.func.value, "self"))
-
-            for arg in node.args:
-                ctx.visit(_Names(), arg.value)
-            if not aliases & set(names):
-                return
-            if isinstance(callee, cst.Attribute) and is_name(callee.value, "self"):
-                calls.append((self.stmt, callee.attr.value, self.before))
-            elif not (code(callee).startswith("torch.") and not code(callee).endswith("_")):
-                others.append(node)  # a function of the file's or a library's, given the mask
-
-    for i, stmt in enumerate(body):
-        ctx.visit(_Calls(stmt, i < here), stmt)
-    methods = {s.name.value for s in cls.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
-    init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)  # type: ignore[union-attr]
-    top = list(ctx.module.body)
-    bound: Dict[str, cst.CSTNode] = {}
-    for stmt in top[: top.index(cls)] if cls in top else []:
-        if isinstance(stmt, cst.ClassDef) and any(
-            isinstance(m, cst.FunctionDef) and m.name.value == "forward" for m in stmt.body.body  # type: ignore[union-attr]
-        ):
-            bound[stmt.name.value] = stmt
-        elif isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(x, (cst.Import, cst.ImportFrom)) for x in stmt.body):
-            bound.update({n: stmt for n in statement_names(ctx, stmt)[0]})
-        else:
-            for n in statement_names(ctx, stmt)[0]:
-                bound.pop(n, None)
-    usable = owner is not None and not shadowed(ctx, "type", "getattr")
-    checks: List[str] = []
-    captures: List[str] = []
-    leaves = usable and not others  # a function given the mask: not followed, no leaves_mask
-    for stmt, attr, before in calls:
-        made = []
-        if init is not None:
-            for s in ctx.flow(init).stmts:
-                assign = single_assign(s.line) if s.line.body else None
-                if assign is not None and code(assign[0]) == f"self.{attr}":
-                    made.append(assign[1])
-        kind = made[0].func.value if len(made) == 1 and isinstance(made[0], cst.Call) and is_name(made[0].func) else None  # type: ignore[attr-defined]
-        known = usable and attr not in methods and kind in bound
-        if not known:
-            if before:
-                raise Refuse(
-                    f"{mask} is passed to self.{attr}(...) before the token drop, and self.{attr} is not built from a"
-                    " class this file defines or imports above: it may write the mask in place"
-                )
-            leaves = False
-            continue
-        captured = f"__own_{attr}_forward"
-        check = f'type(self.{attr}).forward is {owner}.{captured} and "forward" not in self.{attr}.__dict__'
-        if check not in checks:
-            checks.append(check)
-            captures.append(f"{captured} = {kind}.forward")
-        if before:
-            reset = ctx.statement(
-                f"# a {attr} of another class may write the view of {mask} it is given: then its count is unknown\n"
-                f"{COUNT} = {COUNT} if {check} else None\n",
-                like=stmt,  # type: ignore[arg-type]
-                replaces=False,
-            )
-            edits[stmt] = before_statement(reset, edits.get(stmt))
-    name = func.name.value
-    sources = [f"{c}\n" for c in captures]
-    if leaves:
-        helper = f"_{name}_leaves_mask"
-        test = " and ".join([f"{owner}.{name} is _leaving", *checks])
-        sources.append(
-            f"# hiera-rewrite: whether {name} leaves the mask it is given alone (it is the class's own\n"
-            f"# and the submodules it gives the mask run their own forward), for callers that keep its count\n"
-            f"def {helper}(self, _leaving={name}):\n"
-            f"    return {test}\n"
+    if not isinstance(cls, cst.ClassDef):
+        return None
+    body = list(cls.body.body)  # type: ignore[union-attr]
+    func = next((s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == "get_random_mask"), None)
+    if func is None or any(isinstance(s, cst.FunctionDef) and s.name.value == COUNT_METHOD for s in body):
+        return None
+    try:
+        if ctx.skipped_by(func) is not None:
+            raise Refuse(f"left alone: `# hiera-rewrite: skip` on {ctx.skipped_by(func)}")
+        count = kept_count(ctx, func)
+    except Refuse as exc:
+        ctx.refuse(
+            func,
+            f"the kept count of {cls.name.value}.get_random_mask is not read: {exc.reason}; "
+            "token drops of its masks stay boolean indexing",
         )
-        sources.append(f"{name}.{LEAVES} = {helper}\n")
-        sources.append(f"del {helper}\n")
-    if not sources:
-        return
-    lines = [ctx.statement(src, like=func, replaces=False) for src in sources]
-    lines = [
-        ln.with_changes(leading_lines=[cst.EmptyLine(indent=False), *ln.leading_lines])
-        if i == 0 or isinstance(ln, cst.FunctionDef) or isinstance(lines[i - 1], cst.FunctionDef)
-        else ln
-        for i, ln in enumerate(lines)
-    ]
-
-    def add_after(updated: cst.ClassDef) -> cst.ClassDef:
-        statements = list(updated.body.body)  # type: ignore[union-attr]
-        at = max(i for i, s in enumerate(statements) if isinstance(s, cst.FunctionDef) and s.name.value == name) + 1
-        return updated.with_changes(body=updated.body.with_changes(body=[*statements[:at], *lines, *statements[at:]]))
-
-    edits[cls] = add_after
+        return None
+    edits: Dict[cst.CSTNode, Replacement] = {}
+    params = [p.name.value for p in func.params.params]
+    call = f"self.{COUNT_METHOD}({', '.join(params[1:])})"
+    flow = ctx.flow(func)
+    keep = count.keep_node
+    bound = [s for s in flow.assigning(code(keep))] if is_name(keep) else []
+    if len(bound) == 1 and single_assign(bound[0].line) is not None:
+        line = bound[0].line
+        edits[line] = ctx.statement(f"{code(keep)} = {call}\n", like=line)
+    else:
+        edits[keep] = cst.parse_expression(call)
+    statements, result = list(count.statements), count.keep
+    own = [st for st in statements if is_name(keep) and st.startswith(f"{code(keep)} = ")]
+    if own:
+        statements.remove(own[0])
+        result = own[0][len(f"{code(keep)} = "):]
+    method = ctx.statement(
+        f"def {COUNT_METHOD}({count.params}) -> int:\n"
+        f'    """How many mask units get_random_mask keeps in every row."""\n'
+        + "".join(f"    {st}\n" for st in statements)
+        + f"    return {result}\n",
+        like=func,
+        replaces=False,
+    ).with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+    edits[func] = lambda updated: cst.FlattenSentinel([updated, method])
+    return func, edits
 
 
 def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacement]:
@@ -473,7 +390,7 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
         raise NotThisIdiom()
     mask = mask_arg.value.value  # type: ignore[attr-defined]
     if any(a.star or a.keyword is not None and a.keyword.value == COUNT for a in call.args):
-        raise NotThisIdiom()
+        raise NotThisIdiom()  # rewritten already (`**kept`)
     flow = ctx.flow(func)
     made = random_mask_guard(ctx, func, mask)
     if made is None and made_here is not None:
@@ -499,69 +416,79 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     base = cls.bases[0].value.value  # type: ignore[attr-defined]
     if not imports_module(ctx.module, "torch"):
         raise Refuse("the module does not `import torch`")
-    if _defines(cls, FLAG):
-        raise NotThisIdiom()  # rewritten already (by a version that emitted this flag)
-    clash = free_names(flow, COUNT)
+    clash = free_names(flow, ARGS)
     if clash:
-        raise Refuse(f"{func.name.value} already uses the name {COUNT}")
-    taken = shadowed(ctx, "getattr")
-    if taken:
-        raise Refuse(f"the count needs the builtin {taken[0]}, which the module binds itself")
+        raise Refuse(f"{func.name.value} already uses the name {ARGS}")
 
     mask_args = made.args
     if not all(is_name(a) and a.value != mask for a in mask_args):  # type: ignore[attr-defined]
         raise Refuse("get_random_mask is not called on plain names: its count would evaluate them again")
-
-    edits: Dict[cst.CSTNode, Replacement] = {}
-    count_stmt = ctx.statement(
-        "# how many units get_random_mask keeps in every row, if it states it (a Python\n"
-        "# int: no host sync); an override that does not leaves the count to the mask\n"
-        f"{COUNT} = {count_call('self', [code(a) for a in mask_args])}\n",  # type: ignore[union-attr]
-        like=guard.body.body[0],  # type: ignore[arg-type]
-        replaces=False,
-    )
-    # right after the mask is made, from the values it was made with: the block may
-    # rebind them after (a fork logging the realised ratio)
-    made_line, *rest = guard.body.body  # type: ignore[union-attr]
-    body = guard.body.with_changes(body=[made_line, count_stmt, *rest])  # type: ignore[union-attr]
-    init = cst.parse_statement(f"{COUNT} = None\n").with_changes(leading_lines=guard.leading_lines)
-    edits[guard] = cst.FlattenSentinel([init, guard.with_changes(body=body, leading_lines=[])])
-
-    assign = single_assign(line)
-    call_code = code(call)
     owner = class_reference(ctx, cls)
     if owner is None:
         raise Refuse(f"the class name {cls.name.value} is bound again in the module: the encoder check needs it")
-    taken = shadowed(ctx, "type")
+    taken = [n for n in shadowed(ctx, "type", "super", "hasattr", TAKES_COUNT) if not (n == TAKES_COUNT and defines_helper(ctx, n))]
     if taken:
-        raise Refuse(f"the count needs the builtin {taken[0]}, which the module binds itself")
-    # super().forward is {base}.forward only if no class between (a mixin's, in the user's
-    # MRO) defines forward: that one keeps upstream's signature; and {base}.forward takes
-    # the count only where hiera.py is rewritten too (it may be rewritten separately).
-    resolved = (
-        f'[c for c in type(self).__mro__[type(self).__mro__.index({owner}) + 1:] if "forward" in c.__dict__][:1]'
-        f" == [{base}] and {declares(f'{base}.forward', COUNT)}"
-    )
-    new_call = (
-        call_code[:-1].rstrip().rstrip(",")
-        + f", **({{{COUNT!r}: {COUNT}}} if {resolved} else {{}}))"
-    )
-    if assign is not None:
-        new_line = ctx.statement(f"{target_code(line)} {new_call}\n", like=line)
-    elif len(line.body) == 1 and isinstance(line.body[0], (cst.Expr, cst.Return)):
-        keyword = "return " if isinstance(line.body[0], cst.Return) else ""
-        new_line = ctx.statement(f"{keyword}{new_call}\n", like=line)
-    else:
-        raise Refuse("the encoder call is not a plain assignment, expression or return")
+        raise Refuse(f"the count needs the name {taken[0]}, which the module binds itself")
+    assign = single_assign(line)
     if not (
         isinstance(line.body[0], cst.Return) and line.body[0].value is call
         or assign is not None and assign[1] is call
         or len(line.body) == 1 and isinstance(line.body[0], cst.Expr) and line.body[0].value is call
     ):
         raise Refuse("the encoder call is part of a larger expression")
-    edits[line] = new_line
 
+    args = ", ".join(code(a) for a in mask_args)  # type: ignore[union-attr]
+    counted = ctx.statement(
+        f"if {TAKES_COUNT}(type(self), {owner}, {base}):\n"
+        f'    {ARGS} = {{"{COUNT}": self.{COUNT_METHOD}({args})}}\n',
+        like=guard.body.body[0],  # type: ignore[arg-type]
+        replaces=False,
+    )
+    # right after the mask is made, from the values it was made with: the block may
+    # rebind them after (a fork logging the realised ratio)
+    made_line, *rest = guard.body.body  # type: ignore[union-attr]
+    body = guard.body.with_changes(body=[made_line, counted, *rest])  # type: ignore[union-attr]
+    init = ctx.statement(
+        f"{ARGS} = {{}}  # the kept count, for {base}.forward's token drop (static shapes)\n",
+        like=guard, replaces=False,
+    ).with_changes(leading_lines=guard.leading_lines)
+    edits: Dict[cst.CSTNode, Replacement] = {
+        guard: cst.FlattenSentinel([init, guard.with_changes(body=body, leading_lines=[])]),
+        line: _line_with(ctx, line, call, _with_args(call, f"**{ARGS}")),
+    }
+    module, helper = add_helper(ctx, cls, TAKES_COUNT)
+    edits[module] = helper
     return edits
+
+
+def _line_with(ctx: PlanContext, line: cst.SimpleStatementLine, old: cst.CSTNode, new: cst.CSTNode) -> cst.BaseStatement:
+    """``line`` with ``old`` swapped for ``new``, formatted."""
+    swapped = line.visit(_Swap(old, new))
+    return ctx.statement("; ".join(code(small) for small in swapped.body) + "\n", like=line)  # type: ignore[attr-defined]
+
+
+def _with_args(node: cst.Call, argument: str) -> cst.Call:
+    """``node`` with one more argument at the end."""
+    args = list(node.args)
+    last = args[-1]
+    extra = cst.parse_expression(f"f({argument})").args[0]  # type: ignore[attr-defined]
+    args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return node.with_changes(args=[*args, extra.with_changes(comma=last.comma)])
+
+
+def _line_with(ctx: PlanContext, line: cst.SimpleStatementLine, old: cst.CSTNode, new: cst.CSTNode) -> cst.BaseStatement:
+    """``line`` with ``old`` swapped for ``new``, formatted."""
+    swapped = line.visit(_Swap(old, new))
+    return ctx.statement("; ".join(code(small) for small in swapped.body) + "\n", like=line)  # type: ignore[attr-defined]
+
+
+def _with_args(node: cst.Call, argument: str) -> cst.Call:
+    """``node`` with one more argument at the end."""
+    args = list(node.args)
+    last = args[-1]
+    extra = cst.parse_expression(f"f({argument})").args[0]  # type: ignore[attr-defined]
+    args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return node.with_changes(args=[*args, extra.with_changes(comma=last.comma)])
 
 
 def _assigned_names(stmt: cst.CSTNode) -> List[cst.CSTNode]:
@@ -577,38 +504,3 @@ def _defines(cls: cst.ClassDef, name: str) -> bool:
         if isinstance(stmt, cst.SimpleStatementLine) and any(code(t) == name for t in _assigned_names(stmt)):
             return True
     return False
-
-
-
-def _random_mask_count(ctx: PlanContext, func: cst.FunctionDef) -> Dict[cst.CSTNode, Replacement]:
-    """Attach to a class's get_random_mask the count it keeps, read from its body
-    (codemods/_random_mask.py): the callers' static shapes rest on it."""
-    block = ctx.parent(func)
-    cls = ctx.parent(block) if block is not None else None
-    if not isinstance(cls, cst.ClassDef):
-        raise NotThisIdiom()
-    body = list(cls.body.body)  # type: ignore[union-attr]
-    attribute = f"{func.name.value}.num_kept"
-    if any(isinstance(s, cst.SimpleStatementLine) and any(code(t) == attribute for t in _assigned_names(s)) for s in body):
-        raise NotThisIdiom()  # rewritten already
-    helper = f"_{func.name.value}_num_kept"
-    taken = [n for n in shadowed(ctx, "len", "range", "type")]
-    taken += [helper] if any(helper in statement_names(ctx, s)[0] for s in body) else []
-    if taken:
-        raise Refuse(f"the kept count's code needs the name(s) {', '.join(taken)}, which the file binds itself")
-    with refusing_as(
-        f"the kept count of {cls.name.value}.get_random_mask is not read: {{}}; "
-        "token drops of its masks stay boolean indexing"
-    ):
-        count = kept_count(ctx, func)
-    comment = (
-        "# hiera-rewrite: how many units get_random_mask keeps in every row, read from\n"
-        "# its code, for callers that drop tokens with static shapes.  An override of\n"
-        "# get_random_mask does not carry it: its callers select with the mask as before.\n"
-    )
-    helper = cst.parse_module(helper_source(func.name.value, count)).body
-    sources = [comment + cst.Module(body=[helper[0]]).code, *(cst.Module(body=[s]).code for s in helper[1:])]
-    indented = [ctx.statement(source, like=func, replaces=False) for source in sources]
-    indented[0] = indented[0].with_changes(leading_lines=[cst.EmptyLine(indent=False), *indented[0].leading_lines])
-    indented[1] = indented[1].with_changes(leading_lines=[cst.EmptyLine(indent=False)])
-    return {func: lambda updated: cst.FlattenSentinel([updated, *indented])}

@@ -223,8 +223,9 @@ def _rewrite_module(
     for site in accepted:
         for node, edit in site.edits.items():
             earlier = edits.get(node)
-            if isinstance(node, cst.ClassDef) and callable(earlier) and callable(edit) and earlier is not edit:
-                # two edits of one class (statements put into its body, by several sites): both
+            if isinstance(node, (cst.ClassDef, cst.Module)) and callable(earlier) and callable(edit) and earlier is not edit:
+                # two edits of one class or of the module (statements put into its body, a
+                # helper function above a class, by several sites): both
                 edit = _composed(earlier, edit)
             edits[node] = edit
     return reports, _apply(index, edits)
@@ -239,9 +240,9 @@ def _apply(index: ModuleIndex, edits: Dict[cst.CSTNode, Replacement]) -> cst.Mod
     nodes' ancestors (rebuilding the whole tree costs more than planning); an edit of
     a node the index does not know makes it walk the whole tree."""
     module = index.module
-    on_path: Set[int] = set()
+    on_path: Set[int] = {id(module)}
     for node in edits:
-        reached = False
+        reached = node is module
         for ancestor in index.ancestors(node):
             if id(ancestor) in on_path:
                 reached = True  # its ancestors are on the path already
