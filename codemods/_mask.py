@@ -105,8 +105,20 @@ def add_helper(ctx, user: cst.CSTNode, *names: str) -> Tuple[cst.Module, Callabl
     return ctx.module, edit
 
 
+def name_taken(ctx, *names: str) -> Optional[str]:
+    """The first of ``names`` (builtins the emitted code calls, helpers it adds) that the
+    module binds itself, not counting a helper of ours a first run put there."""
+    return next((n for n in shadowed(ctx, *names) if n not in HELPER_NAMES or not defines_helper(ctx, n)), None)
+
+
 def defines_helper(ctx, name: str) -> bool:
-    return any(isinstance(s, cst.FunctionDef) and s.name.value == name for s in ctx.module.body)
+    """The module defines the helper ``name`` as this tool emits it (a second run); a
+    function of the user's by that name is not it."""
+    want = cst.parse_module(HELPERS[name].lstrip("\n")).body[0]
+    return any(
+        isinstance(s, cst.FunctionDef) and s.name.value == name and s.deep_equals(want.with_changes(leading_lines=s.leading_lines))
+        for s in ctx.module.body
+    )
 
 
 # Appended to HR003-HR005's explanations (`--explain`); README's "What the rewrite

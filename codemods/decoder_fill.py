@@ -33,7 +33,7 @@ from hiera_rewrite.flow import FunctionFlow, Stmt, enclosing_function
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
 from ._match import code, is_name, method_call, single_assign
-from ._mask import MASK_CONTRACT, TRUE_ROWS, add_helper, free_names, imports_module, shadowed, written_in_place
+from ._mask import MASK_CONTRACT, TRUE_ROWS, add_helper, free_names, imports_module, name_taken, written_in_place
 
 INDEX = "kept"
 
@@ -172,9 +172,9 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
         raise Refuse(f"the function already uses the name {INDEX}")
     if not imports_module(ctx.module, "torch"):
         raise Refuse("the module does not `import torch`")
-    taken = shadowed(ctx, TRUE_ROWS)
-    if taken and not _defines_function(ctx, TRUE_ROWS):
-        raise Refuse(f"the module binds the name {TRUE_ROWS} itself")
+    taken = name_taken(ctx, TRUE_ROWS)
+    if taken:
+        raise Refuse(f"the fill needs the name {taken}, which the module binds itself")
 
     index_stmt = ctx.statement(
         f"{INDEX} = {TRUE_ROWS}({unit_mask}, {units}.shape[0] * {units}.shape[1])\n",
@@ -194,7 +194,3 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
         line: fill,
         module: helper,
     }
-
-
-def _defines_function(ctx: PlanContext, name: str) -> bool:
-    return any(isinstance(s, cst.FunctionDef) and s.name.value == name for s in ctx.module.body)

@@ -33,19 +33,17 @@ from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, reg
 
 from ._match import code, is_name, method_call, single_assign, target_code
 from ._mask import (
-    HELPER_NAMES,
     MASK_CONTRACT,
     RUNS_OWN,
     MASKED_ROWS,
     TRUE_ROWS,
     add_helper,
     class_reference,
-    defines_helper,
+    name_taken,
     free_names,
     imports_module,
     is_bool_cast,
     methods_given,
-    shadowed,
     with_keyword_param,
     written_by_a_call,
     written_in_place,
@@ -246,9 +244,9 @@ def _method_site(
             after=[f"{COUNT} = None"],
         )
         helpers.append(RUNS_OWN)
-    taken = [n for n in shadowed(ctx, *helpers, "getattr", "type", "all") if n not in HELPER_NAMES or not defines_helper(ctx, n)]
+    taken = name_taken(ctx, *helpers, "getattr", "type", "all")
     if taken:
-        raise Refuse(f"the selection needs the name {taken[0]}, which the module binds itself")
+        raise Refuse(f"the selection needs the name {taken}, which the module binds itself")
     edits[func] = with_keyword_param(ctx, func, COUNT, None)
     module, helper = add_helper(ctx, cls, *dict.fromkeys(helpers))
     edits[module] = helper
@@ -388,9 +386,9 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 if free_names(flow, COUNT):
                     ctx.refuse(next(iter(calls)), f"{func.name.value} already uses the name {COUNT}")
                     break
-                taken = [n for n in shadowed(ctx, "getattr", "type", "all", RUNS_OWN) if n != RUNS_OWN or not defines_helper(ctx, n)]
+                taken = name_taken(ctx, "getattr", "type", "all", RUNS_OWN)
                 if taken:
-                    ctx.refuse(next(iter(calls)), f"the count needs the name {taken[0]}, which the module binds itself")
+                    ctx.refuse(next(iter(calls)), f"the count needs the name {taken}, which the module binds itself")
                     break
                 count = f"{pred_mask.value}.numel() - math.prod({latent.value}.shape[:-1])"  # type: ignore[attr-defined]
                 called = [m for m in dict.fromkeys(_callee(c) for c in calls) if m]

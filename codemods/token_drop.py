@@ -47,7 +47,7 @@ from ._mask import (
     TAKES_COUNT,
     add_helper,
     class_reference,
-    defines_helper,
+    name_taken,
     free_names,
     imports_module,
     imports_typing_optional,
@@ -289,6 +289,9 @@ def _token_drop(
         raise Refuse(f"the function already uses the name(s) {', '.join(clash)}")
     if not imports_module(ctx.module, "torch"):
         raise Refuse("the module does not `import torch`")
+    taken = name_taken(ctx, KEPT_TOKENS)
+    if taken:
+        raise Refuse(f"the token drop needs the name {taken}, which the module binds itself")
 
     x = tokens.value  # type: ignore[attr-defined]
     selected = cst.parse_expression(f"{KEPT_TOKENS}({x}, {mask}, {COUNT})")
@@ -426,9 +429,9 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     owner = class_reference(ctx, cls)
     if owner is None:
         raise Refuse(f"the class name {cls.name.value} is bound again in the module: the encoder check needs it")
-    taken = [n for n in shadowed(ctx, "type", "super", "hasattr", TAKES_COUNT) if not (n == TAKES_COUNT and defines_helper(ctx, n))]
+    taken = name_taken(ctx, "type", "super", "hasattr", TAKES_COUNT)
     if taken:
-        raise Refuse(f"the count needs the name {taken[0]}, which the module binds itself")
+        raise Refuse(f"the count needs the name {taken}, which the module binds itself")
     assign = single_assign(line)
     if not (
         isinstance(line.body[0], cst.Return) and line.body[0].value is call

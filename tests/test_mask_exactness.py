@@ -268,7 +268,7 @@ def test_fork_loss_with_a_batch_flattened_mask(tmp_path):
     assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
 
 
-@pytest.mark.parametrize("name", ["getattr", "type", "all", "hasattr", "super"])
+@pytest.mark.parametrize("name", ["getattr", "type", "all", "hasattr", "super", "masked_rows", "true_rows", "runs_own", "kept_tokens", "takes_kept_count"])
 def test_inserted_code_never_calls_a_builtin_the_file_rebinds(name):
     """The emitted code calls getattr, type and all (the own-method check, runs_own) and
     hasattr and super (takes_kept_count): a file binding one of them gets no code calling it."""

@@ -36,6 +36,17 @@ def undo_windowing(x: torch.Tensor, units: List[int], unit_shape: List[int]) -> 
     return x.permute(order).reshape(B, *[u * s for u, s in zip(units, unit_shape)], C)
 
 
+def kept_tokens(x, mask, num_kept=None):
+    """x[mask[..., None].tile(1, mu_size, C)] for tokens x [B, mu_size * #MUs, C]; given
+    num_kept (the units every row of mask keeps, a Python int), in static shapes."""
+    B, N = mask.shape
+    if num_kept is None:
+        return x[mask[..., None].tile(1, x.shape[1] // N, x.shape[2])]
+    kept = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
+    rows = torch.arange(0, B * x.shape[1], N, device=x.device).view(B, -1, 1)
+    return x.flatten(0, 1).index_select(0, (rows + kept[:, None]).flatten())
+
+
 class TinyHiera(nn.Module):
     def __init__(self, in_chans=2, dim=8, mask_spatial_shape=(2, 2), unit_shape=(2, 1), patch=2, depth=2):
         super().__init__()
@@ -56,7 +67,7 @@ class TinyHiera(nn.Module):
         """A random (B, #units) mask, True = keep; the same count in every row."""
         B = x.shape[0]
         num_windows = math.prod(self.mask_spatial_shape)
-        len_keep = int(num_windows * (1 - mask_ratio))
+        len_keep = self.kept_mask_units(x, mask_ratio)
         noise = torch.rand(B, num_windows, device=x.device)
         rank = torch.argsort(torch.argsort(noise, dim=1), dim=1)
         keep = torch.zeros([B, num_windows], device=x.device)
@@ -64,23 +75,10 @@ class TinyHiera(nn.Module):
         keep = torch.gather(keep, dim=1, index=rank)
         return keep.bool()
 
-    # hiera-rewrite: how many units get_random_mask keeps in every row, read from
-    # its code, for callers that drop tokens with static shapes.  An override of
-    # get_random_mask does not carry it: its callers select with the mask as before.
-    def _get_random_mask_num_kept(
-        self, x: torch.Tensor, mask_ratio: float, _num_kept_of=get_random_mask
-    ):
-        if (
-            type(self).get_random_mask is not _num_kept_of
-            or "get_random_mask" in self.__dict__
-        ):
-            return None  # an override that copied this function's attributes
+    def kept_mask_units(self, x: torch.Tensor, mask_ratio: float) -> int:
+        """How many mask units get_random_mask keeps in every row."""
         num_windows = math.prod(self.mask_spatial_shape)
-        len_keep = int(num_windows * (1 - mask_ratio))
-        return len(range(num_windows)[:len_keep])
-
-    get_random_mask.num_kept = _get_random_mask_num_kept
-    del _get_random_mask_num_kept
+        return int(num_windows * (1 - mask_ratio))
 
     def reroll(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T * kept, C) -> (B, kept, *unit_shape, C)."""
@@ -100,38 +98,7 @@ class TinyHiera(nn.Module):
 
         # Discard masked tokens
         if mask is not None:
-            if num_kept is None:
-                # a mask from the caller: rows may keep different counts, so select as before
-                x = x[mask[..., None].tile(1, self.mu_size, x.shape[2])].view(
-                    x.shape[0], -1, x.shape[-1]
-                )
-            else:
-                kept_windows = (
-                    mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-                )
-                x = (
-                    x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1])
-                    .flatten(0, 2)
-                    .index_select(
-                        0,
-                        (
-                            kept_windows[:, None, :]
-                            + torch.arange(
-                                0,
-                                x.shape[1],
-                                mask.shape[-1],
-                                device=kept_windows.device,
-                            )[None, :, None]
-                            + torch.arange(
-                                0,
-                                x.shape[0] * x.shape[1],
-                                x.shape[1],
-                                device=kept_windows.device,
-                            )[:, None, None]
-                        ).flatten(),
-                    )
-                    .view(x.shape[0], -1, x.shape[-1])
-                )
+            x = kept_tokens(x, mask, num_kept).view(x.shape[0], -1, x.shape[-1])
 
         intermediates = []
         for blk in self.blocks:
@@ -144,13 +111,31 @@ class TinyHiera(nn.Module):
             return x, intermediates
         return x
 
-    # hiera-rewrite: whether forward leaves the mask it is given alone (it is the class's own
-    # and the submodules it gives the mask run their own forward), for callers that keep its count
-    def _forward_leaves_mask(self, _leaving=forward):
-        return TinyHiera.forward is _leaving
 
-    forward.leaves_mask = _forward_leaves_mask
-    del _forward_leaves_mask
+@torch.compiler.assume_constant_result
+def takes_kept_count(cls, owner, base):
+    """Whether super().forward in owner's methods is, for a cls model, base.forward
+    taking num_kept, and get_random_mask is base's (an override may keep another)."""
+    rewritten = hasattr(base, "kept_mask_units")  # its hiera.py is rewritten too
+    own = rewritten and cls.get_random_mask is base.get_random_mask
+    return own and super(owner, cls).forward is base.forward
+
+
+def true_rows(mask, count):
+    """Indices of mask.flatten()'s count True entries, ascending (static shapes)."""
+    return mask.flatten().logical_not().byte().argsort(stable=True)[:count]
+
+
+def masked_rows(t, mask, count=None):
+    """t[mask]; given mask's True count (mask over t's dims 0, 1), in static shapes."""
+    if count is None:
+        return t[mask]
+    return t.flatten(0, 1).index_select(0, true_rows(mask, count))
+
+
+def runs_own(model, cls, *names):
+    """Whether model's methods `names` are cls's own (an override: upstream's call)."""
+    return all(getattr(type(model), name) is getattr(cls, name) for name in names)
 
 
 class TinyMAE(TinyHiera):
@@ -175,101 +160,43 @@ class TinyMAE(TinyHiera):
         input_seq: torch.Tensor,
         mask: torch.Tensor,
         norm: bool = True,
-        num_masked: Optional[int] = None,
+        num_masked=None,
     ) -> torch.Tensor:
         # mask (boolean tensor): True must correspond to *masked*
         size = self.pred_stride
         label = input_seq.permute(0, 2, 1).unfold(1, size, size).flatten(2)
-        if num_masked is None:
-            # a mask from the caller: rows may select different counts, so select as before
-            label = label[mask]
-        else:
-            masked_tokens = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
-            )
-            label = label.flatten(0, 1).index_select(
-                0,
-                (
-                    masked_tokens
-                    + torch.arange(
-                        0,
-                        label.shape[0] * label.shape[1],
-                        label.shape[1],
-                        device=masked_tokens.device,
-                    )[:, None]
-                ).flatten(),
-            )
+        label = masked_rows(label, mask, num_masked)
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
-
-    __own_get_pixel_label_1d = get_pixel_label_1d
 
     def get_pixel_label_2d(
         self,
         input_img: torch.Tensor,
         mask: torch.Tensor,
         norm: bool = True,
-        num_masked: Optional[int] = None,
+        num_masked=None,
     ) -> torch.Tensor:
         size = self.pred_stride
         label = input_img.permute(0, 2, 3, 1).unfold(1, size, size).unfold(2, size, size)
         label = label.flatten(1, 2).flatten(2)
-        if num_masked is None:
-            # a mask from the caller: rows may select different counts, so select as before
-            label = label[mask]
-        else:
-            masked_tokens = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
-            )
-            label = label.flatten(0, 1).index_select(
-                0,
-                (
-                    masked_tokens
-                    + torch.arange(
-                        0,
-                        label.shape[0] * label.shape[1],
-                        label.shape[1],
-                        device=masked_tokens.device,
-                    )[:, None]
-                ).flatten(),
-            )
+        label = masked_rows(label, mask, num_masked)
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
-
-    __own_get_pixel_label_2d = get_pixel_label_2d
 
     def get_pixel_label_3d(
         self,
         input_vid: torch.Tensor,
         mask: torch.Tensor,
         norm: bool = True,
-        num_masked: Optional[int] = None,
+        num_masked=None,
     ) -> torch.Tensor:
         size = self.pred_stride
         label = input_vid.permute(0, 2, 3, 4, 1)
         label = label.unfold(1, size, size).unfold(2, size, size).unfold(3, size, size)
         label = label.flatten(1, 3).flatten(2)
-        if num_masked is None:
-            # a mask from the caller: rows may select different counts, so select as before
-            label = label[mask]
-        else:
-            masked_tokens = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
-            )
-            label = label.flatten(0, 1).index_select(
-                0,
-                (
-                    masked_tokens
-                    + torch.arange(
-                        0,
-                        label.shape[0] * label.shape[1],
-                        label.shape[1],
-                        device=masked_tokens.device,
-                    )[:, None]
-                ).flatten(),
-            )
+        label = masked_rows(label, mask, num_masked)
 
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
@@ -278,67 +205,28 @@ class TinyMAE(TinyHiera):
     def forward_encoder(
         self, x: torch.Tensor, mask_ratio: float, mask: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, torch.Tensor]:
-        num_kept = None
+        kept = {}  # the kept count, for TinyHiera.forward's token drop (static shapes)
         if mask is None:
             mask = self.get_random_mask(x, mask_ratio)  # [B, #units]
-            # how many units get_random_mask keeps in every row, if it states it (a Python
-            # int: no host sync); an override that does not leaves the count to the mask
-            num_kept = getattr(self.get_random_mask, "num_kept", lambda *args: None)(
-                self, x, mask_ratio
-            )
+            if takes_kept_count(type(self), TinyMAE, TinyHiera):
+                kept = {"num_kept": self.kept_mask_units(x, mask_ratio)}
 
-        _, intermediates = super().forward(
-            x,
-            mask,
-            return_intermediates=True,
-            **(
-                {"num_kept": num_kept}
-                if [
-                    c
-                    for c in type(self).__mro__[type(self).__mro__.index(TinyMAE) + 1 :]
-                    if "forward" in c.__dict__
-                ][:1]
-                == [TinyHiera]
-                and "num_kept"
-                in TinyHiera.forward.__code__.co_varnames[
-                    : TinyHiera.forward.__code__.co_argcount
-                ]
-                else {}
-            )
-        )
+        _, intermediates = super().forward(x, mask, return_intermediates=True, **kept)
         x = 0.0
         for interm in intermediates:
             x = x + self.fusion(interm)
         return self.encoder_norm(x), mask
 
-    __own_forward_encoder = forward_encoder
-
-    def forward_decoder(
-        self, x: torch.Tensor, mask: torch.Tensor, num_kept: Optional[int] = None
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward_decoder(self, x: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         x = self.decoder_embed(x)
 
         # x: [B, #units kept, *unit_shape, C]; mask: [B, #units]
         x_dec = torch.zeros(*mask.shape, *x.shape[2:], device=x.device, dtype=x.dtype)
         mask_tokens = self.mask_token.view((1,) * (len(mask.shape) + len(x.shape[2:-1])) + (-1,))
-        # the kept units in ascending order, when the caller states their count
-        if num_kept is not None:
-            kept_windows = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-            )
+        kept = true_rows(mask, x.shape[0] * x.shape[1])
         mask = mask.reshape(mask.shape + (1,) * len(x.shape[2:]))
         mask = mask.expand((-1,) * 2 + x.shape[2:]).bool()
-        if num_kept is None:
-            # a mask from the caller: rows may keep different counts, so fill as before
-            x_dec[mask] = x.flatten()
-        else:
-            x_dec = x_dec.scatter(
-                1,
-                kept_windows.reshape(
-                    kept_windows.shape + (1,) * (x.dim() - 2)
-                ).expand_as(x),
-                x,
-            )
+        x_dec = x_dec.flatten(0, 1).index_copy(0, kept, x.flatten(0, 1)).view_as(x_dec)
         x_dec = ~mask * mask_tokens + mask * x_dec
 
         x = undo_windowing(x_dec, self.mask_spatial_shape, self.unit_shape)
@@ -350,114 +238,34 @@ class TinyMAE(TinyHiera):
         x = x + torch.tanh(self.decoder_block(x)).cumsum(dim=1) / x.shape[1]
         return self.decoder_pred(x), mask
 
-    __own_forward_decoder = forward_decoder
-
     def forward(
         self, x: torch.Tensor, mask_ratio: float = 0.6, mask: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        # the mask forward_encoder makes when none is given: how many units get_random_mask
-        # keeps in every row, if it states it (a Python int: no host sync)
-        num_kept = None
-        if (
-            mask is None
-            and (
-                type(self).forward_encoder is TinyMAE.__own_forward_encoder
-                and "forward_encoder" not in self.__dict__
-            )
-            and [
-                c
-                for c in type(self).__mro__[type(self).__mro__.index(TinyMAE) + 1 :]
-                if "forward" in c.__dict__
-            ][:1]
-            == [TinyHiera]
-            and getattr(TinyHiera.forward, "leaves_mask", lambda self: False)(self)
-        ):
-            num_kept = getattr(self.get_random_mask, "num_kept", lambda *args: None)(
-                self, x, mask_ratio
-            )
         latent, mask = self.forward_encoder(x, mask_ratio, mask=mask)
-        # an encoder that kept another count (the mask changed on the way) gets none
-        num_kept = None if num_kept is None or latent.shape[1] != num_kept else num_kept
-        pred, pred_mask = self.forward_decoder(
-            latent,
-            mask,
-            **(
-                {"num_kept": num_kept}
-                if (
-                    type(self).forward_decoder is TinyMAE.__own_forward_decoder
-                    and "forward_decoder" not in self.__dict__
-                )
-                else {}
-            )
-        )
-        # masked prediction tokens, when every row keeps num_kept units: all of
-        # them minus the kept units' (static shapes)
-        num_masked = None
-        if (
-            num_kept is not None
-            and pred_mask.dim() == 2
-            and (
-                type(self).forward_decoder is TinyMAE.__own_forward_decoder
-                and "forward_decoder" not in self.__dict__
-            )
+        pred, pred_mask = self.forward_decoder(latent, mask)
+        if runs_own(
+            self, TinyMAE, "forward_decoder", "get_pixel_label_1d", "get_pixel_label_2d"
         ):
-            num_masked = pred_mask.shape[1] - latent.shape[1] * math.prod(
-                latent.shape[2:-1]
+            # forward_decoder filled latent's units: the rest are masked (static shapes)
+            num_masked = pred_mask.numel() - math.prod(latent.shape[:-1])
+            label = (
+                self.get_pixel_label_1d(x, ~pred_mask, num_masked=num_masked)
+                if len(self.q_stride) == 1
+                else self.get_pixel_label_2d(x, ~pred_mask, num_masked=num_masked)
             )
-        label = (
-            self.get_pixel_label_1d(
-                x,
-                ~pred_mask,
-                **(
-                    {"num_masked": num_masked}
-                    if (
-                        type(self).get_pixel_label_1d
-                        is TinyMAE.__own_get_pixel_label_1d
-                        and "get_pixel_label_1d" not in self.__dict__
-                    )
-                    else {}
-                )
+        else:  # an override gets upstream's call
+            label = (
+                self.get_pixel_label_1d(x, ~pred_mask)
+                if len(self.q_stride) == 1
+                else self.get_pixel_label_2d(x, ~pred_mask)
             )
-            if len(self.q_stride) == 1
-            else self.get_pixel_label_2d(
-                x,
-                ~pred_mask,
-                **(
-                    {"num_masked": num_masked}
-                    if (
-                        type(self).get_pixel_label_2d
-                        is TinyMAE.__own_get_pixel_label_2d
-                        and "get_pixel_label_2d" not in self.__dict__
-                    )
-                    else {}
-                )
-            )
-        )
         pred = self.select(pred, ~pred_mask)
         return ((pred - label) ** 2).mean(), pred, label, mask
 
     def select(
-        self, tokens: torch.Tensor, mask: torch.Tensor, num_masked: Optional[int] = None
+        self, tokens: torch.Tensor, mask: torch.Tensor, num_masked=None
     ) -> torch.Tensor:
-        if num_masked is None:
-            # a mask from the caller: rows may select different counts, so select as before
-            selected = tokens[mask]
-        else:
-            masked_tokens = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
-            )
-            selected = tokens.flatten(0, 1).index_select(
-                0,
-                (
-                    masked_tokens
-                    + torch.arange(
-                        0,
-                        tokens.shape[0] * tokens.shape[1],
-                        tokens.shape[1],
-                        device=masked_tokens.device,
-                    )[:, None]
-                ).flatten(),
-            )
+        selected = masked_rows(tokens, mask, num_masked)
         return selected
 
 

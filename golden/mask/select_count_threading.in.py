@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 
-def masked_rows(batch, tokens, selected):
+def random_selection(batch, tokens, selected):
     return torch.rand(batch, tokens).argsort(dim=1).argsort(dim=1) < selected
 
 
@@ -49,4 +49,4 @@ class Loss(nn.Module):
 def golden_example():
     x = torch.randn(3, 6, 4, dtype=torch.float64)
     pred = torch.randn(3, 6, 4, dtype=torch.float64)
-    return Loss().double(), (x, pred, masked_rows(3, 6, 4))
+    return Loss().double(), (x, pred, random_selection(3, 6, 4))

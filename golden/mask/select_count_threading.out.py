@@ -5,34 +5,33 @@ import torch
 import torch.nn as nn
 
 
-def masked_rows(batch, tokens, selected):
+def random_selection(batch, tokens, selected):
     return torch.rand(batch, tokens).argsort(dim=1).argsort(dim=1) < selected
+
+
+def true_rows(mask, count):
+    """Indices of mask.flatten()'s count True entries, ascending (static shapes)."""
+    return mask.flatten().logical_not().byte().argsort(stable=True)[:count]
+
+
+def masked_rows(t, mask, count=None):
+    """t[mask]; given mask's True count (mask over t's dims 0, 1), in static shapes."""
+    if count is None:
+        return t[mask]
+    return t.flatten(0, 1).index_select(0, true_rows(mask, count))
 
 
 class Other(nn.Module):
     def gather(
         self, x: torch.Tensor, mask: torch.Tensor, num_masked=None
     ) -> torch.Tensor:
-        if num_masked is None:
-            # a mask from the caller: rows may select different counts, so select as before
-            rows = x[mask]
-        else:
-            masked_tokens = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
-            )
-            rows = x.flatten(0, 1).index_select(
-                0,
-                (
-                    masked_tokens
-                    + torch.arange(
-                        0,
-                        x.shape[0] * x.shape[1],
-                        x.shape[1],
-                        device=masked_tokens.device,
-                    )[:, None]
-                ).flatten(),
-            )
+        rows = masked_rows(x, mask, num_masked)
         return rows
+
+
+def runs_own(model, cls, *names):
+    """Whether model's methods `names` are cls's own (an override: upstream's call)."""
+    return all(getattr(type(model), name) is getattr(cls, name) for name in names)
 
 
 class Loss(nn.Module):
@@ -46,113 +45,37 @@ class Loss(nn.Module):
         label = x[mask]
         return label
 
-    __own_labels_skipped = labels_skipped
-
     def labels(
         self, x: torch.Tensor, mask: torch.Tensor, norm: bool = True, num_masked=None
     ) -> torch.Tensor:
-        if num_masked is None:
-            # a mask from the caller: rows may select different counts, so select as before
-            label = x[mask]
-        else:
-            masked_tokens = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
-            )
-            label = x.flatten(0, 1).index_select(
-                0,
-                (
-                    masked_tokens
-                    + torch.arange(
-                        0,
-                        x.shape[0] * x.shape[1],
-                        x.shape[1],
-                        device=masked_tokens.device,
-                    )[:, None]
-                ).flatten(),
-            )
+        label = masked_rows(x, mask, num_masked)
         return label - label.mean(dim=-1, keepdim=True) if norm else label
-
-    __own_labels = labels
 
     def weights(
         self, w: torch.Tensor, mask: torch.Tensor, num_masked=None
     ) -> torch.Tensor:
-        if num_masked is None:
-            # a mask from the caller: rows may select different counts, so select as before
-            picked = w[mask]  # (B * n,): a 2-D source selects single values
-        else:
-            masked_tokens = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
-            )
-            picked = w.flatten(0, 1).index_select(
-                0,
-                (
-                    masked_tokens
-                    + torch.arange(
-                        0,
-                        w.shape[0] * w.shape[1],
-                        w.shape[1],
-                        device=masked_tokens.device,
-                    )[:, None]
-                ).flatten(),
-            )
+        picked = masked_rows(w, mask, num_masked)  # (B * n,): a 2-D source selects single values
         return picked
-
-    __own_weights = weights
 
     def forward_loss(
         self, x: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor, num_masked=None
     ):
-        # an override of labels or labels_skipped may write mask in place: then its count is unknown
-        num_masked = (
-            num_masked
-            if (
-                type(self).labels is Loss.__own_labels and "labels" not in self.__dict__
+        if runs_own(self, Loss, "labels", "labels_skipped"):
+            label = self.labels(x, mask, num_masked=num_masked) + self.labels_skipped(
+                x, mask
             )
-            and (
-                type(self).labels_skipped is Loss.__own_labels_skipped
-                and "labels_skipped" not in self.__dict__
+        else:  # an override gets upstream's call, and may change mask
+            label, num_masked = (
+                self.labels(x, mask) + self.labels_skipped(x, mask),
+                None,
             )
-            else None
-        )
-        label = self.labels(
-            x, mask, **({} if num_masked is None else {"num_masked": num_masked})
-        ) + self.labels_skipped(x, mask)
         visible = self.labels(x, ~mask, norm=False)
-        # an override of weights may write mask in place: then its count is unknown
-        num_masked = (
-            num_masked
-            if (
-                type(self).weights is Loss.__own_weights
-                and "weights" not in self.__dict__
-            )
-            else None
-        )
-        w = self.weights(
-            x.sum(-1),
-            mask=mask,
-            **({} if num_masked is None else {"num_masked": num_masked})
-        )
+        if runs_own(self, Loss, "weights"):
+            w = self.weights(x.sum(-1), mask=mask, num_masked=num_masked)
+        else:  # an override gets upstream's call, and may change mask
+            w, num_masked = self.weights(x.sum(-1), mask=mask), None
         pred = self.proj(pred)[mask] if False else pred
-        if num_masked is None:
-            # a mask from the caller: rows may select different counts, so select as before
-            pred = pred[mask]
-        else:
-            masked_tokens = (
-                mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_masked]
-            )
-            pred = pred.flatten(0, 1).index_select(
-                0,
-                (
-                    masked_tokens
-                    + torch.arange(
-                        0,
-                        pred.shape[0] * pred.shape[1],
-                        pred.shape[1],
-                        device=masked_tokens.device,
-                    )[:, None]
-                ).flatten(),
-            )
+        pred = masked_rows(pred, mask, num_masked)
         return (((pred - label) ** 2).mean(-1) * w).mean(), pred, label, visible, self.other.gather(x, mask)
 
     def forward(self, x, pred, mask):
@@ -162,4 +85,4 @@ class Loss(nn.Module):
 def golden_example():
     x = torch.randn(3, 6, 4, dtype=torch.float64)
     pred = torch.randn(3, 6, 4, dtype=torch.float64)
-    return Loss().double(), (x, pred, masked_rows(3, 6, 4))
+    return Loss().double(), (x, pred, random_selection(3, 6, 4))
