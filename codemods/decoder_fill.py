@@ -114,8 +114,6 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
     expand = method_call(chain, "expand")
     if expand is None or not is_name(expand[0]):
         raise Refuse(f"{mask} is not a unit mask expanded to the grid (mask.expand(...))")
-    if len(expand[1].args) != 1 or code(expand[1].args[0].value).replace(" ", "") != f"(-1,)*2+{units}.shape[2:]":
-        raise Refuse(f"{mask} is not expanded with `(-1,) * 2 + x.shape[2:]`: the unit mask may not be (B, #MUs)")
     reshape_stmt = _latest_def(flow, expand[0].value, expand_stmt)  # type: ignore[attr-defined, arg-type]
     reshaped = single_assign(reshape_stmt.line) if reshape_stmt else None
     reshape = method_call(reshaped[1], "reshape", "view") if reshaped else None
@@ -132,6 +130,8 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
         and code(shape_arg.right.left).replace(" ", "") == "(1,)"
     ):
         raise Refuse(f"{mask} is not reshaped to {unit_mask}.shape + (1,) * k")
+    if len(expand[1].args) != 1 or code(expand[1].args[0].value).replace(" ", "") != f"(-1,)*2+{units}.shape[2:]":
+        raise Refuse(f"{mask} is not expanded with `(-1,) * 2 + x.shape[2:]`: the unit mask may not be (B, #MUs)")
 
     # x_dec = torch.zeros(*unit_mask.shape, *x.shape[2:], ...)
     grid_stmt = _latest_def(flow, grid, put)

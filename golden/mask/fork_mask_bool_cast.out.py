@@ -214,8 +214,8 @@ class TinyMAE(TinyHiera):
         kept = {}  # the kept count, for TinyHiera.forward's token drop (static shapes)
         if mask is None:
             mask = self.get_random_mask(x, mask_ratio)  # [B, #units]
-            if takes_kept_count(type(self), TinyMAE, TinyHiera):
-                kept = {"num_kept": self.kept_mask_units(x, mask_ratio)}
+            counted = takes_kept_count(type(self), TinyMAE, TinyHiera)
+            kept = {"num_kept": self.kept_mask_units(x, mask_ratio)} if counted else {}
 
         _, intermediates = super().forward(x, mask, return_intermediates=True, **kept)
         x = 0.0

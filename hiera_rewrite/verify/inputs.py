@@ -272,9 +272,9 @@ class Inputs:
             out[key] = value
         made = out.get("num_kept")
         if isinstance(made, _Made):
-            count = getattr(getattr(model, "get_random_mask", None), "num_kept", None)
+            count = getattr(model, "kept_mask_units", None)  # HR003's, beside get_random_mask
             if callable(count) and "num_kept" in Inputs._forward_params(model):
-                out["num_kept"] = count(model, x, _MASK_RATIO)
+                out["num_kept"] = count(x, _MASK_RATIO)
             else:
                 del out["num_kept"]
         return out
