@@ -1,5 +1,6 @@
-"""verify's coverage rule for a rewrite that keeps the original statement as a fallback
-branch: the site is proven only when its new branch ran, not its test or fallback."""
+"""verify's coverage rule for a rewrite whose emitted helper keeps the original
+statement as a fallback branch: the site is proven only when its static path ran,
+not the fallback."""
 
 from __future__ import annotations
 
@@ -17,22 +18,21 @@ def _lines_with(text: str, *needles: str):
 
 
 def test_fallback_branch_alone_does_not_prove_the_token_drop():
+    """The token drop calls the helper the rewrite adds above the class, kept_tokens,
+    whose first branch is the original boolean selection (a caller's mask with no
+    count): the helper's region belongs to the site that calls it, and only its static
+    path (its last statement) proves the site, not the fallback."""
     source = CASE.read_bytes()
     result = rewrite_bytes(source)
     site = [s for s in sites_of(str(CASE), source, result.output, result.reports) if s.code == "HR003"][0]
     spec = dataclasses.asdict(site)
     before, after = source.decode(), result.output.decode()
-    # the forward.leaves_mask helper the rewrite adds (only an MAE calls it) is a helper
-    # region: required only where a compared case runs it (report.site_verdicts)
+    lines = after.split("\n")
     helpers = [r for r in spec["regions"] if r["helper"]]
-    assert [after.split("\n")[r["new"][0] - 1 : r["new"][1]] for r in helpers] and all(
-        any("def _forward_leaves_mask" in line for line in after.split("\n")[r["new"][0] - 1 : r["new"][1]]) for r in helpers
-    )
-    assert not any(r["helper"] for r in spec["regions"] if r not in helpers)
-    spec["regions"] = [r for r in spec["regions"] if not r["helper"]]
+    assert len(helpers) == 1 and any("def kept_tokens" in ln for ln in lines[helpers[0]["new"][0] - 1 : helpers[0]["new"][1]])
     everything_before = set(range(1, before.count("\n") + 2))
-    fallback_only = _lines_with(after, "if num_kept is None", "x = x[mask")
-    assert fallback_only, "the rewritten golden keeps the original statement under `if num_kept is None`"
+    call = _lines_with(after, "kept_tokens(x, mask, num_kept)")
+    fallback_only = call | _lines_with(after, "    if num_kept is None:", "        return x[mask[..., None]")
     assert not all(regions_run(spec, everything_before, fallback_only))
-    static = fallback_only | _lines_with(after, "kept_windows = (", "x = (")
+    static = call | _lines_with(after, "return x.flatten(0, 1).index_select(")
     assert all(regions_run(spec, everything_before, static))

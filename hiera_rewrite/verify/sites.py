@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import re
 from typing import Iterable, List, Optional, Sequence, Set, Tuple
 
 Range = Tuple[int, int]  # inclusive 1-based line range
@@ -149,6 +150,7 @@ def sites_of(path: str, source: bytes, output: bytes, reports: Sequence) -> List
     if not sites:
         return sites
     original_text = {line.strip() for line in a_lines}
+    helpers: List[Region] = []
     matcher = difflib.SequenceMatcher(None, a_lines, b_lines, autojunk=False)
     for tag, a0, a1, b0, b1 in matcher.get_opcodes():
         if tag == "equal":
@@ -169,13 +171,43 @@ def sites_of(path: str, source: bytes, output: bytes, reports: Sequence) -> List
         )
         anchor = a0 + 1 if a1 > a0 else max(a0, 1)
         inside = [s for s in sites if orig[0] <= s.line <= max(orig[1], orig[0])]
+        if region.helper:
+            # a helper with a fallback (`if count is None: return t[mask]`) is proven by its
+            # last statement, the static path, not by its first lines
+            region.new_stmts = _last_statements(new_scan, new)
+        if not inside and region.helper:
+            helpers.append(region)
+            continue
         if not inside:
             owner, cls = _owner(old_scan, anchor)
             pool = [s for s in sites if s.owner == owner] or [s for s in sites if cls and s.owner_class == cls] or sites
             inside = [min(pool, key=lambda s: abs(s.line - anchor))]
         for site in inside:
             site.regions.append(region)
+    for region in helpers:
+        # a helper function the rewrite adds (true_rows, kept_mask_units): the sites whose
+        # new lines call it, else the nearest site
+        names = {qual.split(".")[-1] for lo, hi, qual, _ in new_scan.owners if region.new[0] <= lo and hi <= region.new[1]}
+        calling = [
+            s for s in sites
+            if any(re.search(rf"\b(?:{'|'.join(map(re.escape, names))})\(", "\n".join(b_lines[r.new[0] - 1:r.new[1]]))
+                   for r in s.regions if r.new[1] >= r.new[0] and not r.helper)
+        ] if names else []
+        for site in calling or [min(sites, key=lambda s: abs(s.line - region.orig[1]))]:
+            site.regions.append(region)
     return sites
+
+
+def _last_statements(scan: _Statements, added: Range) -> List[Range]:
+    """The last body statement of each function defined in the ``added`` lines."""
+    out: List[Range] = []
+    for lo, hi, _, _ in scan.owners:
+        if added[0] <= lo and hi <= added[1]:
+            body = [r for r in scan.ranges if lo < r[0] and r[1] <= hi and r not in scan.headers and _in_added_function(scan, r, (lo, hi))]
+            inner = [r for r in body if min((h for h in scan.owners if h[0] <= r[0] and r[1] <= h[1]), key=lambda h: h[1] - h[0])[:2] == (lo, hi)]
+            if inner:
+                out.append(max(inner))
+    return sorted(set(out))
 
 
 def _in_added_function(scan: _Statements, stmt: Range, added: Range) -> bool:
