@@ -1,9 +1,11 @@
 """Pieces shared by the mask rewrites (HR003-HR005): module facts and emitted code.
 
-Every mask rewrite turns a boolean selection into a gather or scatter over the
-indices of the True entries of a ``(B, n)`` mask, taken in ascending order, with a
-count known as a Python int.  ``ascending_true`` is that one expression, so the
-three rewrites emit it identically.
+Every mask rewrite turns a boolean selection into an index_select or index_copy over
+the indices of the True entries of a mask, taken in ascending order, with a count
+known as a Python int.  The emitted code calls small helpers the rewrites put above
+the first class that uses them (``HELPERS``): ``kept_tokens`` (hiera.py's token
+drop), ``true_rows`` and ``masked_rows`` (the selection), ``runs_own`` (a method is
+the class's own) and ``takes_kept_count`` (the MAE encoder's base takes the count).
 """
 
 from __future__ import annotations
@@ -14,18 +16,9 @@ import libcst as cst
 
 from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in_place_write, root_name, statement_names, tensor_aliases, tensor_root
 from hiera_rewrite.index import import_names
-from hiera_rewrite.rewrite import PlanContext, Replacement
+from hiera_rewrite.rewrite import PlanContext
 
 from ._match import code, is_name, single_assign
-
-
-def ascending_true(mask: str, count: str) -> str:
-    """Indices of the True entries of each row of a 2-D bool ``mask``, ascending.
-
-    A stable sort of the keys ``not mask`` puts True entries first, in index order;
-    with ``count`` a Python int the result has a static shape and needs no host sync.
-    """
-    return f"{mask}.logical_not().byte().argsort(dim=1, stable=True)[:, :{count}]"
 
 
 # The helpers the mask rewrites put into the file they rewrite (one each, above the
@@ -134,8 +127,9 @@ MASK_CONTRACT = """
     functions or an instance's attributes at run time (`Cls.forward_loss = f`,
     `model.forward_decoder = f`), and a submodule whose forward writes in place the
     mask tensor it is given.  `hiera-rewrite --verify` on your repo is the check for
-    those.  (The emitted code still checks some of them at run time and falls back to
-    boolean indexing there; a redesign of the emission drops those checks.)
+    those.  The emitted code checks one thing at run time: that a method given a
+    count is the class's own (`runs_own`, `takes_kept_count`); an override gets
+    upstream's call.
 """
 
 
@@ -187,26 +181,6 @@ def imports_module(module: cst.Module, name: str) -> bool:
     return False
 
 
-def foreign_binding(ctx: PlanContext, name: str) -> Optional[str]:
-    """Why ``name`` cannot be used for the module ``name`` in inserted code: a top-level
-    statement binds it to something else (a def, a class, an assignment, another
-    import, a star import), or None when only ``import name`` binds it, if anything."""
-    for stmt in ctx.module.body:
-        bound = statement_names(ctx, stmt)[0]
-        if "*" in bound:
-            return f"a star import may bind `{name}`"
-        if name not in bound:
-            continue
-        plain = isinstance(stmt, cst.SimpleStatementLine) and all(
-            isinstance(small, cst.Import)
-            and all(alias.asname is None and code(alias.name) == name for alias in small.names)
-            for small in stmt.body
-        )
-        if not plain:
-            return f"the module binds `{name}` itself (line `{code(stmt)[:60]}`)"
-    return None
-
-
 def shadowed(ctx: PlanContext, *names: str) -> List[str]:
     """Those of ``names`` (builtins the inserted code calls) that a top-level statement
     of the module binds to something else."""
@@ -214,34 +188,6 @@ def shadowed(ctx: PlanContext, *names: str) -> List[str]:
     for stmt in ctx.module.body:
         bound |= statement_names(ctx, stmt)[0]
     return [n for n in names if n in bound or "*" in bound]
-
-
-def with_fallback(ctx, line: cst.SimpleStatementLine, count: str, why: str, new: List[str]) -> cst.BaseStatement:
-    """``line`` replaced by ``if <count> is None: <line, as it was> else: <new>``.
-
-    Only a count a caller states proves every row keeps as many units; without one
-    the user's statement runs unchanged (its trailing comment stays on it), with the
-    comment ``# <why>`` above it.  :func:`emitted_fallback` recognises the result.
-    """
-    original = "; ".join(code(small) for small in line.body)
-    branch = "".join(f"    {source}\n" for source in new)
-    built = ctx.statement(f"if {count} is None:\n    # {why}\n    {original}\nelse:\n{branch}", like=line)
-    kept = built.body.body[0].with_changes(trailing_whitespace=line.trailing_whitespace)
-    return built.with_changes(body=built.body.with_changes(body=[kept, *built.body.body[1:]]))
-
-
-def emitted_fallback(ctx, line: cst.CSTNode, count: str) -> bool:
-    """True when ``line`` is the original statement a mask rewrite kept as the fallback
-    branch of its own output (``if <count> is None: <line> else: ...``): a second run
-    leaves it alone and says nothing."""
-    block = ctx.parent(line)
-    branch = ctx.parent(block) if block is not None else None
-    return (
-        isinstance(branch, cst.If)
-        and branch.body is block
-        and isinstance(branch.orelse, cst.Else)
-        and code(branch.test).replace(" ", "") == f"{count}isNone"
-    )
 
 
 def written_in_place(ctx: PlanContext, func: cst.FunctionDef, name: str) -> Optional[str]:
@@ -406,96 +352,6 @@ def methods_given(
     return found
 
 
-def before_statement(new: cst.BaseStatement, edit: Optional[Replacement]) -> Callable[[cst.CSTNode], cst.FlattenSentinel]:
-    """An edit putting ``new`` before a statement, made after ``edit`` of it (if any);
-    the statement's comment lines go above ``new``."""
-
-    def insert(updated: cst.CSTNode) -> cst.FlattenSentinel:
-        made = edit(updated) if callable(edit) else (edit if edit is not None else updated)
-        nodes = list(made.nodes) if isinstance(made, cst.FlattenSentinel) else [made]
-        first = nodes[0]
-        return cst.FlattenSentinel(
-            [new.with_changes(leading_lines=[*first.leading_lines, *new.leading_lines]), first.with_changes(leading_lines=[]), *nodes[1:]]
-        )
-
-    return insert
-
-
-def declares(function: str, parameter: str) -> str:
-    """True at run time when the function ``function`` names has the positional-or-keyword
-    ``parameter`` (as the rewrite adds it), read from its code object: cheap, and
-    torch.compile folds it."""
-    return f'"{parameter}" in {function}.__code__.co_varnames[: {function}.__code__.co_argcount]'
-
-
-def own_name(method: str) -> str:
-    """The class attribute holding ``method`` as the class body defines it (``capture``),
-    name-mangled: a subclass cannot shadow it."""
-    return f"__own_{method}"
-
-
-def own_method(cls: str, method: str) -> str:
-    """True at run time when ``self.<method>`` is the function the file's class ``cls``
-    defines, as its class body defined it: not an override in a subclass, nor a function
-    set on the instance, nor one set on the class itself later (``Cls.forward_loss =
-    my_loss``, which ``type(self).m is Cls.m`` would not see).  The edit that emits it
-    must also emit ``capture``.  torch.compile folds both tests (not ``self.m.__func__``)."""
-    return f'(type(self).{method} is {cls}.{own_name(method)} and "{method}" not in self.__dict__)'
-
-
-def keyword_if_own(cls: str, method: str, keyword: str, value: str) -> str:
-    """A ``**`` argument passing ``keyword=value`` only to the file's own ``method``."""
-    return f'**({{"{keyword}": {value}}} if {own_method(cls, method)} else {{}})'
-
-
-def capture(ctx, cls: cst.ClassDef, methods) -> Callable[[cst.ClassDef], cst.ClassDef]:
-    """An edit of the class ``cls`` (a function of its updated node) putting
-    ``__own_<m> = <m>`` right after the def of each of ``methods`` that has none yet:
-    the function as the class body defines it, for ``own_method``.  Several sites (of
-    several rewrites) may ask for the same method: the engine composes their edits."""
-    defs = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
-    lines = {
-        m: ctx.statement(f"{own_name(m)} = {m}\n", like=defs[m], replaces=False).with_changes(
-            leading_lines=[cst.EmptyLine(indent=False)]
-        )
-        for m in dict.fromkeys(methods)
-    }
-
-    def edit(updated: cst.ClassDef) -> cst.ClassDef:
-        body = list(updated.body.body)  # type: ignore[union-attr]
-        have = {
-            code(t.target)
-            for s in body if isinstance(s, cst.SimpleStatementLine)
-            for small in s.body if isinstance(small, cst.Assign)
-            for t in small.targets
-        }
-        # after the last def of the name: the one the class holds
-        last = {s.name.value: i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef)}
-        for name, line in lines.items():
-            if own_name(name) not in have and name in last:
-                have.add(own_name(name))
-                at = last[name] + 1
-                body.insert(at, line)
-                last = {n: i + (i >= at) for n, i in last.items()}
-        return updated.with_changes(body=updated.body.with_changes(body=body))
-
-    return edit
-
-
-LEAVES = "leaves_mask"
-
-
-def leaves_mask_check(owner: str, base: str) -> str:
-    """True at run time when ``super().forward`` in the class ``owner``'s methods is
-    ``base``'s, and that forward states that it leaves the mask it is given alone
-    (``<base>.forward.leaves_mask(self)``, attached by HR003 where it rewrote the token
-    drop there; a hiera.py rewritten separately, or not, states nothing)."""
-    return (
-        f'[c for c in type(self).__mro__[type(self).__mro__.index({owner}) + 1:] if "forward" in c.__dict__][:1]'
-        f' == [{base}] and getattr({base}.forward, "{LEAVES}", lambda self: False)(self)'
-    )
-
-
 def class_reference(ctx, cls: cst.ClassDef) -> Optional[str]:
     """The name that refers to ``cls`` from its methods at run time: a top-level class
     whose name no other top-level statement binds; None otherwise."""
@@ -514,16 +370,6 @@ def imports_typing_optional(module: cst.Module) -> bool:
         isinstance(small, cst.ImportFrom) and small.module is not None and code(small.module) == "typing"
         for small in stmt.body  # type: ignore[attr-defined]
     )
-
-
-def last_top_level_import(module: cst.Module) -> Optional[cst.SimpleStatementLine]:
-    last = None
-    for stmt in module.body:
-        if isinstance(stmt, cst.SimpleStatementLine) and all(
-            isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body
-        ):
-            last = stmt
-    return last
 
 
 def free_names(flow: FunctionFlow, *names: str) -> List[str]:

@@ -1,30 +1,23 @@
 """How many units a ``get_random_mask`` keeps in every row, read from its own code.
 
-The static-shape mask rewrites need that count as a Python int before the mask
-exists.  Copying upstream's formula into the callers is wrong for a fork whose
-get_random_mask keeps another count (``round(...)``) and for a subclass that
-overrides it.  So the count is taken from the body of the get_random_mask the file
-defines, and attached to that very function as an attribute::
+The static-shape token drop needs that count as a Python int before the mask exists.
+Copying upstream's formula into the callers is wrong for a fork whose get_random_mask
+keeps another count (``round(...)``) and for a subclass that overrides it.  So the
+count is taken from the body of the get_random_mask the file defines and becomes a
+method of the class, which get_random_mask itself calls (HR003, codemods/token_drop.py)::
 
     def get_random_mask(self, x, mask_ratio):
-        ...                                            # untouched
+        ...
+        len_keep = self.kept_mask_units(x, mask_ratio)
+        ...
+        mask[:, :len_keep] = 1
 
-    def _get_random_mask_num_kept(self, x, mask_ratio, _num_kept_of=get_random_mask):
-        if type(self).get_random_mask is not _num_kept_of or "get_random_mask" in self.__dict__:
-            return None  # an override that copied this function's attributes
+    def kept_mask_units(self, x, mask_ratio) -> int:
         num_windows = math.prod(self.mask_spatial_shape)
-        len_keep = int(num_windows * (1 - mask_ratio))
-        return len(range(num_windows)[:len_keep])
+        return int(num_windows * (1 - mask_ratio))
 
-    get_random_mask.num_kept = _get_random_mask_num_kept
-    del _get_random_mask_num_kept
-
-A caller reads ``getattr(self.get_random_mask, "num_kept", ...)``: the function
-that will run carries its own count, an override carries none (the caller then
-selects with the mask as before); so does an override made with ``functools.wraps``,
-which copies the attribute: the helper checks that the function it counts for is
-the one that runs.  ``len(range(N)[:K])`` is exactly how many
-entries ``mask[:, :K] = 1`` sets in a row of N, for every int K.
+The token drop slices the kept units with the same value, `argsort(...)[:, :len_keep]`,
+so each row keeps exactly as many as `mask[:, :len_keep] = 1` set, for every int.
 
 What is proven: the body is upstream's shape, in any order and spelling that
 keeps its meaning --
@@ -56,8 +49,6 @@ from hiera_rewrite.rewrite import PlanContext, Refuse
 from ._match import code, int_value, is_name, method_call, positional, single_assign
 from ._mask import is_docstring
 
-ATTRIBUTE = "num_kept"
-OWNER = "_num_kept_of"  # the helper's own parameter: the function it counts for
 PURE_CALLS = {"int", "round", "float", "min", "max", "len", "abs"}
 
 
@@ -84,8 +75,6 @@ def kept_count(ctx: PlanContext, func: cst.FunctionDef) -> KeptCount:
         or params.params[0].name.value != "self"
     ):
         raise Refuse(f"{func.name.value}'s parameters are not plain (self, ...) positional ones")
-    if any(p.name.value == OWNER for p in params.params):
-        raise Refuse(f"{func.name.value} has a parameter named {OWNER}, the name its count's helper needs")
     flow = ctx.flow(func)
     if flow.compound_assigned or any(not isinstance(s, cst.SimpleStatementLine) for s in func.body.body):  # type: ignore[union-attr]
         raise Refuse(f"{func.name.value} has control flow: its kept count cannot be followed")
@@ -322,34 +311,6 @@ def _needed(ctx: PlanContext, pure: Dict[str, cst.BaseExpression], exprs: List[c
                 needed.add(node)
                 todo.append(pure[node])
     return needed
-
-
-def helper_source(name: str, count: KeptCount) -> str:
-    """The class-body statements that attach the count to the function ``name``.
-
-    The helper states a count only while ``name`` is the method that runs: an override
-    made with ``functools.wraps`` (which copies the function's attributes, the count
-    included) or an instance attribute is another function, whose mask the count does
-    not describe.  ``type(self).<name> is <the function>`` is checked, not
-    ``self.<name>.__func__``: torch.compile folds the former, not the latter."""
-    helper = f"_{name}_{ATTRIBUTE}"
-    body = "".join(f"    {s}\n" for s in count.statements)
-    return (
-        f"def {helper}({count.params}, {OWNER}={name}):\n"
-        f'    if type(self).{name} is not {OWNER} or "{name}" in self.__dict__:\n'
-        f"        return None  # an override that copied this function's attributes\n"
-        f"{body}"
-        f"    return len(range({count.windows})[:{count.keep}])\n"
-        f"\n"
-        f"{name}.{ATTRIBUTE} = {helper}\n"
-        f"del {helper}\n"
-    )
-
-
-def count_call(owner: str, args: List[str]) -> str:
-    """The count that ``owner.get_random_mask`` states, or None (an override states none)."""
-    joined = ", ".join([owner, *args])
-    return f'getattr({owner}.get_random_mask, "{ATTRIBUTE}", lambda *args: None)({joined})'
 
 
 @dataclasses.dataclass

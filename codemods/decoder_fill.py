@@ -30,7 +30,7 @@ from typing import Dict, List, Optional
 import libcst as cst
 
 from hiera_rewrite.flow import FunctionFlow, Stmt, enclosing_function
-from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
+from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._match import code, is_name, method_call, single_assign
 from ._mask import MASK_CONTRACT, TRUE_ROWS, add_helper, free_names, imports_module, name_taken, written_in_place

@@ -5,20 +5,24 @@ selects rows of a ``(B, N, F)`` tensor:
 
     label = label[mask]                      # (B * n_selected, F)
 
-it emits (the method gains ``num_masked=None``):
+it emits (the method gains ``num_masked=None``; ``masked_rows`` and ``true_rows`` go
+above the class):
 
-    if num_masked is None:  # a mask from the caller: rows may select different counts
-        label = label[mask]                  # the original
-    else:
-        masked_tokens = <the ascending True indices of each row, num_masked of them>
-        label = label.flatten(0, 1).index_select(0, (masked_tokens + <b * N>[:, None]).flatten())
+    label = masked_rows(label, mask, num_masked)
 
-Calls inside the method to methods of the same class that gain ``num_masked`` pass it
-on when they pass the same mask -- and, at run time, only when the callee is the
-class's own (``type(self).m is Cls.m``): a subclass's override keeps upstream's
-signature.  An MAE ``forward`` (see ``_mae_forward_calls``) computes the counts of
-the mask the model makes itself and passes them to the decoder and the loss.
-A method under `# hiera-rewrite: skip` neither gains the count nor is passed it.
+``masked_rows(t, mask, None)`` is ``t[mask]``; with the mask's True count, the rows of t
+flattened to (B * N, F) at the flat indices of mask's True entries, ascending: the
+same rows, in the same order, for every mask with that count (ragged rows included).
+
+The count comes from the data's shapes: an MAE ``forward`` whose class's own
+``forward_decoder`` fills the grid (HR004's idiom, whose fill holds exactly
+``latent``'s units) masks ``pred_mask.numel() - math.prod(latent.shape[:-1])``
+prediction tokens, and passes that to ``forward_loss`` while ``runs_own(self, Cls,
+"forward_decoder", "forward_loss")``.  A method passing the mask to another of the
+class's methods (forward_loss to get_pixel_label_2d) passes the count only to the
+class's own; an override gets upstream's call, and the count is dropped after it (it
+may write the mask).  A method under `# hiera-rewrite: skip` neither gains the count
+nor is passed it.
 """
 
 from __future__ import annotations
@@ -62,33 +66,24 @@ class MaskedSelect(Rewrite):
     labels with boolean indexing, `pred[mask]` and `label[mask]`: a data-dependent
     `nonzero` each (host sync, graph break, no CUDA graph) and a slow backward.
 
-    With a (B, N) bool mask that selects the same number of tokens in every row,
-    `t[mask]` is the rows of t at the True positions, row by row, in ascending
-    token order.  The rewrite selects exactly those rows with `index_select` on
-    t flattened to (B * N, F), at the flat rows b*N + masked_tokens[b] (the indices
-    from a stable argsort of `~mask` sliced to a Python-int count): the same
-    copy as a `gather` along the token axis, and each row is selected once, so the
-    backward is the same bit for bit, but autograd saves only the (B, n) int64 row
-    index, not t (the prediction, (B, N, F), for the loss's `pred[mask]`).  The
-    result is (B * n, F): the same
-    tensor, same shape, same row order, so `forward_loss` still returns
-    `(loss, pred[mask], label[mask])` as before.
+    For a (B, N) bool mask with n True entries in all, `t[mask]` is the rows of t at
+    the True positions of the flattened mask, in ascending order.  The rewrite
+    selects exactly those rows with `index_select` on t flattened to (B * N, F), at
+    the indices of a stable argsort of the flattened `~mask` sliced to n, a Python
+    int: `masked_rows(t, mask, n)`, a helper it puts above the class (without a
+    count, it is `t[mask]`).  Each row is selected once, so the backward is the
+    same bit for bit, and autograd saves only the int64 index.  The result is the
+    same tensor, shape and row order, so `forward_loss` still returns
+    `(loss, pred[mask], label[mask])`.
 
-    The count: the methods gain an optional `num_masked` argument and pass it on to
-    each other's own versions.  The MAE's forward computes it from static shapes
-    (prediction tokens minus kept units times tokens per unit) only when the mask is
-    the model's own -- made by its own forward_encoder with a get_random_mask that
-    states its kept count (see HR003), passed through a base forward that states it
-    leaves the mask alone (HR003's `forward.leaves_mask`), and decoded by its own
-    forward_decoder -- so the training step has no sync.  "Own" is the function as the
-    class body defined it, captured there (`__own_forward_loss = forward_loss`): a
-    function set on the class later, a subclass's or an instance's is not.  Called without it (a caller's mask: ragged,
-    1-D, all-True or all-False masks are all legal), the original boolean selection
-    runs, unchanged.  Each keyword goes only to the file's own method: a user's
-    subclass that overrides forward_loss or get_pixel_label_2d with upstream's
-    signature gets the original call.  And a method passing its mask to such an
-    override (forward_loss to get_pixel_label_2d) drops its own count first: the
-    override may write the mask in place, and `pred[mask]` then selects as before.
+    The count comes from the shapes the data already has, for the model's own masks
+    and a caller's alike: the class's own forward_decoder fills exactly as many
+    units as the latent holds (its `x_dec[mask] = x.flatten()` raises otherwise), so
+    the MAE's forward passes `pred_mask.numel() - math.prod(latent.shape[:-1])` to
+    forward_loss, which passes it to get_pixel_label_2d/3d.  Each count goes only to
+    a method that is the class's own (`runs_own`, one helper): a subclass's override
+    of forward_decoder, forward_loss or the labels gets upstream's call, and the
+    selections after it count the mask themselves.
     """ + MASK_CONTRACT
 
     def plan(self, ctx: PlanContext) -> None:

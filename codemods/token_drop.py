@@ -4,29 +4,25 @@ In the encoder forward it matches
 
     x = x[mask[..., None].tile(1, MU, C)].view(B, -1, C)       # or mask.unsqueeze(-1), .repeat
 
-and emits (the function gains a ``num_kept=None`` argument):
+and emits (the function gains ``num_kept=None``; ``kept_tokens`` goes above the class):
 
-    if num_kept is None:  # a mask from the caller: rows may keep different counts
-        x = x[mask[..., None].tile(1, MU, C)].view(B, -1, C)   # the original, as it was
-    else:
-        kept_windows = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-        x = x.view(x.shape[0], -1, mask.shape[-1], x.shape[-1]).flatten(0, 2).index_select(
-            0, (kept_windows[:, None, :] + <t * num_windows>[None, :, None] + <b * N>[:, None, None]).flatten()
-        ).view(B, -1, C)
+    x = kept_tokens(x, mask, num_kept).view(B, -1, C)
 
-`index_select` on the flat row indices of x, not a `gather` along the window axis:
-both copy the same rows in the same order, and each row is selected once, so the
-backward (an index_add / a scatter_add into zeros) is the same bit for bit; but
-`gather` saves its whole input x for the backward, `index_select` only the
-(B, T, n) int64 row index (Hiera-Base MAE, B=128 bf16: 73.5 -> 1.2 MiB).
+``kept_tokens(x, mask, None)`` is the original boolean selection (a caller's mask, ragged
+rows allowed); with a count, an ``index_select`` of x's flat rows b*N + t*#MUs + j for
+the kept units j of each row (a stable argsort of ``~mask`` sliced to the count): the
+same rows in the same order, and autograd saves only the int64 row index, not x.
 
-A class's ``get_random_mask`` whose body proves the count it keeps in every row
-gets that count attached (``get_random_mask.num_kept``, codemods/_random_mask.py).
-In an MAE's ``forward_encoder``-like method, where the mask is made by
-``self.get_random_mask(x, mask_ratio)`` and handed to ``super().forward(x, mask, ...)``,
-the count the running get_random_mask states (None for an override) is passed on,
-when the base class's ``forward`` accepts ``num_kept`` (hiera.py may be rewritten
-separately).
+Where the same class defines upstream's ``get_random_mask`` (codemods/_random_mask.py
+proves the count its body keeps), the count becomes a method of its own that
+get_random_mask calls:
+
+    len_keep = self.kept_mask_units(x, mask_ratio)      # was int(num_windows * (1 - mask_ratio))
+
+An MAE's ``forward_encoder`` that makes the mask with ``self.get_random_mask(x, r)``
+passes ``num_kept=self.kept_mask_units(x, r)`` to ``super().forward`` when
+``takes_kept_count`` says the forward super() reaches is the base's, rewritten, and
+get_random_mask is the base's own: a subclass overriding either gets upstream's call.
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ import libcst as cst
 from hiera_rewrite.flow import enclosing_function, enclosing_line
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
-from ._match import code, int_value, is_name, method_call, positional, single_assign, target_code
+from ._match import code, int_value, is_name, method_call, positional, single_assign
 from ._random_mask import get_random_mask_call, kept_count, random_mask_guard
 from ._mask import (
     COUNT_METHOD,
@@ -52,7 +48,6 @@ from ._mask import (
     imports_module,
     imports_typing_optional,
     is_bool_cast,
-    shadowed,
     with_keyword_param,
     written_in_place,
 )
@@ -74,32 +69,26 @@ class EncoderTokenDrop(Rewrite):
     output size, the backward is a slow index_put, torch.compile breaks the graph
     there and CUDA graphs cannot capture the step.
 
-    The rewrite gathers instead: token n of the unrolled (B, N, C) sequence belongs
-    to window n % num_windows at in-window position n // num_windows, so
-    `x.view(B, T, num_windows, C)` gathered along the window axis with the kept
-    windows in ascending order gives exactly the tokens, in exactly the order, of
-    the boolean index.  It is emitted as `index_select` of the rows
-    b*N + t*num_windows + j of x flattened to (B*N, C): the same copy as a gather
-    along the window axis, but autograd saves only the int64 row index, not x.  The kept windows come from a stable argsort of `~mask`,
-    sliced to a count that is a Python int, so every shape is static.
+    Token n of the unrolled (B, N, C) sequence belongs to mask unit n % #MUs at
+    in-unit position n // #MUs, so with the kept units of each row in ascending
+    order, the rows b*N + t*#MUs + j of x flattened to (B*N, C) are exactly the
+    tokens, in exactly the order, of the boolean index.  The rewrite selects them
+    with `index_select` in a helper it puts above the class, `kept_tokens(x, mask,
+    num_kept)`, and keeps the original `.view(...)`.  The kept units come from a
+    stable argsort of `~mask`, sliced to `num_kept`, a Python int: every shape is
+    static.  Without a count (a mask from a caller, which may keep different counts
+    per row) the helper runs the original boolean selection.
 
-    The count: the encoder's forward gains an optional `num_kept` argument, and only
-    a count proves that every row keeps as many units.  Without one (a mask from a
-    caller, which may be ragged) the original boolean indexing runs, unchanged.
-    The count comes from the code that makes the mask: a `get_random_mask` whose
-    body is upstream's (noise, a double argsort, `mask[:, :len_keep] = 1`, a gather)
-    gets a small function attached, `get_random_mask.num_kept`, made of the
-    statements of its own body that compute `len_keep` (a fork's `round(...)`
-    included).  The MAE reads it through `self.get_random_mask` when it makes the
-    mask, so a subclass that overrides get_random_mask (another count) carries no
-    count and takes the boolean path.  The training step has no sync at all.  The
-    MAE passes the count only when the encoder's forward accepts it, so a rewritten
-    hiera_mae.py works with an original hiera.py and the reverse.  A submodule given
-    the mask before the drop (upstream's patch_embed) keeps the count only while it runs
-    its class's own forward (captured in the model's class body): the user's class may
-    write the mask.  And the forward states `forward.leaves_mask(self)`: whether it and
-    every submodule it gives the mask (patch_embed, reroll) are still the file's own,
-    for the MAE, which keeps the count for its decoder only then.
+    The count is kept at its source: get_random_mask's `len_keep = ...` becomes
+    `len_keep = self.kept_mask_units(x, mask_ratio)`, an ordinary method made of the
+    statements of get_random_mask's own body that compute it (a fork's `round(...)`
+    included).  A subclass that changes the count overrides that method, and
+    get_random_mask follows.  The MAE's forward_encoder passes it to the token drop
+    only while `takes_kept_count(type(self), MAE, Hiera)` holds: Hiera's file is
+    rewritten too (hiera_mae.py's rewrite stands alone over an original hiera.py),
+    super().forward reaches Hiera.forward (no class between overrides it), and
+    get_random_mask is Hiera's own (an override may keep another count).  That check
+    is evaluated once per class, outside torch.compile's graph.
     """ + MASK_CONTRACT
 
     def plan(self, ctx: PlanContext) -> None:
@@ -482,33 +471,3 @@ def _with_args(node: cst.Call, argument: str) -> cst.Call:
     extra = cst.parse_expression(f"f({argument})").args[0]  # type: ignore[attr-defined]
     args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
     return node.with_changes(args=[*args, extra.with_changes(comma=last.comma)])
-
-
-def _line_with(ctx: PlanContext, line: cst.SimpleStatementLine, old: cst.CSTNode, new: cst.CSTNode) -> cst.BaseStatement:
-    """``line`` with ``old`` swapped for ``new``, formatted."""
-    swapped = line.visit(_Swap(old, new))
-    return ctx.statement("; ".join(code(small) for small in swapped.body) + "\n", like=line)  # type: ignore[attr-defined]
-
-
-def _with_args(node: cst.Call, argument: str) -> cst.Call:
-    """``node`` with one more argument at the end."""
-    args = list(node.args)
-    last = args[-1]
-    extra = cst.parse_expression(f"f({argument})").args[0]  # type: ignore[attr-defined]
-    args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    return node.with_changes(args=[*args, extra.with_changes(comma=last.comma)])
-
-
-def _assigned_names(stmt: cst.CSTNode) -> List[cst.CSTNode]:
-    if isinstance(stmt, cst.SimpleStatementLine):
-        return [t.target for s in stmt.body if isinstance(s, cst.Assign) for t in s.targets]
-    return []
-
-
-def _defines(cls: cst.ClassDef, name: str) -> bool:
-    for stmt in cls.body.body:  # type: ignore[union-attr]
-        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and stmt.name.value == name:
-            return True
-        if isinstance(stmt, cst.SimpleStatementLine) and any(code(t) == name for t in _assigned_names(stmt)):
-            return True
-    return False

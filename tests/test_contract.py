@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 dynamo = pytest.importorskip("torch._dynamo")
 
 from tests.parity_tools import REL_TOL, assert_parity_shared  # noqa: E402
-from tests.test_mask_exactness import _image, _mae, _pair  # noqa: E402
+from tests.test_mask_exactness import _image, _pair  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
