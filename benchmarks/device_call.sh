@@ -2,7 +2,8 @@
 # One device call of issue 15's plan (benchmarks/NOTES.md, "Device plan"), run from the
 # repo root on the lent GPU machine with `.whl` carried (benchmarks/prepare_device.sh):
 #
-#   bash benchmarks/device_call.sh 1   # headline: 3 contenders x eager/compile/ro (+ variant 'all' in eager); eager matrix;
+#   bash benchmarks/device_call.sh 1   # headline: 3 contenders x eager/compile/ro (+ VARIANT=name in eager); eager matrix
+#                                      # (MATRIX=0: none);
 #                                      # memory + opcount on CUDA (with the variant)
 #   bash benchmarks/device_call.sh 2   # compile + ro, rewritten vs hiera-optim: tiny, large, base_q3
 #   bash benchmarks/device_call.sh 3   # compile + ro, rewritten vs hiera-optim: small, video, base_q1
@@ -97,9 +98,9 @@ unset CUDA_VISIBLE_DEVICES
 if [ "$PART" = 1 ]; then
   # counts and allocator bytes, not timings: they may share the machine with phase A
   # (opcount's kernel counts and GPU busy ms hold; its wall ms is contended here)
-  ( timeout 100 python3 benchmarks/memory.py --device cuda --dtype bf16 --batch 128 --variant all --json "$OUT/memory.json" \
+  ( timeout 100 python3 benchmarks/memory.py --device cuda --dtype bf16 --batch 128 ${VARIANT:+--variant $VARIANT} --json "$OUT/memory.json" \
       > "$OUT/memory.txt" 2>&1
-    timeout 100 python3 benchmarks/opcount.py --device cuda --dtype bf16 --batch 128 --variant all --json "$OUT/opcount.json" \
+    timeout 100 python3 benchmarks/opcount.py --device cuda --dtype bf16 --batch 128 ${VARIANT:+--variant $VARIANT} --json "$OUT/opcount.json" \
       > "$OUT/opcount.txt" 2>&1 ) &
   pids+=($!)
 fi
@@ -120,8 +121,8 @@ bench() {  # out-name, budget, bench.py args...
 }
 if [ "$PART" = 1 ]; then
   bench headline $(( LIMIT - $(elapsed) - 100 )) --cells headline --modes eager,compile,ro \
-    --variant all --variant-modes eager
-  bench matrix_eager $(( LIMIT - $(elapsed) - 10 )) --cells tiny,small,large,base_q1,base_q3,video --modes eager
+    ${VARIANT:+--variant $VARIANT --variant-modes eager}
+  [ "${MATRIX:-1}" = 1 ] && bench matrix_eager $(( LIMIT - $(elapsed) - 10 )) --cells tiny,small,large,base_q1,base_q3,video --modes eager
 elif [ "$PART" = 4 ]; then
   # one timing sequence per GPU, side by side (separate GPUs; the host has cores to spare);
   # the headline base first and alone with FAIR compile too, the other cells rewritten vs hiera-optim
