@@ -34,8 +34,7 @@ HELPER_NAMES = (KEPT_TOKENS, TRUE_ROWS, MASKED_ROWS, RUNS_OWN, TAKES_COUNT)
 HELPERS = {
     KEPT_TOKENS: '''
 def kept_tokens(x, mask, num_kept=None):
-    """x[mask[..., None].tile(1, mu_size, C)] for tokens x [B, mu_size * #MUs, C]; given
-    num_kept (the units every row of mask keeps, a Python int), in static shapes."""
+    """x[mask[..., None].tile(1, mu_size, C)]; with num_kept per row, static shapes."""
     B, N = mask.shape
     if num_kept is None:
         return x[mask[..., None].tile(1, x.shape[1] // N, x.shape[2])]
@@ -63,8 +62,7 @@ def runs_own(model, cls, *names):
     TAKES_COUNT: '''
 @torch.compiler.assume_constant_result
 def takes_kept_count(cls, owner, base):
-    """Whether super().forward in owner's methods is, for a cls model, base.forward
-    taking num_kept, and get_random_mask is base's (an override may keep another)."""
+    """Whether owner's super().forward takes num_kept (and the mask is base's own)."""
     rewritten = hasattr(base, "kept_mask_units")  # its hiera.py is rewritten too
     own = rewritten and cls.get_random_mask is base.get_random_mask
     return own and super(owner, cls).forward is base.forward

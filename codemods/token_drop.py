@@ -352,7 +352,6 @@ def _count_method(ctx: PlanContext, forward: cst.FunctionDef) -> Optional[Tuple[
         result = own[0][len(f"{code(keep)} = "):]
     method = ctx.statement(
         f"def {COUNT_METHOD}({count.params}) -> int:\n"
-        f'    """How many mask units get_random_mask keeps in every row."""\n'
         + "".join(f"    {st}\n" for st in statements)
         + f"    return {result}\n",
         like=func,

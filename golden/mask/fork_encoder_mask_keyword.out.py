@@ -35,8 +35,7 @@ def undo_windowing(x: torch.Tensor, units: List[int], unit_shape: List[int]) -> 
 
 
 def kept_tokens(x, mask, num_kept=None):
-    """x[mask[..., None].tile(1, mu_size, C)] for tokens x [B, mu_size * #MUs, C]; given
-    num_kept (the units every row of mask keeps, a Python int), in static shapes."""
+    """x[mask[..., None].tile(1, mu_size, C)]; with num_kept per row, static shapes."""
     B, N = mask.shape
     if num_kept is None:
         return x[mask[..., None].tile(1, x.shape[1] // N, x.shape[2])]
@@ -74,7 +73,6 @@ class TinyHiera(nn.Module):
         return keep.bool()
 
     def kept_mask_units(self, x: torch.Tensor, mask_ratio: float) -> int:
-        """How many mask units get_random_mask keeps in every row."""
         num_windows = math.prod(self.mask_spatial_shape)
         return int(num_windows * (1 - mask_ratio))
 

@@ -42,8 +42,7 @@ def undo_windowing(x: torch.Tensor, units: List[int], unit_shape: List[int]) -> 
 
 
 def kept_tokens(x, mask, num_kept=None):
-    """x[mask[..., None].tile(1, mu_size, C)] for tokens x [B, mu_size * #MUs, C]; given
-    num_kept (the units every row of mask keeps, a Python int), in static shapes."""
+    """x[mask[..., None].tile(1, mu_size, C)]; with num_kept per row, static shapes."""
     B, N = mask.shape
     if num_kept is None:
         return x[mask[..., None].tile(1, x.shape[1] // N, x.shape[2])]
@@ -81,7 +80,6 @@ class TinyHiera(nn.Module):
         return keep.bool()
 
     def kept_mask_units(self, x: torch.Tensor, mask_ratio: float) -> int:
-        """How many mask units get_random_mask keeps in every row."""
         num_windows = math.prod(self.mask_spatial_shape)
         return int(num_windows * (1 - mask_ratio))
 
@@ -119,8 +117,7 @@ class TinyHiera(nn.Module):
 
 @torch.compiler.assume_constant_result
 def takes_kept_count(cls, owner, base):
-    """Whether super().forward in owner's methods is, for a cls model, base.forward
-    taking num_kept, and get_random_mask is base's (an override may keep another)."""
+    """Whether owner's super().forward takes num_kept (and the mask is base's own)."""
     rewritten = hasattr(base, "kept_mask_units")  # its hiera.py is rewritten too
     own = rewritten and cls.get_random_mask is base.get_random_mask
     return own and super(owner, cls).forward is base.forward

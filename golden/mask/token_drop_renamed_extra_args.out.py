@@ -11,8 +11,7 @@ def random_unit_mask(batch, windows, kept):
 
 
 def kept_tokens(x, mask, num_kept=None):
-    """x[mask[..., None].tile(1, mu_size, C)] for tokens x [B, mu_size * #MUs, C]; given
-    num_kept (the units every row of mask keeps, a Python int), in static shapes."""
+    """x[mask[..., None].tile(1, mu_size, C)]; with num_kept per row, static shapes."""
     B, N = mask.shape
     if num_kept is None:
         return x[mask[..., None].tile(1, x.shape[1] // N, x.shape[2])]
