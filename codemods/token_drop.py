@@ -27,7 +27,7 @@ get_random_mask is the base's own: a subclass overriding either gets upstream's 
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -358,7 +358,91 @@ def _count_method(ctx: PlanContext, forward: cst.FunctionDef) -> Optional[Tuple[
         replaces=False,
     ).with_changes(leading_lines=[cst.EmptyLine(indent=False)])
     edits[func] = lambda updated: cst.FlattenSentinel([updated, method])
+    reads = sorted({r[len("self."):] for st in [*statements, result] for r in _reads_of(cst.parse_expression(st.split(" = ", 1)[-1])) if r.startswith("self.")})
+    _python_ints(ctx, cls, reads, edits)
     return func, edits
+
+
+def _python_ints(ctx: PlanContext, cls: cst.ClassDef, reads: Sequence[str], edits: Dict[cst.CSTNode, Replacement]) -> None:
+    """The attributes the kept count reads (``self.mask_spatial_shape``), followed back
+    through the class's ``__init__``: a value made by numpy there (a fork's
+    ``mask_unit_size = tuple(np.prod(q_strides, axis=0))``) holds numpy integers, which
+    torch.compile traces as data, so the count is no static int and the step does not
+    compile fullgraph (the original's neither).  The fix is at the source: that
+    statement makes the same values as Python numbers (``.item()`` of each element:
+    exactly the numpy scalar's value).  Only ``tuple(<numpy call>)`` and ``list(...)``
+    are converted; any other numpy source is reported."""
+    init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)  # type: ignore[union-attr]
+    if init is None or not reads:
+        return
+    flow = ctx.flow(init)
+    seen: Set[str] = set()
+    todo = [f"self.{r}" for r in reads]
+    while todo:
+        target = todo.pop()
+        if target in seen:
+            continue
+        seen.add(target)
+        for stmt in flow.stmts:
+            assign = single_assign(stmt.line) if stmt.line.body else None
+            if assign is None:
+                continue
+            value = _value_for(assign, target)
+            if value is None:
+                continue
+            source = _numpy_call(ctx, value)
+            if source is not None:
+                wrapper = value.func.value if isinstance(value, cst.Call) and is_name(value.func) else None  # type: ignore[attr-defined]
+                if wrapper in ("tuple", "list") and len(value.args) == 1 and value.args[0].value is source and not name_taken(ctx, wrapper):  # type: ignore[attr-defined]
+                    made = f"{wrapper}(v.item() for v in {code(source)})" if wrapper == "tuple" else f"[v.item() for v in {code(source)}]"
+                    edits[stmt.line] = _line_with(ctx, stmt.line, value, cst.parse_expression(made))
+                else:
+                    ctx.refuse(
+                        stmt.line,
+                        f"`{code(stmt.line)}` makes {target} with numpy: the kept count is traced as data under"
+                        " torch.compile (no fullgraph); make it Python numbers (`.tolist()`)",
+                    )
+                continue
+            todo += _reads_of(value)
+
+
+def _value_for(assign, target: str) -> Optional[cst.BaseExpression]:
+    """The expression an assignment binds to ``target`` (`a, b = x, y` paired)."""
+    left, right = assign
+    if code(left) == target:
+        return right
+    if isinstance(left, cst.Tuple) and isinstance(right, cst.Tuple) and len(left.elements) == len(right.elements):
+        for l, r in zip(left.elements, right.elements):
+            if code(l.value) == target:
+                return r.value
+    return None
+
+
+def _numpy_call(ctx: PlanContext, value: cst.BaseExpression) -> Optional[cst.Call]:
+    """The numpy call making ``value``: the value itself or the one argument of a
+    ``tuple(...)``/``list(...)`` around it."""
+    inner = value.args[0].value if isinstance(value, cst.Call) and is_name(value.func) and value.func.value in ("tuple", "list") and len(value.args) == 1 else value  # type: ignore[attr-defined]
+    if isinstance(inner, cst.Call) and any(q.split(".")[0] == "numpy" for q in ctx.qualified_names(inner.func)):
+        return inner
+    return None
+
+
+def _reads_of(value: cst.BaseExpression) -> List[str]:
+    """The names and ``self.<attr>`` chains ``value`` reads."""
+    found: List[str] = []
+
+    class _Reads(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            if is_name(node.value, "self"):
+                found.append(code(node))
+                return False
+            return True
+
+        def visit_Name(self, node: cst.Name) -> None:
+            found.append(node.value)
+
+    value.visit(_Reads())
+    return found
 
 
 def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacement]:

@@ -34,13 +34,15 @@ def _step(model):
     return step
 
 
-@pytest.mark.parametrize("case", ["fork_label_reshape_mask_shape", "fork_mask_bool_cast"])
+@pytest.mark.parametrize("case", ["fork_label_reshape_mask_shape", "fork_mask_bool_cast", "fork_numpy_mask_units"])
 def test_fork_mae_step_compiles_fullgraph_and_equals_original(case):
     """fork_label_reshape_mask_shape: `label = label.reshape(mask.shape[0], mask.shape[1],
     -1)` before `label[mask]`: reading the mask's shape is not passing it on, so the label
     and loss selections keep their static counts.  fork_mask_bool_cast: `mask =
     mask.bool()` before the token drop and in forward_loss keeps each row's count.
-    Before, the rewrite refused those sites and the step broke the graph 4 times."""
+    Before, the rewrite refused those sites and the step broke the graph 4 times.
+    fork_numpy_mask_units: the unit grid made with numpy in __init__ is made of
+    Python ints at its source, so the kept count is static (test below)."""
     original = _module(GOLDEN / f"{case}.in.py")
     rewritten = _module(GOLDEN / f"{case}.out.py")
     torch.manual_seed(0)
@@ -78,3 +80,38 @@ def test_fork_mae_step_compiles_fullgraph_and_equals_original(case):
             assert max_rel_error(p.grad, q.grad, torch) <= 1e-12, name
             compared += 1
     assert compared > 5
+
+
+def test_numpy_mask_units_need_the_source_fix():
+    """fork_numpy_mask_units without its `__init__` statement converted (numpy ints in
+    mask_spatial_shape, the rest of the rewrite as emitted): the kept count is traced
+    as data and the rewritten step breaks the graph; with it (the golden's output),
+    0 breaks (above).  So the conversion is what makes the fork compile fullgraph."""
+    text = (GOLDEN / "fork_numpy_mask_units.out.py").read_text()
+    fixed = "tuple(\n            v.item() for v in np.prod([mask_spatial_shape], axis=0)\n        )"
+    assert fixed in text
+    module = types.ModuleType("numpy_unfixed")
+    exec(compile(text.replace(fixed, "tuple(np.prod([mask_spatial_shape], axis=0))"), "numpy_unfixed", "exec"), module.__dict__)
+    torch.manual_seed(0)
+    model = module.tiny_mae(2).double()
+    assert type(model.mask_spatial_shape[0]).__module__ == "numpy"
+    x = torch.randn(3, 2, 8, 4, dtype=torch.float64)
+    dynamo.reset()
+    assert dynamo.explain(_step(model))(x).graph_break_count > 0
+    dynamo.reset()
+
+
+def test_numpy_source_the_rewrite_cannot_convert_is_reported():
+    """A numpy value not wrapped in tuple()/list() (an array kept as the attribute): the
+    rewrite does not guess a conversion; it says which statement keeps the count from
+    being static, and the rest is rewritten as before."""
+    from hiera_rewrite.engine import every_code, rewrite_bytes
+
+    text = (GOLDEN / "fork_numpy_mask_units.in.py").read_text()
+    old = "mask_spatial_shape = tuple(np.prod([mask_spatial_shape], axis=0))"
+    assert old in text
+    result = rewrite_bytes(text.replace(old, "mask_spatial_shape = np.prod([mask_spatial_shape], axis=0)").encode(), codes=every_code())
+    notes = [r.message for r in result.reports if not r.applied and "numpy" in r.message]
+    assert len(notes) == 1 and "makes mask_spatial_shape with numpy" in notes[0] and "traced as data" in notes[0], notes
+    assert "np.prod([mask_spatial_shape], axis=0)" in result.output.decode()
+    assert any(r.applied and r.code == "HR003" for r in result.reports)
