@@ -357,13 +357,17 @@ def random_mask_guard(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Opt
         if found is None:
             return None
         args = positional(found[1])
-        if args is None or len(args) != 2 or not is_name(args[1]):
-            return None
+        if args is None or len(args) != 2 or not (is_name(args[1]) or _self_attribute(args[1])):
+            return None  # the ratio: a name, or an attribute of self (`self.mask_ratio`)
         flow = ctx.flow(func)
         made = flow.stmt_of(body[0])
         once = [s.index for s in flow.assigning(mask)] == [made.index] and not flow.compound_assigned.get(mask)
         return MadeMask(stmt, found[0], args, made, once)
     return None
+
+
+def _self_attribute(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Attribute) and is_name(node.value, "self")
 
 
 def get_random_mask_call(ctx: PlanContext, func: cst.FunctionDef) -> Optional[cst.Call]:

@@ -497,8 +497,11 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
         raise Refuse(f"{func.name.value} already uses the name(s) {', '.join(clash)}")
 
     mask_args = made.args
-    if not all(is_name(a) and a.value != mask for a in mask_args):  # type: ignore[attr-defined]
-        raise Refuse("get_random_mask is not called on plain names: its count would evaluate them again")
+    if not all(
+        is_name(a) and a.value != mask or isinstance(a, cst.Attribute) and is_name(a.value, "self")  # type: ignore[attr-defined]
+        for a in mask_args
+    ):
+        raise Refuse("get_random_mask is not called on plain names or self's attributes: its count would evaluate them again")
     owner = class_reference(ctx, cls)
     if owner is None:
         raise Refuse(f"the class name {cls.name.value} is bound again in the module: the encoder check needs it")

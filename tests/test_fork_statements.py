@@ -34,7 +34,16 @@ def _step(model):
     return step
 
 
-@pytest.mark.parametrize("case", ["fork_label_reshape_mask_shape", "fork_mask_bool_cast", "fork_numpy_mask_units"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "fork_label_reshape_mask_shape",
+        "fork_mask_bool_cast",
+        "fork_numpy_mask_units",
+        "fork_patch_embed_factory",
+        "fork_mask_ratio_attribute",
+    ],
+)
 def test_fork_mae_step_compiles_fullgraph_and_equals_original(case):
     """fork_label_reshape_mask_shape: `label = label.reshape(mask.shape[0], mask.shape[1],
     -1)` before `label[mask]`: reading the mask's shape is not passing it on, so the label
@@ -42,7 +51,11 @@ def test_fork_mae_step_compiles_fullgraph_and_equals_original(case):
     mask.bool()` before the token drop and in forward_loss keeps each row's count.
     Before, the rewrite refused those sites and the step broke the graph 4 times.
     fork_numpy_mask_units: the unit grid made with numpy in __init__ is made of
-    Python ints at its source, so the kept count is static (test below)."""
+    Python ints at its source, so the kept count is static (test below).
+    fork_patch_embed_factory: a patch_embed given the mask, built by a factory (HR003
+    refused the drop before); fork_mask_ratio_attribute: the mask made with
+    `self.get_random_mask(x, self.mask_ratio)` (refused before).  (fork_mask_ratio_rebound
+    is exact by its golden's parity; its own `.item()` breaks the graph, original too.)"""
     original = _module(GOLDEN / f"{case}.in.py")
     rewritten = _module(GOLDEN / f"{case}.out.py")
     torch.manual_seed(0)
