@@ -325,6 +325,46 @@ def test_verify_upstream_mae_file_alone(upstream_copy: Path, capsys):
     assert "verify: PASSED (6/6 sites exercised, every comparison equal)" in out, out
     sites = [line for line in out.splitlines() if "hiera_mae.py:" in line and " HR00" in line]
     assert len(sites) == 6 and all(line.rstrip().endswith("pass") for line in sites), out
+    # the fullgraph report (issue 22): the MAE over the original hiera.py still breaks the
+    # graph at hiera.py's own token drop (boolean indexing), as the original MAE does
+    graph = [line.strip() for line in out.splitlines() if "torch.compile(fullgraph=True)" in line]
+    assert graph and any(
+        re.fullmatch(r"torch\.compile\(fullgraph=True\): breaks at hiera/hiera\.py:\d+: .+ \(the original breaks at the same statement\)", g)
+        for g in graph
+    ), graph
+
+
+def test_verify_upstream_folder_reports_fullgraph(upstream_copy: Path, capsys):
+    """Issue 22's compile report: after parity, each model built is traced with
+    torch.compile on CPU; upstream's models, rewritten, compile fullgraph (a report: the
+    verdict stays PASSED)."""
+    code, out, err = run_cli(["--verify", "--check", upstream_copy], capsys)
+    assert code == cli.EXIT_CHANGED, out + err
+    models = [line for line in out.splitlines() if line.startswith("model ")]
+    graph = [line.strip() for line in out.splitlines() if "torch.compile(fullgraph=True)" in line]
+    assert models and len(graph) == len(models), out
+    assert set(graph) == {"torch.compile(fullgraph=True): compiles fullgraph"}, graph
+    assert "verify: PASSED (9/9 sites exercised" in out
+
+
+def test_verify_reports_the_forks_own_compile_blocker(upstream_copy: Path, capsys):
+    """A fork keeping its unit grid as a numpy array (`self.mask_spatial_shape =
+    np.array(...)`): the kept count is traced as data, so the rewritten MAE step breaks
+    the graph.  verify still PASSES (the outputs are equal) and names the statement
+    (file:line, dynamo's reason), and where the original breaks; the rewrite says which
+    `__init__` statement to change."""
+    hiera = upstream_copy / "hiera.py"
+    text = hiera.read_text()
+    grid = "        self.mask_spatial_shape = [\n            i // s for i, s in zip(self.tokens_spatial_shape, self.mask_unit_size)\n        ]\n"
+    assert grid in text
+    text = text.replace("import math\n", "import math\n\nimport numpy as np\n", 1)
+    hiera.write_text(text.replace(grid, grid + "        self.mask_spatial_shape = np.array(self.mask_spatial_shape)\n"))
+    code, out, err = run_cli(["--verify", "--check", upstream_copy], capsys)
+    assert code == cli.EXIT_CHANGED, out + err
+    assert "verify: PASSED" in out
+    breaks = [line.strip() for line in out.splitlines() if re.search(r"torch\.compile\(fullgraph=True\): breaks at \S*hiera/hiera\.py:\d+: ", line)]
+    assert breaks and all("the original breaks at" in line for line in breaks), out
+    assert "makes self.mask_spatial_shape with numpy" in err, err
 
 
 def test_verify_options_need_verify(tmp_path: Path, capsys):

@@ -115,6 +115,22 @@ def _hint(site: Dict[str, Any], report: Dict[str, Any]) -> str:
     return (f"{reason}; " if reason else "") + text
 
 
+def graph_line(graph: Dict[str, Any]) -> str:
+    """The fullgraph report of one model (a report, not part of the verdict)."""
+    new = graph.get("new")
+    if new is None:
+        return "torch.compile(fullgraph=True): compiles fullgraph"
+    at = f"breaks at {new['where']}" if new.get("where") else "breaks"
+    orig = graph.get("orig")
+    if orig is None:
+        also = "the original does not break there (it compiles fullgraph)"
+    elif orig.get("where") == new.get("where"):
+        also = "the original breaks at the same statement"
+    else:
+        also = f"the original breaks at {orig.get('where') or 'another place'}"
+    return f"torch.compile(fullgraph=True): {at}: {new['reason']} ({also})"
+
+
 def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> str:
     """Print the report; return the verdict: PASSED, NOT_PROVEN or FAILED (a comparison differs)."""
     ok = True
@@ -149,6 +165,8 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> st
         model_ok = all(row["ok"] for row in model["rows"]) and bool(model["rows"])
         ok = ok and model_ok
         print(f"  => {'PASS' if model_ok else 'FAIL'}  ({model.get('seconds', 0):.1f}s)", file=out)
+        if "graph" in model:
+            print(f"  {graph_line(model['graph'])}", file=out)
     for timing in report.get("timing", []):
         for line in timing["lines"]:
             print(line, file=out)

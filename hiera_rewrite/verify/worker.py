@@ -168,6 +168,8 @@ class Worker(Discovery, Building, Inputs, Comparison):
                         plan["notes"].extend(arg_notes)
                     x = plan["x"].to(device=device, dtype=dtype)
                     for case, kw in self.cases(model, x, torch, base):
+                        if i == 0 and "graph_case" not in plan:
+                            plan["graph_case"] = kw  # the model's first case: its fullgraph probe
                         self.progress(f"running {label} {case} [{cname}] (original)")
                         # every case starts from the built state, as on the rewritten side
                         # (choosing the input ran the model: running statistics moved)
@@ -178,8 +180,8 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 errors.append({"error": f"the original model raised ({mode['how']}): {type(exc).__name__}: {exc}"})
                 self.forget(label)
                 continue
-            finally:
-                del model
+            plan["orig_model"] = model if not plan["component"] else None  # for the fullgraph report
+            del model
             plan["seconds"] = time.time() - t0
             # --verify-cuda times the model at its own size: the first mode that is not shrunk
             plan["bench_mode"] = next((m for m in modes if not m["how"].startswith("small")), mode)
@@ -432,12 +434,56 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     if cname != ref_name:  # lower precision: judged by accuracy vs float64
                         ref = plan["runs"].get((ref_name, case), (None, None, None))[2]
                     entry["rows"].extend(self.compare(cname, case, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=ref, buffers=(bufs_a, bufs_b), inputs=(dx_a, dx_b)))
+            original = plan.get("orig_model")
+            if original is not None and configs and "graph_case" in plan:
+                self.progress(f"tracing {label} with torch.compile(fullgraph=True)")
+                model.load_state_dict(plan["state"])
+                model.to(device="cpu", dtype=configs[0][1])
+                entry["graph"] = self.graph_report(model, original, plan["x"].to(dtype=configs[0][1]), plan["graph_case"], torch)
             del model
         except Exception as exc:  # noqa: BLE001
             entry["error"] = f"cannot build the rewritten model: {type(exc).__name__}: {exc}"
         finally:
             entry["seconds"] = plan["seconds"] + time.time() - t0
             plan.clear()
+
+    def graph_report(self, model, original, x, kw, torch) -> Dict[str, Any]:
+        """Whether the rewritten model's first case traces as one graph under torch.compile
+        (dynamo on CPU, the small config): "compiles fullgraph", else the first statement
+        that breaks it (file:line and dynamo's reason) and whether the original breaks at the
+        same statement.  A report for the user's own compile blockers, not a verdict."""
+        new = self._first_break(model, x, kw, torch, "new")
+        if new is None:
+            return {"new": None}
+        return {"new": new, "orig": self._first_break(original, x, kw, torch, "orig")}
+
+    def _first_break(self, model, x, kw, torch, side: str) -> Optional[Dict[str, Any]]:
+        import torch._dynamo as dynamo
+
+        made = self._made(model, x, kw, torch)
+        dynamo.reset()
+        try:
+            explained = dynamo.explain(lambda: model(x, **made))()
+        except Exception as exc:  # noqa: BLE001 -- the user's code may raise anything
+            return {"where": None, "reason": f"not traced: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"}
+        finally:
+            dynamo.reset()
+        if not explained.break_reasons:
+            return None
+        first = explained.break_reasons[0]
+        names = self.spec["traced"].get(side, {})
+        base = os.path.realpath(self.spec["sides"][side])
+        frames = list(first.user_stack or [])
+        mine = [f for f in frames if os.path.realpath(f.filename).startswith(base + os.sep)]
+        frame = (mine or frames or [None])[-1]
+        where = None
+        if frame is not None:
+            real = os.path.realpath(frame.filename)
+            shown = next((user for copy, user in names.items() if os.path.realpath(copy) == real), None)
+            shown = shown or (os.path.relpath(real, base) if real.startswith(base + os.sep) else frame.filename)
+            where = f"{shown}:{frame.lineno}"
+        reason = next((line.strip() for line in first.reason.splitlines() if line.strip()), "")
+        return {"where": where, "reason": reason[:200]}
 
     def time_steps(self, benches, torch) -> None:
         """--verify-cuda: a training step of each passing model, original vs rewritten, at the
