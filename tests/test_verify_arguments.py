@@ -96,3 +96,24 @@ def test_fill_order():
     assert filler.fill("q_stride", filled) == (2, 2) and filler.origin["q_stride"] is None  # from its name
     with pytest.raises(MissingArgs):
         filler.fill("checkpoint", filled)
+
+
+def test_checkpoint_arguments_are_turned_off():
+    """Issue 22, class 7: weights-loading constructor arguments are built off; sizes,
+    what is given and arguments without a default are left alone."""
+    from pathlib import Path
+
+    from hiera_rewrite.verify.arguments import NO_DEFAULT, Building
+
+    params = {
+        "pretrained": True,
+        "checkpoint_path": "ckpt/mae.pth",
+        "init_ckpt": Path("weights.pt"),
+        "resume": False,
+        "pretrained_cfg": None,
+        "load_from": NO_DEFAULT,
+        "embed_dim": 96,
+        "ckpt": "given.pth",
+    }
+    off = Building.checkpoints_off(params, {"ckpt": "given.pth"})
+    assert off == {"pretrained": False, "checkpoint_path": "", "init_ckpt": None}

@@ -521,3 +521,23 @@ def test_configuration_from_a_call_site_in_the_training_script(tmp_path: Path, c
     )})
     out = assert_all_proven(folder, capsys)
     assert "model hiera.hiera:Hiera (as at train_pose.py:3)  input (2, 1, 32, 2, 32)" in out
+
+
+def test_constructor_loading_a_checkpoint(tmp_path: Path, capsys):
+    """Issue 22, class 7: the MAE's constructor loads `checkpoint="checkpoints/mae_hiera.pth"`
+    (a file the repo's clone does not hold).  verify builds it with the checkpoint off
+    (`checkpoint=''`: both sides share their weights anyway) and says so; before, every
+    build raised FileNotFoundError and every MAE site was NOT PROVEN."""
+    sources = upstream_files()
+    mae = _cut_factories(sources["hiera_mae.py"])
+    mae = sub(mae, "        self,\n        in_chans: int = 3,", '        self,\n        checkpoint: str = "checkpoints/mae_hiera.pth",\n        in_chans: int = 3,')
+    mae = sub(
+        mae,
+        "        del self.norm, self.head\n",
+        '        del self.norm, self.head\n        if checkpoint:\n            self.load_state_dict(torch.load(checkpoint, map_location="cpu"))\n',
+    )
+    sources.update({"hiera_mae.py": mae, "__init__.py": "from .hiera import Hiera, hiera_tiny_224\nfrom .hiera_mae import MaskedAutoencoderHiera\n"})
+    folder = write(tmp_path / "x" / "hiera", sources)
+    out = assert_all_proven(folder, capsys)
+    assert "no checkpoint: checkpoint=''" in out
+    assert "FileNotFoundError" not in out

@@ -27,6 +27,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 from .functions import function_call
 
 
+# constructor arguments that load weights (checkpoints_off)
+_CHECKPOINT_WORDS = ("pretrain", "checkpoint", "ckpt", "load_from", "resume", "weights_path", "weight_path")
 _SIZE_WORDS = ["nano", "pico", "tiny", "small", "base", "plus", "large", "huge", "giant"]
 
 
@@ -466,6 +468,25 @@ class Building:
             out["depth"] = 2
         return {k: v for k, v in out.items() if k in params and k not in user}
 
+    @staticmethod
+    def checkpoints_off(params: Dict[str, Any], given: Dict[str, Any]) -> Dict[str, Any]:
+        """A constructor argument that loads weights (``pretrained=True``,
+        ``checkpoint="ckpt/mae.pth"``: a file verify does not have, and weights it does not
+        need, since both sides share theirs) is turned off: False for a bool, "" for a
+        path string, None for another path; what the user or the factory gave is kept."""
+        out: Dict[str, Any] = {}
+        for name, default in params.items():
+            low = name.lower()
+            if name in given or default is NO_DEFAULT or not any(w in low for w in _CHECKPOINT_WORDS):
+                continue
+            if default is True:
+                out[name] = False
+            elif isinstance(default, str) and default:
+                out[name] = ""
+            elif isinstance(default, os.PathLike):
+                out[name] = None
+        return out
+
     def modes(self, cand: Dict[str, Any]) -> List[Dict[str, Any]]:
         """The ways to build a candidate, smallest first."""
         user = dict(self.spec["kwargs"], **cand.get("kwargs", {}))
@@ -484,11 +505,16 @@ class Building:
                     value = params[key] if params.get(key, NO_DEFAULT) is not NO_DEFAULT else None
                 if value is not None:
                     given[key] = computed[key] = value
+        off = self.checkpoints_off(params, given)
+        given.update(off)
         if not cand["opaque"] and not any(v is OPAQUE for v in given.values()):
             small = self.shrink(params, given, user)
             if small:
                 out.append(dict(direct, kwargs=dict(given, **small), filled=computed, how="small: " + ", ".join(f"{k}={v}" for k, v in small.items())))
             out.append(dict(direct, kwargs=given, filled=computed, how="its configuration"))
+        if off:
+            for mode in out:
+                mode["how"] += ", no checkpoint: " + ", ".join(f"{k}={v!r}" for k, v in off.items())
         if cand["factory"]:
             out.append({"module": cand["module"], "attr": cand["attr"], "kwargs": dict(user), "how": "the factory"})
         for mode in out:
