@@ -541,3 +541,22 @@ def test_constructor_loading_a_checkpoint(tmp_path: Path, capsys):
     out = assert_all_proven(folder, capsys)
     assert "no checkpoint: checkpoint=''" in out
     assert "FileNotFoundError" not in out
+
+
+def test_repo_that_is_itself_a_package(tmp_path: Path, capsys):
+    """Issue 22, class 9: the clone's files import `from myrepo.models.hiera import ...`
+    (the repo is a package, meant to be installed editable, and is not installed here);
+    verify imports the clone folder under its own name (before: "cannot import myrepo
+    (not installed)", every site NOT PROVEN)."""
+    repo = tmp_path / "myrepo"
+    (repo / ".git").mkdir(parents=True)
+    sources = {}
+    for name, text in upstream_files().items():
+        for module in ("hiera_utils", "hfhub", "hiera", "hiera_mae"):
+            text = text.replace(f"from .{module} import", f"from myrepo.models.{module} import")
+        sources[name] = text
+    sources["__init__.py"] = ""
+    folder = write(repo / "models", sources)
+    out = assert_all_proven(folder, capsys)
+    assert f"repo-as-package layout, {repo} imported as myrepo" in out
+    assert "model myrepo.models.hiera_mae:mae_hiera_tiny_224" in out

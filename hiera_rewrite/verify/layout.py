@@ -15,7 +15,10 @@ as in the user's repo; module names are dotted paths below it.  It is the highes
   in the repo but to an installed package whose folder is the repo folder (or above
   the files): ``from mypkg.models.backbones import ...`` with the files at the repo
   root and the repo installed as ``mypkg`` (editable, ``package-dir``, a link).  The
-  root is that folder and module names get the package's name in front.
+  root is that folder and module names get the package's name in front;
+* a *clone* that is itself a package, not installed: ``from myrepo.models.x import ...``
+  with the files in a folder named ``myrepo`` (the clone): imported as if installed
+  editable, that folder under its own name.
 
 Nothing here imports or writes anything.
 """
@@ -38,7 +41,7 @@ _VCS = (".git", ".hg", ".svn")
 @dataclasses.dataclass(frozen=True)
 class Layout:
     root: Path  # the import root (on sys.path); for "installed": the package's own folder
-    kind: str  # "package" | "namespace" | "flat" | "installed"
+    kind: str  # "package" | "namespace" | "flat" | "installed" | "clone"
     alias: Optional[str] = None  # "installed": the name the root folder is imported as
 
 
@@ -97,6 +100,22 @@ def installed_package(folder: Path, names: Set[str], limit: Sequence[Path]) -> O
     return None
 
 
+def clone_package(folder: Path, names: Set[str], limit: Sequence[Path], vcs: Optional[Path]) -> Optional[Path]:
+    """A repo that is itself a package, not installed: the files import
+    ``<repo>.models.hiera_utils`` and a folder holding them (the clone, named after the
+    repo) bears that name, so Python resolves it from the folder above once the repo is
+    installed editable.  The folder, or None."""
+    holders = [f for f in [folder, *folder.parents] if vcs is None or _above(vcs, f)]
+    for name in sorted(names):
+        top = name.split(".")[0]
+        if any(_resolves(base, top) for base in limit):
+            continue
+        for holder in holders:
+            if holder.name == top and _resolves(holder.parent, name):
+                return holder
+    return None
+
+
 def find_layout(path: Path) -> Layout:
     folder = path.resolve().parent
     if (folder / "__init__.py").is_file():
@@ -117,6 +136,9 @@ def find_layout(path: Path) -> Layout:
     installed = installed_package(folder, names, ups[:limit])
     if installed is not None:
         return Layout(installed[0], "installed", installed[1])
+    clone = clone_package(folder, names, ups[:limit], vcs)
+    if clone is not None:
+        return Layout(clone, "clone", clone.name)
     root = floor
     for name in sorted(names):
         for candidate in ups[:limit]:
@@ -177,7 +199,8 @@ class Group:
     @property
     def label(self) -> str:
         if self.layout.alias:
-            return f"installed layout, {self.root} imported as {self.layout.alias}"
+            kind = "repo-as-package layout" if self.layout.kind == "clone" else "installed layout"
+            return f"{kind}, {self.root} imported as {self.layout.alias}"
         names = ", ".join(t or "(root files)" for t in self.tops)
         return f"{self.layout.kind} layout, import root {self.root} ({names})"
 
