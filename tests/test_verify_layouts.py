@@ -560,3 +560,19 @@ def test_repo_that_is_itself_a_package(tmp_path: Path, capsys):
     out = assert_all_proven(folder, capsys)
     assert f"repo-as-package layout, {repo} imported as myrepo" in out
     assert "model myrepo.models.hiera_mae:mae_hiera_tiny_224" in out
+
+
+def test_repo_module_named_like_a_library(tmp_path: Path, capsys):
+    """Issue 22, class 2: a `transformers.py` of the repo's own sits beside the model files
+    in a package; Python, importing from the repo root, gives `import transformers` the
+    installed library.  verify did not: it put the package's own folder on sys.path, and
+    the repo's module shadowed the library (every import failed, every site NOT PROVEN)."""
+    pytest.importorskip("transformers")
+    sources = upstream_files()
+    sources["transformers.py"] = '"""The repo\'s own helpers (a name a library has too)."""\nHELPERS = True\n'
+    sources["hiera_utils.py"] = sub(
+        sources["hiera_utils.py"], "import torch\n", "import torch\nimport transformers\n\nTRANSFORMERS_VERSION = transformers.__version__\n"
+    )
+    folder = write(tmp_path / "x" / "hiera", sources)
+    out = assert_all_proven(folder, capsys)
+    assert "AttributeError" not in out

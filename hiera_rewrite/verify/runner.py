@@ -174,7 +174,10 @@ def verify_group(
         scan = list(group.targets) + [p for p in _dependents(changed) if p not in group.targets]
         spec = {
             "sides": sides,
-            "flat_dirs": sorted({str(group.rel(p).parent) for p in group.targets}),
+            # a folder of plain files goes on the path too (their bare `import hiera_utils`),
+            # a package's own folder never: Python imports from the root, and a repo module
+            # named like a library (a `transformers.py` beside the model) must not shadow it
+            "flat_dirs": sorted({str(group.rel(p).parent) for p in group.targets if not (p.parent / "__init__.py").is_file()}),
             "project_dir": str(group.root),
             "targets": [str(p) for p in group.targets],
             "modules": [{"name": group.module(p), "primary": p in group.targets} for p in scan],
