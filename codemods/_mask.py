@@ -10,7 +10,7 @@ the class's own) and ``takes_kept_count`` (the MAE encoder's base takes the coun
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -94,6 +94,29 @@ def add_helper(ctx, user: cst.CSTNode, *names: str) -> Tuple[cst.Module, Callabl
         return updated.with_changes(body=body)
 
     return ctx.module, edit
+
+
+def line_with(ctx, line: cst.SimpleStatementLine, swaps: Dict[cst.CSTNode, cst.CSTNode]) -> cst.BaseStatement:
+    """``line`` with each node of ``swaps`` (a node of the line -> its replacement)
+    replaced, formatted as one statement."""
+
+    class _Swap(cst.CSTTransformer):
+        def on_leave(self, original_node, updated_node):  # type: ignore[override]
+            return swaps.get(original_node, updated_node)
+
+    swapped = line.visit(_Swap())
+    return ctx.statement("; ".join(code(small) for small in swapped.body) + "\n", like=line)  # type: ignore[attr-defined]
+
+
+def with_argument(node: cst.Call, argument: str) -> cst.Call:
+    """``node`` with one more argument (``argument``, source code) at the end."""
+    args = list(node.args)
+    last = args[-1]
+    if last.comma is cst.MaybeSentinel.DEFAULT:
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    extra = cst.parse_expression(f"f({argument})").args[0]  # type: ignore[attr-defined]
+    args.append(extra.with_changes(comma=last.comma if last.comma is not cst.MaybeSentinel.DEFAULT else cst.MaybeSentinel.DEFAULT))
+    return node.with_changes(args=args)
 
 
 def name_taken(ctx, *names: str) -> Optional[str]:

@@ -42,12 +42,14 @@ from ._mask import (
     MASKED_ROWS,
     TRUE_ROWS,
     add_helper,
+    line_with,
     class_reference,
     name_taken,
     free_names,
     imports_module,
     is_bool_cast,
     methods_given,
+    with_argument,
     with_keyword_param,
     written_by_a_call,
     written_in_place,
@@ -233,7 +235,7 @@ def _method_site(
     for stmt, calls, names in _given_the_mask(ctx, cls, func, mask, methods):
         if owner is None:
             raise Refuse(f"the class name {cls.name.value} is bound again in the module: the own-method check needs it")
-        swaps = {c: _with_keyword(c, f"{COUNT}={COUNT}") for c in calls if _callee(c) in methods}
+        swaps = {c: with_argument(c, f"{COUNT}={COUNT}") for c in calls if _callee(c) in methods}
         edits[stmt] = _own_or_upstream(
             ctx, owner, stmt, names, swaps, f"an override gets upstream's call, and may change {mask}",
             after=[f"{COUNT} = None"],
@@ -275,7 +277,7 @@ def _own_or_upstream(
     """``stmt`` as ``if runs_own(self, Owner, "m", ...): <before>; <stmt with swaps> else:
     <stmt>; <after>``: the class's own methods get the count, an override upstream's call.
     A return is left as it is, after the branch (no else)."""
-    new = _replace_in_line(ctx, stmt, swaps)
+    new = line_with(ctx, stmt, swaps)
     new_code = "; ".join(code(s) for s in new.body)  # type: ignore[attr-defined]
     old_code = "; ".join(code(s) for s in stmt.body)
     quoted = ", ".join(f'"{n}"' for n in names)
@@ -303,17 +305,6 @@ def _statement_holding(ctx: PlanContext, node: cst.CSTNode) -> cst.BaseStatement
         ):
             return ancestor
     raise Refuse("a call given the mask is not in a statement of a block")  # pragma: no cover
-
-
-def _with_keyword(node: cst.Call, argument: str) -> cst.Call:
-    """``node`` with one more argument at the end."""
-    args = list(node.args)
-    last = args[-1]
-    if last.comma is cst.MaybeSentinel.DEFAULT:
-        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    extra = cst.parse_expression(f"f({argument})").args[0]  # type: ignore[attr-defined]
-    args.append(extra.with_changes(comma=last.comma if last.comma is not cst.MaybeSentinel.DEFAULT else cst.MaybeSentinel.DEFAULT))
-    return node.with_changes(args=args)
 
 
 def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods: Dict[str, "_Method"]):
@@ -389,7 +380,7 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 called = [m for m in dict.fromkeys(_callee(c) for c in calls) if m]
                 new = _own_or_upstream(
                     ctx, owner, after.line, ["forward_decoder", *called],  # type: ignore[arg-type]
-                    {c: _with_keyword(c, f"{COUNT}={COUNT}") for c in calls},
+                    {c: with_argument(c, f"{COUNT}={COUNT}") for c in calls},
                     "an override gets upstream's call",
                     before=[f"# forward_decoder filled {latent.value}'s units: the rest are masked (static shapes)",  # type: ignore[attr-defined]
                             f"{COUNT} = {count}"],
@@ -524,20 +515,3 @@ def _fills_units(ctx: PlanContext, decoder: cst.FunctionDef) -> bool:
 
     ctx.visit(_Fill(), decoder.body)
     return bool(found)
-
-
-def _replace_in_line(ctx: PlanContext, line: cst.SimpleStatementLine, calls: Dict[cst.CSTNode, Replacement]) -> cst.BaseStatement:
-    class _Swap(cst.CSTTransformer):
-        def leave_Call(self, original_node, updated_node):
-            new = calls.get(original_node)
-            return new if new is not None else updated_node
-
-    swapped = line.visit(_Swap())
-    body_code = "; ".join(cst.Module(body=[]).code_for_node(s) for s in swapped.body)  # type: ignore[attr-defined]
-    return ctx.statement(_one_line(body_code) + "\n", like=line)
-
-
-def _one_line(source: str) -> str:
-    from ._match import code as one_line_code
-
-    return "; ".join(one_line_code(s) for s in cst.parse_module(source).body[0].body)  # type: ignore[attr-defined]

@@ -48,6 +48,8 @@ from ._mask import (
     imports_module,
     imports_typing_optional,
     is_bool_cast,
+    line_with,
+    with_argument,
     with_keyword_param,
     written_in_place,
 )
@@ -286,7 +288,7 @@ def _token_drop(
     x = tokens.value  # type: ignore[attr-defined]
     selected = cst.parse_expression(f"{KEPT_TOKENS}({x}, {mask}, {COUNT})")
     edits: Dict[cst.CSTNode, Replacement] = {
-        line: _line_with(ctx, line, node, selected),
+        line: line_with(ctx, line, {node: selected}),
         func: with_keyword_param(ctx, func, COUNT, "Optional[int]" if imports_typing_optional(ctx.module) else None),
     }
     if via is not None and len(flow.loads_of(index.value)) == 1:  # type: ignore[attr-defined]
@@ -294,15 +296,6 @@ def _token_drop(
     module, helper = add_helper(ctx, func, KEPT_TOKENS)
     edits[module] = helper
     return edits
-
-
-class _Swap(cst.CSTTransformer):
-    def __init__(self, old: cst.CSTNode, new: cst.CSTNode) -> None:
-        super().__init__()
-        self.old, self.new = old, new
-
-    def on_leave(self, original_node, updated_node):  # type: ignore[override]
-        return self.new if original_node is self.old else updated_node
 
 
 def _count_method(ctx: PlanContext, forward: cst.FunctionDef) -> Optional[Tuple[cst.FunctionDef, Dict[cst.CSTNode, Replacement]]]:
@@ -395,7 +388,7 @@ def _python_ints(ctx: PlanContext, cls: cst.ClassDef, reads: Sequence[str], edit
                 wrapper = value.func.value if isinstance(value, cst.Call) and is_name(value.func) else None  # type: ignore[attr-defined]
                 if wrapper in ("tuple", "list") and len(value.args) == 1 and value.args[0].value is source and not name_taken(ctx, wrapper):  # type: ignore[attr-defined]
                     made = f"{wrapper}(v.item() for v in {code(source)})" if wrapper == "tuple" else f"[v.item() for v in {code(source)}]"
-                    edits[stmt.line] = _line_with(ctx, stmt.line, value, cst.parse_expression(made))
+                    edits[stmt.line] = line_with(ctx, stmt.line, {value: cst.parse_expression(made)})
                 else:
                     ctx.refuse(
                         stmt.line,
@@ -537,23 +530,8 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     ).with_changes(leading_lines=guard.leading_lines)
     edits: Dict[cst.CSTNode, Replacement] = {
         guard: cst.FlattenSentinel([init, guard.with_changes(body=body, leading_lines=[])]),
-        line: _line_with(ctx, line, call, _with_args(call, f"**{ARGS}")),
+        line: line_with(ctx, line, {call: with_argument(call, f"**{ARGS}")}),
     }
     module, helper = add_helper(ctx, cls, TAKES_COUNT)
     edits[module] = helper
     return edits
-
-
-def _line_with(ctx: PlanContext, line: cst.SimpleStatementLine, old: cst.CSTNode, new: cst.CSTNode) -> cst.BaseStatement:
-    """``line`` with ``old`` swapped for ``new``, formatted."""
-    swapped = line.visit(_Swap(old, new))
-    return ctx.statement("; ".join(code(small) for small in swapped.body) + "\n", like=line)  # type: ignore[attr-defined]
-
-
-def _with_args(node: cst.Call, argument: str) -> cst.Call:
-    """``node`` with one more argument at the end."""
-    args = list(node.args)
-    last = args[-1]
-    extra = cst.parse_expression(f"f({argument})").args[0]  # type: ignore[attr-defined]
-    args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    return node.with_changes(args=[*args, extra.with_changes(comma=last.comma)])
