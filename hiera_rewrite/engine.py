@@ -35,6 +35,15 @@ class InputError(Exception):
         self.col = col
 
 
+# The report code of a file Python compiles and libcst cannot parse (a backslash
+# continuation at the end of the file): nothing is rewritten, the file is not an error.
+UNREAD_CODE = "HR000"
+
+
+class _LibcstOnly(InputError):
+    """Python compiles the file; libcst's parser rejects it."""
+
+
 class InternalError(Exception):
     """The engine produced output that failed its own checks; nothing is written."""
 
@@ -100,7 +109,10 @@ def rewrite_bytes(
         codes = selected_codes()
     if not data.strip():
         return FileResult(data, data, [])
-    index = _parse(data)
+    try:
+        index = _parse(data)
+    except _LibcstOnly as exc:  # valid Python libcst cannot read: left as it is, said why
+        return FileResult(data, data, [Report(UNREAD_CODE, exc.line, exc.col, f"skipped: {exc.message}", False)])
     reports, new_module = _rewrite_module(index, codes, line_length)
     if new_module is None:
         return FileResult(data, data, reports)
@@ -124,6 +136,8 @@ def _parse(data: bytes) -> ModuleIndex:
             raise InputError(f"cannot parse: {syn.msg}", syn.lineno or 1, syn.offset or 1) from None
         except ValueError:
             pass
+        else:
+            raise _LibcstOnly(f"valid Python that libcst cannot parse ({exc.message}); file left untouched", exc.raw_line, exc.raw_column + 1) from None
         raise InputError(f"cannot parse: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
     except (UnicodeDecodeError, LookupError, SyntaxError) as exc:
         line = 1

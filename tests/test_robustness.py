@@ -393,3 +393,25 @@ def test_diff_of_odd_line_ends_applies_with_patch(tmp_path, capsysbinary, monkey
     if shutil.which("patch"):
         subprocess.run(["patch", "-p1", "-s"], cwd=tmp_path, input=diff, check=True)
         assert (tmp_path / "a.py").read_bytes() == expected
+
+
+# -- valid Python that libcst cannot parse -------------------------------------------------
+
+
+def test_valid_python_libcst_rejects_is_left_untouched(tmp_path, capsys):
+    """Hypothesis found it (test_property): a backslash continuation at the end of the file,
+    then ``\\r\\n``.  Python compiles it; libcst's tokenizer does not.  The file is left as it
+    is (exit 0, not written) with a skipped report saying why, not an input error (exit 2: a
+    pre-commit hook would block a valid file)."""
+    data = b"classmatch:globalA\n\\\r\n"
+    compile(data, "<test>", "exec", dont_inherit=True)
+    result = rewrite_bytes(data)
+    assert result.output == data and not result.changes
+    assert [(r.code, r.applied) for r in result.reports] == [(engine.UNREAD_CODE, False)]
+    path = tmp_path / "m.py"
+    path.write_bytes(data)
+    before = path.stat().st_mtime_ns
+    assert cli.main(["--check", str(path)]) == cli.EXIT_CLEAN
+    assert "HR000 skipped: valid Python that libcst cannot parse" in capsys.readouterr().err
+    assert cli.main([str(path)]) == cli.EXIT_CLEAN
+    assert path.read_bytes() == data and path.stat().st_mtime_ns == before
