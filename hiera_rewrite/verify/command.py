@@ -38,6 +38,18 @@ def run_cli(args, codes: List[str]) -> int:
         except ValueError:
             print(f"hiera-rewrite: --bench-size {args.bench_size!r}: expected e.g. 224,224 or 16,224,224", file=sys.stderr)
             return EXIT_ERROR
+    from .budget import DEFAULT_SECONDS, default_memory_gib  # noqa: PLC0415 -- torch-free
+
+    budget = {"memory_gib": default_memory_gib(), "seconds": DEFAULT_SECONDS}
+    if args.verify_budget:
+        try:
+            memory, _, seconds = args.verify_budget.partition(",")
+            budget = {"memory_gib": float(memory) if memory.strip() else budget["memory_gib"], "seconds": float(seconds) if seconds.strip() else budget["seconds"]}
+            if min(budget.values()) <= 0:
+                raise ValueError
+        except ValueError:
+            print(f"hiera-rewrite: --verify-budget {args.verify_budget!r}: expected GIB,SECONDS, e.g. 8,60", file=sys.stderr)
+            return EXIT_ERROR
     if "-" in args.paths:
         print("hiera-rewrite: --verify needs files (it imports them with their package), not stdin", file=sys.stderr)
         return EXIT_ERROR
@@ -86,6 +98,7 @@ def run_cli(args, codes: List[str]) -> int:
                 cuda=args.verify_cuda,
                 bench=bench,
                 quiet=args.quiet,
+                budget=budget,
                 out=report_out,
             )
         except UsageError as exc:

@@ -108,6 +108,10 @@ def _hint(site: Dict[str, Any], report: Dict[str, Any]) -> str:
     why.sort(key=lambda f: f.get("class") != owner_class)
     reason = "; ".join(f"{f['label']}: {f['error']}" for f in why[:2])
     missing = [f.get("missing") for f in why if f.get("missing")]
+    large = [f["hint"] for f in why if f.get("too_large")]
+    if large:
+        first = next(f for f in why if f.get("too_large"))
+        return f"{first['label']}: {first['error']}"
     if missing:
         text = f"give the missing argument: --kwargs '{json.dumps({m: '...' for m in missing[0]})}' (given to every build that takes it)"
     else:

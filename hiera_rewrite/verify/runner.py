@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from .layout import Group
-from .report import FAILED, print_report
+from .report import FAILED, NOT_PROVEN, print_report
 from .sites import sites_of
 
 INSTALL_HINT = "pip install 'hiera-rewrite[verify]'"
@@ -140,6 +140,7 @@ def verify_group(
     cuda: bool = False,
     bench: Optional[Dict[str, Any]] = None,
     quiet: bool = False,
+    budget: Optional[Dict[str, float]] = None,
     out=None,
 ) -> str:
     """Verify one group; print its report to ``out``.  Its verdict (verify.report's
@@ -189,6 +190,7 @@ def verify_group(
             "configs": [list(CPU_CONFIG)] + ([list(c) for c in CUDA_CONFIGS] if cuda else []),
             "quiet": quiet,
             "bench": bench if cuda else None,
+            "budget": budget or {},
             "report": str(tmp / "report.json"),
         }
         (tmp / "spec.json").write_text(json.dumps(spec))
@@ -223,8 +225,13 @@ def verify_group(
         proc.wait()
         report_path = tmp / "report.json"
         if not report_path.is_file():
-            print(f"verify: FAILED: the verification worker died (exit {proc.returncode}) before reporting", file=out)
-            return False
+            killed = " (killed by the OS: most likely out of memory)" if proc.returncode == -9 else ""
+            print(
+                f"verify: {NOT_PROVEN}: the verification worker died (exit {proc.returncode}{killed}) before reporting; "
+                "build the models smaller with --factory MODULE:FUNC:JSON / --kwargs JSON, or lower --verify-budget",
+                file=out,
+            )
+            return NOT_PROVEN
         report = json.loads(report_path.read_text())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from .arguments import BRANCH_KNOBS, Building, MissingArgs
+from .arguments import BRANCH_KNOBS, Building, MissingArgs, is_size
+from .budget import Budget, OverBudget, cap_memory, too_large
 from .compare import Comparison
 from .discovery import Discovery
 from .functions import function_modes, function_owner
@@ -60,6 +61,9 @@ class Worker(Discovery, Building, Inputs, Comparison):
         self.labels: Set[str] = set()
         self.origin: Dict[str, Optional[str]] = {}  # filled name -> where its value came from
         self.trees: List[Tuple[Any, Any]] = []  # (module, syntax tree) of each module scanned
+        limits = spec.get("budget") or {}
+        self.memory_gib, self.seconds = limits.get("memory_gib"), limits.get("seconds")
+        self.budget = Budget(self.seconds)  # `with self.budget():` around each case
 
     def progress(self, message: str) -> None:
         if not self.spec["quiet"]:
@@ -143,15 +147,17 @@ class Worker(Discovery, Building, Inputs, Comparison):
             self.progress(f"building {label} ({mode['how']}, original)")
             bucket = self.bucket("orig", label, "build")
             try:
-                with self.trace(bucket):
+                with self.budget(), self.trace(bucket):
                     plan = self.plan_mode(cand, mode, torch)
             except MissingArgs as exc:
                 errors.append({"error": f"needs {', '.join(exc.names)} (no default, no guess from its name)", "missing": exc.names})
                 self.forget(label)
                 continue
-            except Exception as exc:  # noqa: BLE001
-                errors.append({"error": f"cannot build ({mode['how']}): {type(exc).__name__}: {exc}"})
+            except (Exception, OverBudget) as exc:  # noqa: BLE001
+                errors.append(self.too_large_error(mode, exc) or {"error": f"cannot build ({mode['how']}): {type(exc).__name__}: {exc}"})
                 self.forget(label)
+                if errors[-1].get("too_large"):
+                    break  # the next modes are larger
                 continue
             model = plan.pop("model")
             plan["state"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -163,7 +169,8 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 for i, (device, dtype, tol, cname) in enumerate(configs):
                     model.to(device=device, dtype=dtype)
                     if i == 0:
-                        plan["x"], base, arg_notes = self.choose_input(model, plan.pop("shapes"), torch)
+                        with self.budget():
+                            plan["x"], base, arg_notes = self.choose_input(model, plan.pop("shapes"), torch)
                         plan["shape"] = list(plan["x"].shape)
                         plan["notes"].extend(arg_notes)
                     x = plan["x"].to(device=device, dtype=dtype)
@@ -176,9 +183,12 @@ class Worker(Discovery, Building, Inputs, Comparison):
                         model.load_state_dict(plan["state"])
                         bucket = self.bucket("orig", label, case) if i == 0 else None
                         plan["runs"][(cname, case)] = self.run_original(model, x, kw, torch, plan, bucket)
-            except Exception as exc:  # noqa: BLE001
-                errors.append({"error": f"the original model raised ({mode['how']}): {type(exc).__name__}: {exc}"})
+            except (Exception, OverBudget) as exc:  # noqa: BLE001
+                errors.append(self.too_large_error(mode, exc) or {"error": f"the original model raised ({mode['how']}): {type(exc).__name__}: {exc}"})
                 self.forget(label)
+                del model
+                if errors[-1].get("too_large"):
+                    break
                 continue
             plan["orig_model"] = model if not plan["component"] else None  # for the fullgraph report
             del model
@@ -195,13 +205,14 @@ class Worker(Discovery, Building, Inputs, Comparison):
         (noted: no input gradient compared)."""
         for input_grads in (True, False):
             try:
-                if bucket is None:
-                    result = self.run_case(model, x, kw, torch, train=train, input_grads=input_grads)
-                else:
-                    with self.trace(bucket):
+                with self.budget():
+                    if bucket is None:
                         result = self.run_case(model, x, kw, torch, train=train, input_grads=input_grads)
+                    else:
+                        with self.trace(bucket):
+                            result = self.run_case(model, x, kw, torch, train=train, input_grads=input_grads)
             except Exception as exc:  # noqa: BLE001 -- the user's code may raise anything
-                if not input_grads:
+                if not input_grads or too_large(exc, self.memory_gib, self.seconds):
                     raise
                 first = exc
                 model.load_state_dict(plan["state"])
@@ -244,14 +255,31 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 self.progress(f"running {label} {name} [{cname}] (original)")
                 model.load_state_dict(plan["state"])
                 try:
-                    with self.trace(self.bucket("orig", label, name)):
+                    with self.budget(), self.trace(self.bucket("orig", label, name)):
                         result = self.run_case(model, x, kw, torch, train=False, input_grads=opts["input_grads"])
-                except Exception as exc:  # noqa: BLE001 -- eval mode is extra: say why, go on
+                except (Exception, OverBudget) as exc:  # noqa: BLE001 -- eval mode is extra: say why, go on
                     self.coverage.pop((label, name), None)
                     plan["notes"].append(f"{name}: the original raised in eval mode ({type(exc).__name__}: {str(exc)[:100]}): not compared")
                     break
                 plan["runs"][(cname, name)] = (kw, dict(opts, train=False), result)
             del model
+
+    def too_large_error(self, mode: Dict[str, Any], exc: BaseException) -> Optional[Dict[str, Any]]:
+        """A build or case over the memory or time budget: "too large to verify here", with
+        the flags that build it smaller (its sizes as tried, to give smaller), else None."""
+        why = too_large(exc, self.memory_gib, self.seconds)
+        if why is None:
+            return None
+        sizes = {}
+        for key, value in mode.get("kwargs", {}).items():
+            if is_size(key) or "size" in key.lower() or "shape" in key.lower():
+                try:
+                    sizes[key] = json.loads(json.dumps(value))
+                except (TypeError, ValueError):
+                    continue
+        given = json.dumps(sizes)
+        hint = f"--factory {mode['module']}:{mode['attr']}:'{given}' or --kwargs '{given}' with smaller values, or --input-shape B,C,... smaller"
+        return {"error": f"too large to verify here ({mode['how']}): {why}; build it smaller: {hint}", "too_large": True, "hint": hint}
 
     def not_built(self, label: str, cls, errors: List[Dict[str, Any]]) -> None:
         """A candidate no mode built and ran: its last error is the failure, the others notes."""
@@ -400,7 +428,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
         self.report["models"].append(entry)
         try:
             self.progress(f"building {label} (rewritten)")
-            with self.trace(self.bucket("new", label, "build")):
+            with self.budget(), self.trace(self.bucket("new", label, "build")):
                 model = self.construct(self.ctor_of(plan, torch), dict(plan["kwargs"]), torch, {})
             new_state = model.state_dict()
             keys_a, keys_b = list(plan["state"]), list(new_state)
@@ -422,12 +450,13 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     kw_b = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in kw.items()}
                     model.load_state_dict(plan["state"])
                     try:
-                        if i == 0:
-                            with self.trace(self.bucket("new", label, case)):
+                        with self.budget():
+                            if i == 0:
+                                with self.trace(self.bucket("new", label, case)):
+                                    outs_b, grads_b, bufs_b, dx_b = self.run_case(model, x, kw_b, torch, **opts)
+                            else:
                                 outs_b, grads_b, bufs_b, dx_b = self.run_case(model, x, kw_b, torch, **opts)
-                        else:
-                            outs_b, grads_b, bufs_b, dx_b = self.run_case(model, x, kw_b, torch, **opts)
-                    except Exception as exc:  # noqa: BLE001
+                    except (Exception, OverBudget) as exc:  # noqa: BLE001
                         entry["rows"].append({"config": cname, "case": case, "what": "forward/backward", "shape": "-", "ok": False, "note": f"the rewritten model raised {type(exc).__name__}: {exc}"})
                         continue
                     ref = None
@@ -441,7 +470,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 model.to(device="cpu", dtype=configs[0][1])
                 entry["graph"] = self.graph_report(model, original, plan["x"].to(dtype=configs[0][1]), plan["graph_case"], torch)
             del model
-        except Exception as exc:  # noqa: BLE001
+        except (Exception, OverBudget) as exc:  # noqa: BLE001
             entry["error"] = f"cannot build the rewritten model: {type(exc).__name__}: {exc}"
         finally:
             entry["seconds"] = plan["seconds"] + time.time() - t0
@@ -463,8 +492,9 @@ class Worker(Discovery, Building, Inputs, Comparison):
         made = self._made(model, x, kw, torch)
         dynamo.reset()
         try:
-            explained = dynamo.explain(lambda: model(x, **made))()
-        except Exception as exc:  # noqa: BLE001 -- the user's code may raise anything
+            with self.budget():
+                explained = dynamo.explain(lambda: model(x, **made))()
+        except (Exception, OverBudget) as exc:  # noqa: BLE001 -- the user's code may raise anything
             return {"where": None, "reason": f"not traced: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"}
         finally:
             dynamo.reset()
@@ -538,9 +568,13 @@ class Worker(Discovery, Building, Inputs, Comparison):
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     worker = Worker(spec)
+    if not any(device == "cuda" for device, _, _ in spec["configs"]):  # the driver's reservations are not ours to cap
+        problem = cap_memory(worker.memory_gib)
+        if problem:
+            worker.report["notes"].append(problem)
     try:
         worker.run()
-    except Exception as exc:  # noqa: BLE001 -- report, never hide
+    except (Exception, OverBudget) as exc:  # noqa: BLE001 -- report, never hide
         import traceback
 
         worker.report["errors"].append(f"verification crashed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
