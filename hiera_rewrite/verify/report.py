@@ -76,6 +76,7 @@ def site_verdicts(report: Dict[str, Any], sites: List[Dict[str, Any]]) -> List[D
         verdicts.append(
             {
                 "site": site,
+                "unreachable": None if (bool(required) and all(seen)) or cases else _unreachable(site, report),
                 "mode": modes,
                 "cases": cases,
                 "exercised": bool(required) and all(seen),
@@ -85,6 +86,20 @@ def site_verdicts(report: Dict[str, Any], sites: List[Dict[str, Any]]) -> List[D
             }
         )
     return verdicts
+
+
+def _unreachable(site: Dict[str, Any], report: Dict[str, Any]) -> Optional[Dict[str, str]]:
+    """Where the original itself cannot run the path to a site: a model of the site's class
+    (or of a subclass, or holding it as a part) raised at the same statement of the files in
+    every way it was built.  ``{"where", "what"}`` or None."""
+    owner = site.get("owner_class")
+    if not owner:
+        return None
+    contains = report.get("contains", {})
+    for failure in report.get("failures", []):
+        if failure.get("unreachable") and (owner in failure.get("classes", ()) or owner in contains.get(failure.get("class"), ())):
+            return failure["unreachable"]
+    return None
 
 
 def _hint(site: Dict[str, Any], report: Dict[str, Any]) -> str:
@@ -182,7 +197,8 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> st
     verdicts = site_verdicts(report, sites)
     # a model by its factory or class; a component by its constructor call
     short = {m["label"]: m["label"] if m.get("component") else m["label"].split(" ")[0] for m in report.get("models", [])}
-    unproven = [v for v in verdicts if not v["exercised"] and not v["definition_only"]]
+    unproven = [v for v in verdicts if not v["exercised"] and not v["definition_only"] and not v["unreachable"]]
+    unreachable = [v for v in verdicts if not v["exercised"] and not v["definition_only"] and v["unreachable"]]
     if verdicts:
         print("sites", file=out)
         rows = [("site", "code", "in", "exercised by", "mode", "lines run", "result")]
@@ -192,6 +208,8 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> st
             by = cases[0] + (f" (+{len(cases) - 1})" if len(cases) > 1 else "") if cases else "-"
             if v["definition_only"]:
                 result = "pass (definition only)" if v["ok"] else "FAIL"
+            elif not v["exercised"] and v["unreachable"]:
+                result = f"unreachable in the original: {v['unreachable']['what']} at {v['unreachable']['where']}"
             elif not v["exercised"]:
                 result = "NOT PROVEN: " + ("only part of it ran" if cases else "no compared case ran it")
             else:
@@ -202,6 +220,13 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> st
         for v in unproven:
             s = v["site"]
             print(f"not proven: {s['path']}:{s['line']}:{s['col']} {s['code']} in {s['owner']}: {_hint(s, report)}", file=out)
+        for v in unreachable:
+            s, why = v["site"], v["unreachable"]
+            print(
+                f"unreachable in the original: {s['path']}:{s['line']}:{s['col']} {s['code']} in {s['owner']}: "
+                f"{why['what']} at {why['where']} in every build tried (no input the original accepts runs this site)",
+                file=out,
+            )
     failed_sites = [v for v in verdicts if v["exercised"] and not v["ok"]]
     if failed_sites:
         ok = False
@@ -211,13 +236,15 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> st
         print("  no model could be built; name one with --factory module:function", file=out)
     proven = sum(1 for v in verdicts if v["exercised"] or v["definition_only"])
     tally = f"{proven}/{len(verdicts)} sites exercised"
-    if ok and not unproven and not nothing_built:
+    if unreachable:
+        tally += f", {len(unreachable)} unreachable in the original"
+    if ok and not unproven and not nothing_built and (proven or not unreachable):
         print(f"verify: {PASSED} ({tally}, every comparison equal)", file=out)
         return PASSED
     if ok and missing:  # not a mismatch: install what the files import, then verify again
         print(f"verify: {NOT_PROVEN} ({tally}; {'; '.join(missing)})", file=out)
     elif ok:
-        why = f"{len(unproven)} never ran in a compared case" if unproven else "no model could be built"
+        why = f"{len(unproven)} never ran in a compared case" if unproven else "no model could be built" if nothing_built else "no site ran in the original"
         print(f"verify: {NOT_PROVEN} ({tally}; {why})", file=out)
     else:
         print(f"verify: {FAILED} ({tally})", file=out)

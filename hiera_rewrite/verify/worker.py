@@ -64,6 +64,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
         limits = spec.get("budget") or {}
         self.memory_gib, self.seconds = limits.get("memory_gib"), limits.get("seconds")
         self.budget = Budget(self.seconds)  # `with self.budget():` around each case
+        self.raises_at: Dict[Any, str] = {}  # class -> the statement its every build raised at
 
     def progress(self, message: str) -> None:
         if not self.spec["quiet"]:
@@ -143,6 +144,8 @@ class Worker(Discovery, Building, Inputs, Comparison):
         that works: (its plan or None, the errors of the modes tried)."""
         errors: List[Dict[str, Any]] = []
         for mode in modes:
+            if mode["how"] == "the factory" and any(e.get("same_as_factory") for e in errors):
+                continue  # built from the factory's own arguments, it raised at a statement of the files
             t0 = time.time()
             self.progress(f"building {label} ({mode['how']}, original)")
             bucket = self.bucket("orig", label, "build")
@@ -184,9 +187,16 @@ class Worker(Discovery, Building, Inputs, Comparison):
                         bucket = self.bucket("orig", label, case) if i == 0 else None
                         plan["runs"][(cname, case)] = self.run_original(model, x, kw, torch, plan, bucket)
             except (Exception, OverBudget) as exc:  # noqa: BLE001
-                errors.append(self.too_large_error(mode, exc) or {"error": f"the original model raised ({mode['how']}): {type(exc).__name__}: {exc}"})
+                error = self.too_large_error(mode, exc) or {"error": f"the original model raised ({mode['how']}): {type(exc).__name__}: {exc}"}
+                where = None if error.get("too_large") else self.raised_at(exc)
+                if where is not None:  # a statement of the files raised, not ours
+                    error["raised"] = {"where": where, "what": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"}
+                    error["same_as_factory"] = mode["how"].startswith("its configuration") and not mode.get("filled")
+                errors.append(error)
                 self.forget(label)
                 del model
+                if where is not None and where == self.raises_at.get(cand.get("cls")):
+                    break  # another build of a class already found to raise there in every build
                 if errors[-1].get("too_large"):
                     break
                 continue
@@ -281,10 +291,32 @@ class Worker(Discovery, Building, Inputs, Comparison):
         hint = f"--factory {mode['module']}:{mode['attr']}:'{given}' or --kwargs '{given}' with smaller values, or --input-shape B,C,... smaller"
         return {"error": f"too large to verify here ({mode['how']}): {why}; build it smaller: {hint}", "too_large": True, "hint": hint}
 
+    def raised_at(self, exc: BaseException) -> Optional[str]:
+        """``file:line`` of the innermost frame of ``exc`` in the original side's copy of
+        the user's files (shown as the user named it), or None."""
+        base = os.path.realpath(self.spec["sides"]["orig"])
+        names = {os.path.realpath(copy): user for copy, user in self.spec["traced"].get("orig", {}).items()}
+        where = None
+        tb = exc.__traceback__
+        while tb is not None:
+            real = os.path.realpath(tb.tb_frame.f_code.co_filename)
+            if real.startswith(base + os.sep):
+                where = f"{names.get(real) or os.path.relpath(real, base)}:{tb.tb_lineno}"
+            tb = tb.tb_next
+        return where
+
     def not_built(self, label: str, cls, errors: List[Dict[str, Any]]) -> None:
-        """A candidate no mode built and ran: its last error is the failure, the others notes."""
+        """A candidate no mode built and ran: its last error is the failure, the others notes.
+        Where every mode that built raised at the same statement of the files (and none
+        lacked an argument or a budget), the path is *unreachable in the original*."""
         if errors:
-            self.report["failures"].append(dict(errors[-1], label=label, **{"class": cls.__name__ if cls else None}))
+            failure = dict(errors[-1], label=label, **{"class": cls.__name__ if cls else None})
+            raised = [e["raised"] for e in errors if e.get("raised")]
+            if raised and len({r["where"] for r in raised}) == 1 and not any(e.get("missing") or e.get("too_large") for e in errors):
+                failure["unreachable"] = raised[-1]
+                self.raises_at[cls] = raised[-1]["where"]
+                failure["classes"] = [k.__name__ for k in cls.__mro__] if cls else []
+            self.report["failures"].append(failure)
         if len(errors) > 1:
             self.report["notes"].append(f"{label}: " + "; ".join(e["error"] for e in errors[:-1]))
 

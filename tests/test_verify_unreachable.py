@@ -1,0 +1,71 @@
+"""Issue 22, class 8: a path the original cannot run.
+
+A fork changed what ``Hiera.forward`` returns with ``return_intermediates=True`` (a third
+value), and its own MAE still unpacks two: the original MAE raises "too many values to
+unpack" in every build.  The MAE's sites get a verdict of their own, "unreachable in the
+original: <exception> at <file:line>", apart from NOT PROVEN; the classifier's sites are
+still proven and compared; the verdict is PASSED, saying how many sites the original
+cannot reach.  A sabotaged rewrite of a reachable site still FAILS, naming it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hiera_rewrite import cli, files
+from hiera_rewrite.verify import EXIT_VERIFY_FAILED
+from tests.test_verify_layouts import applied_sites, site_rows, sub, upstream_files, verify, write
+
+pytest.importorskip("torch")
+pytest.importorskip("timm")
+
+
+@pytest.fixture(scope="module")
+def fork(tmp_path_factory) -> Path:
+    sources = upstream_files()
+    sources["hiera.py"] = sub(
+        sources["hiera.py"],
+        "        if return_intermediates:\n            return x, intermediates\n",
+        "        if return_intermediates:\n            return x, intermediates, mask\n",
+    )
+    return write(tmp_path_factory.mktemp("unreachable") / "x" / "hiera", sources)
+
+
+def test_sites_only_a_broken_path_reaches_are_unreachable_not_unproven(fork: Path, capsys, monkeypatch):
+    monkeypatch.chdir(fork.parent)
+    expected = applied_sites(Path("hiera"), capsys)
+    code, out, err = verify(Path("hiera"), capsys)
+    assert code == cli.EXIT_CHANGED, out + err
+    rows = site_rows(out)
+    assert sorted(rows) == sorted(expected), out
+    mae = {k: r for k, r in rows.items() if "hiera_mae.py" in k}
+    assert mae and all(
+        "unreachable in the original: ValueError: too many values to unpack (expected 2) at hiera/hiera_mae.py:" in r for r in mae.values()
+    ), out
+    assert all(r.rstrip().endswith("pass") for k, r in rows.items() if k not in mae), out  # proven through the classifier
+    lines = [line for line in out.splitlines() if line.startswith("unreachable in the original:")]
+    assert len(lines) == len(mae), out
+    assert "NOT PROVEN" not in out, out
+    assert f"verify: PASSED ({len(rows) - len(mae)}/{len(rows)} sites exercised, {len(mae)} unreachable in the original, every comparison equal)" in out, out
+
+
+def test_a_sabotaged_reachable_site_still_fails(fork: Path, capsys, monkeypatch):
+    real = files.rewrite_bytes
+
+    def wrong(data, **kwargs):
+        result = real(data, **kwargs)
+        swapped, n = re.subn(r"x\.transpose\(1, 2\)\.reshape\(B, -1, self\.dim_out\)", "x.reshape(B, -1, self.dim_out)", result.output.decode())
+        if n:
+            result.output = swapped.encode()
+        return result
+
+    monkeypatch.setattr(files, "rewrite_bytes", wrong)
+    monkeypatch.chdir(fork.parent)
+    code, out, err = verify(Path("hiera"), capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    hr001 = [row for key, row in site_rows(out).items() if key.endswith("HR001") and "hiera.py:" in key]
+    assert hr001 and "FAIL" in hr001[0], out
+    assert "verify: FAILED" in out
