@@ -42,6 +42,10 @@ SIZE_KNOBS = {
 NO_DEFAULT = object()
 
 
+# the knobs of shrink() that change depth (blocks), not width: "small widths" keeps them
+DEPTH_KNOBS = {"stages", "depth", "decoder_depth"}
+
+
 # a component's integer knobs whose 0/1 default switches a branch off (q-pool, windows)
 BRANCH_KNOBS = ("stride", "window", "unit", "pool")
 
@@ -511,6 +515,16 @@ class Building:
             small = self.shrink(params, given, user)
             if small:
                 out.append(dict(direct, kwargs=dict(given, **small), filled=computed, how="small: " + ", ".join(f"{k}={v}" for k, v in small.items())))
+                # where the small build raises in the original (a fork indexing its stage
+                # list or its blocks by position, a decoder taking stage outputs by index):
+                # shrink less -- the same stages and blocks, small widths; then that at the
+                # model's own input size; then its configuration
+                widths = {k: v for k, v in small.items() if k not in DEPTH_KNOBS}
+                how = "small widths: " + ", ".join(f"{k}={v}" for k, v in widths.items())
+                if widths and widths != small:
+                    out.append(dict(direct, kwargs=dict(given, **widths), filled=computed, how=how))
+                if widths:
+                    out.append(dict(direct, kwargs=dict(given, **widths), filled=computed, how=f"{how}, at its own input size", own_input=True))
             out.append(dict(direct, kwargs=given, filled=computed, how="its configuration"))
         if off:
             for mode in out:
@@ -585,7 +599,7 @@ class Building:
         filled: Dict[str, Any] = {}
         model, kwargs = self.build(mode, torch, filled)
         user_sized = "input_size" in self.spec["kwargs"] or "input_size" in cand.get("kwargs", {})
-        if not user_sized and not self.spec["input_shape"]:
+        if not user_sized and not self.spec["input_shape"] and not mode.get("own_input"):
             small = self.small_input_size(model)
             if small is not None and small != self.own_size(model, kwargs, torch):
                 try:

@@ -205,6 +205,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
             plan["seconds"] = time.time() - t0
             # --verify-cuda times the model at its own size: the first mode that is not shrunk
             plan["bench_mode"] = next((m for m in modes if not m["how"].startswith("small")), mode)
+            plan["notes"][1:1] = [f"not built so: {e['error']}" for e in errors if not e.get("missing")]  # after "built from"
             return plan, errors
         return None, errors
 

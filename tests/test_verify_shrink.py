@@ -1,0 +1,82 @@
+"""Issue 22, class 4: a shrunk configuration the fork cannot take.
+
+A fork's MAE hard-codes the stage ends of its own configuration (Hiera-Tiny's blocks
+0, 2, 9, 11) where upstream reads ``self.stage_ends``: its fusion heads take the stage
+outputs by position.  With one block per stage (the small build) the original raises;
+verify then shrinks less (the same stages and blocks, small widths) and every site is
+proven with no flags.  A sabotaged rewrite still FAILS, naming the site.
+
+A second fork (factories deleted: the class defaults are the configuration) sizes its
+decoder's position table for 224-pixel images (7 x 7 tokens; video as upstream).  Every build at the small
+input raises (before: NOT PROVEN, no factory left to try); the same small widths at the
+model's own input size run, and every site is proven.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hiera_rewrite import files
+from hiera_rewrite.verify import EXIT_VERIFY_FAILED
+from tests.test_verify_layouts import _cut_factories, assert_all_proven, site_rows, sub, upstream_files, verify, write
+
+pytest.importorskip("torch")
+pytest.importorskip("timm")
+
+
+@pytest.fixture(scope="module")
+def fork(tmp_path_factory) -> Path:
+    sources = upstream_files()
+    sources["hiera_mae.py"] = sub(
+        sources["hiera_mae.py"],
+        "        for i in self.stage_ends[: self.q_pool]:",
+        "        for i in [0, 2, 9, 11][: self.q_pool]:  # Hiera-Tiny's stage ends",
+    )
+    return write(tmp_path_factory.mktemp("shrink") / "x" / "hiera", sources)
+
+
+def test_the_small_build_raises_so_verify_shrinks_less(fork: Path, capsys, monkeypatch):
+    monkeypatch.chdir(fork.parent)
+    out = assert_all_proven(Path("hiera"), capsys)
+    head = out.index("model hiera.hiera_mae:mae_hiera_tiny_224")
+    block = out[head:out.index("\nmodel ", head + 1)]
+    assert "built from small widths: embed_dim=8, decoder_embed_dim=128, num_classes=10" in block, block
+    assert "the original model raised (small: embed_dim=8, stages=(1, 1, 1, 1)" in out, out
+
+
+def test_a_sabotaged_rewrite_still_fails(fork: Path, capsys, monkeypatch):
+    real = files.rewrite_bytes
+
+    def wrong(data, **kwargs):
+        result = real(data, **kwargs)
+        # the decoder fill puts the kept units' tokens one unit off
+        text, n = re.subn(r"index_copy\(0, (\w+), ", r"index_copy(0, \1.roll(1), ", result.output.decode())
+        if n:
+            result.output = text.encode()
+        return result
+
+    monkeypatch.setattr(files, "rewrite_bytes", wrong)
+    monkeypatch.chdir(fork.parent)
+    code, out, err = verify(Path("hiera"), capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    hr004 = [row for key, row in site_rows(out).items() if key.endswith("HR004")]
+    assert hr004 and "FAIL" in hr004[0], out
+    assert "verify: FAILED" in out
+
+
+def test_a_table_sized_for_the_models_own_input(tmp_path: Path, capsys, monkeypatch):
+    sources = upstream_files()
+    mae = _cut_factories(sources["hiera_mae.py"])
+    sources["hiera_mae.py"] = sub(mae, "                1, math.prod(self.tokens_spatial_shape_final), decoder_embed_dim", (
+        "                1, 49 if len(self.q_stride) == 2 else math.prod(self.tokens_spatial_shape_final), decoder_embed_dim  # 7 x 7 at 224 px"
+    ))
+    sources["__init__.py"] = "from .hiera import Hiera, hiera_tiny_224\nfrom .hiera_mae import MaskedAutoencoderHiera\n"
+    write(tmp_path / "x" / "hiera", sources)
+    monkeypatch.chdir(tmp_path / "x")
+    out = assert_all_proven(Path("hiera"), capsys)
+    head = out.index("model hiera.hiera_mae:MaskedAutoencoderHiera (class)")
+    assert "input (2, 3, 224, 224)" in out[head:].splitlines()[0], out[head:]
+    assert "built from small widths: embed_dim=8, decoder_embed_dim=128, num_classes=10, at its own input size" in out[head:], out[head:]
