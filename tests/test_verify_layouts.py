@@ -282,6 +282,38 @@ def test_video_class_defaults(tmp_path: Path, capsys):
     assert re.search(r"model hiera\.hiera:Hiera \(class\)  input \(2, 3, \d+, 64, 64\)", out), out
 
 
+def test_large_patches_and_no_token_grid_attribute(tmp_path: Path, capsys):
+    """Issue 22, class 3: a fork with 32-pixel patches that keeps the class default
+    input_size (224, 224) (its scripts always give one: 7 tokens, less than a mask unit)
+    and keeps neither ``self.patch_stride`` nor ``self.tokens_spatial_shape``.  The smallest
+    valid input follows from the first convolution's stride (32), mask_unit_size (8, 8),
+    q_stride (2, 2) and its 3 q-strided unroll stages: 2 units of 8 tokens of 32 px = 512.
+    Before, every input tried (16, 32, 64 px) was smaller than a patch times a mask unit."""
+    grid = {"patch_kernel": (32, 32), "patch_stride": (32, 32), "patch_padding": (0, 0)}
+    edits = [("        self.patch_stride = patch_stride\n", ""), ("self.tokens_spatial_shape", "self.token_grid")]
+    folder = write(tmp_path / "x" / "hiera", classifier_fork(grid, edits))
+    out = assert_all_proven(folder, capsys)
+    assert "model hiera.hiera:Hiera (class)  input (2, 3, 512, 512)" in out
+
+
+def test_channels_last_sequence_and_grid_without_a_channel_dim(tmp_path: Path, capsys):
+    """Issue 22, class 3: forks whose forward takes another rank than upstream's: a 1-D
+    sequence model taking (B, T, C) (it transposes itself) and a one-channel keypoint grid
+    taking (B, T, I, K) (it adds the channel dim itself).  After the channels-first input
+    fails on the original, verify tries channels-last, then no channel dim."""
+    last = classifier_fork(SEQUENCE_1D, [("        intermediates = []\n", "        intermediates = []\n        x = x.transpose(1, 2)  # (B, T, C) -> (B, C, T)\n")])
+    grid = {"input_size": (64, 4, 32), "in_chans": 1, "q_stride": (2, 1, 2), "mask_unit_size": (4, 1, 4),
+            "patch_kernel": (3, 1, 3), "patch_stride": (2, 1, 2), "patch_padding": (1, 0, 1)}
+    flat = classifier_fork(grid, [("        intermediates = []\n", "        intermediates = []\n        x = x.unsqueeze(1)  # (B, T, I, K) -> (B, 1, T, I, K)\n")])
+    write(tmp_path / "x" / "hiera", last)
+    write(tmp_path / "y" / "hiera", flat)
+    out = assert_all_proven(tmp_path / "x" / "hiera", capsys)
+    assert "model hiera.hiera:Hiera (class)  input (2, 64, 3)" in out
+    assert "input (2, 64, 3): the original raised with (2, 3, 64): RuntimeError" in out
+    out = assert_all_proven(tmp_path / "y" / "hiera", capsys)
+    assert "model hiera.hiera:Hiera (class)  input (2, 32, 2, 32)" in out
+
+
 _FORWARD_HEAD = "        mask: torch.Tensor = None,\n        return_intermediates: bool = False,\n    ) -> torch.Tensor:"
 
 

@@ -580,28 +580,46 @@ class Building:
                 kwargs[name] = self.fill(name, filled)
         return self.construct(ctor, kwargs, torch, filled), kwargs
 
+    def class_defaults(self, model, mode: Dict[str, Any]) -> Dict[str, Any]:
+        """The constructor defaults of the model's class where the class itself built it
+        (what it took for every argument the build did not give); {} for a factory's."""
+        try:
+            if self.resolve(mode["module"], mode["attr"]) is not type(model):
+                return {}
+        except Exception:  # noqa: BLE001
+            return {}
+        return {k: v for k, v in init_params(type(model))[0].items() if v is not NO_DEFAULT}
+
     def plan_mode(self, cand: Dict[str, Any], mode: Dict[str, Any], torch) -> Dict[str, Any]:
         """Original side: build, shrink the input, the input shapes to try."""
         filled: Dict[str, Any] = {}
         model, kwargs = self.build(mode, torch, filled)
+        defaults = self.class_defaults(model, mode)
         user_sized = "input_size" in self.spec["kwargs"] or "input_size" in cand.get("kwargs", {})
         if not user_sized and not self.spec["input_shape"]:
-            small = self.small_input_size(model)
-            if small is not None and small != self.own_size(model, kwargs, torch):
+            small = self.small_input_size(model, kwargs, torch, defaults)
+            own = self.own_size(model, kwargs, torch, defaults)
+            if small is not None and own is not None and small != own:
                 try:
                     model = self.construct(self.resolve(mode["module"], mode["attr"]), dict(kwargs, input_size=tuple(small)), torch, filled)
                     kwargs["input_size"] = tuple(small)
                 except TypeError as exc:
                     self.report["notes"].append(f"{cand['label']}: cannot shrink input_size ({exc}); verifying at full size (slow)")
+        fallbacks: List[List[int]] = []
         if mode.get("tensors"):  # a function: the token shapes its arguments suggest
             shapes = model.verify_input_shapes()
         elif self.spec["input_shape"]:
             shapes = [list(self.spec["input_shape"])]
         else:
-            size = self.own_size(model, kwargs, torch)
-            shapes = [[2, self.in_chans(model, torch), *[int(s) for s in size]]] if size else self.token_shapes(model, torch)
+            size = self.own_size(model, kwargs, torch, defaults)
+            if size:
+                shapes = [[2, self.in_chans(model, torch), *[int(s) for s in size]]]
+            else:
+                shapes = self.token_shapes(model, torch, self.small_input_size(model, kwargs, torch, defaults))
             if not shapes:
                 raise ValueError("cannot tell the model's input size; give --input-shape or --kwargs '{\"input_size\": ...}'")
+            if size or isinstance(next((m for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.modules.conv._ConvNd))), None), torch.nn.modules.conv._ConvNd):
+                fallbacks = self.other_ranks(shapes)  # a fork taking (B, T, C), or no channel dim
         notes = [f"built from {mode['how']}"]
         named = {k: v for k, v in filled.items() if self.origin.get(k) is None}
         if named:
@@ -609,4 +627,4 @@ class Building:
         found = {k: v for k, v in filled.items() if self.origin.get(k) is not None}
         if found:
             notes.append(f"filled from the repo: {', '.join(f'{k}={v!r} ({self.origin[k]})' for k, v in found.items())}")
-        return {"module": mode["module"], "attr": mode["attr"], "tensors": mode.get("tensors"), "kwargs": kwargs, "shapes": shapes, "model": model, "notes": notes}
+        return {"module": mode["module"], "attr": mode["attr"], "tensors": mode.get("tensors"), "kwargs": kwargs, "shapes": shapes, "fallbacks": fallbacks, "model": model, "notes": notes}
