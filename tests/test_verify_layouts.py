@@ -414,6 +414,79 @@ def test_kwargs_factory_filled_from_argparse_defaults(tmp_path: Path, capsys):
     assert "model_name='hiera_base_224' (main_pretrain.py --model_name)" in out
 
 
+POSE_FACTORY = '''
+
+def hiera_pose(**kwargs):
+    """A behaviour model over (frames, individuals, keypoints) with one channel; its
+    configuration comes from the training script's arguments."""
+    q_strides = kwargs["q_strides"]  # "2,1,2;2,1,2" parsed by main_pretrain.py: one per pooled stage
+    assert all(tuple(q) == tuple(q_strides[0]) for q in q_strides), q_strides
+    return Hiera(
+        input_size=kwargs["input_size"],
+        in_chans=1,
+        embed_dim=kwargs["init_embed_dim"],
+        num_heads=kwargs["init_num_heads"],
+        stages=kwargs["stages"],
+        q_pool=len(q_strides),
+        q_stride=q_strides[0],
+        mask_unit_size=kwargs["mask_unit_size"],
+        patch_kernel=kwargs["patch_kernel"],
+        patch_stride=kwargs["patch_kernel"],
+        patch_padding=(0, 0, 0),
+    )
+'''
+
+POSE_ARGPARSE = '''\
+import argparse
+
+
+def parse_tuples(text):
+    return [tuple(int(v) for v in group.split(",")) for group in text.split(";")]
+
+
+def get_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="hiera_pose", type=str)
+    parser.add_argument("--input_size", default="400,1,72", type=str)
+    parser.add_argument("--q_strides", default="15,1,1;16,1,1", type=str)
+    parser.add_argument("--mask_unit_size", default="4,1,4", type=str)
+    parser.add_argument("--patch_kernel", default="2,1,3", type=str)
+    parser.add_argument("--init_embed_dim", default=96, type=int)
+    parser.add_argument("--batch_size", default=64, type=int)
+    return parser.parse_args()
+'''
+
+POSE_SCRIPT = '''\
+#!/bin/bash
+DATA=data/mabe22
+# pretrain on the keypoint grid
+python main_pretrain.py --model hiera_pose --data_path $DATA \\
+    --input_size 64,4,32 --patch_kernel 2,1,2 --q_strides "2,1,2;2,1,2" --stages 2,3,4 \\
+    --init_embed_dim 128 --init_num_heads 2 --batch_size 512 --epochs 200 2>&1 | tee logs/pretrain.txt
+'''
+
+
+def test_keypoint_factory_filled_from_a_shell_script(tmp_path: Path, capsys):
+    """Issue 22, class 3: a behaviour/keypoint fork (one channel, a 3-D grid) whose factory
+    reads kwargs["input_size"], kwargs["q_strides"], kwargs["init_embed_dim"]...: the
+    values are only in the repo's scripts/train.sh (`--q_strides "2,1,2;2,1,2"`) and its
+    argparse string defaults, strings main_pretrain.py parses itself into tuples.  The
+    script's values win over argparse's; strings of integers become the tuple (list of
+    tuples) the factory indexes.  Before: the script was not read and the factory got
+    the string "15,1,1;16,1,1" (NOT PROVEN)."""
+    sources = classifier_fork()
+    sources["hiera.py"] += POSE_FACTORY
+    folder = write(tmp_path / "x" / "hiera", sources)
+    write(tmp_path / "x", {"main_pretrain.py": POSE_ARGPARSE})
+    write(tmp_path / "x" / "scripts", {"train.sh": POSE_SCRIPT})
+    out = assert_all_proven(folder, capsys)
+    assert "model hiera.hiera:hiera_pose -> Hiera  input (2, 1, 16, 2, 16)" in out
+    assert "q_strides=[(2, 1, 2), (2, 1, 2)] (scripts/train.sh --q_strides)" in out
+    assert "input_size=(64, 4, 32) (scripts/train.sh --input_size)" in out
+    assert "patch_kernel=(2, 1, 2) (scripts/train.sh --patch_kernel)" in out
+    assert "mask_unit_size=(4, 1, 4) (main_pretrain.py --mask_unit_size)" in out
+
+
 def test_partial_factory(tmp_path: Path, capsys):
     folder = write(tmp_path / "x" / "hiera", _model_name_fork(partial_factory=True))
     out = assert_all_proven(folder, capsys)
