@@ -117,3 +117,61 @@ def test_checkpoint_arguments_are_turned_off():
     }
     off = Building.checkpoints_off(params, {"ckpt": "given.pth"})
     assert off == {"pretrained": False, "checkpoint_path": "", "init_ckpt": None}
+
+
+TRAIN_SH = '''\
+#!/bin/bash
+EPOCHS=200
+python main_pretrain.py --model hiera_pose --data_path $DATA \\
+    --input-size 64,4,32 --q_strides "5,1,1;1,3,1" --stages 2 3 4 --sep_pos_embed \\
+    --epochs $EPOCHS --lr=1e-3 --init_embed_dim 96 2>&1 | tee log.txt
+torchrun --nproc_per_node 8 main_finetune.py --input-size 32,4,16 && echo --not_an_argument 1
+'''
+
+PRETRAIN_PY = '''\
+import argparse
+p = argparse.ArgumentParser()
+p.add_argument("--input-size", default="400,1,72", type=str)
+p.add_argument("--q_strides", default="15,1,1;16,1,1")
+p.add_argument("--mask_unit_size", default="4,1,4", type=str)
+p.add_argument("--init_embed_dim", default=64, type=int)
+p.add_argument("--model_name", default="1,2")
+'''
+
+
+def test_repo_values_from_shell_scripts(tmp_path: Path):
+    """Issue 22, class 3: `--name value` arguments of the python command lines of the
+    repo's shell scripts; the script's value wins over the argparse default (the script is
+    what the repo runs), the first command line over later ones; a value that is still a
+    shell variable is skipped; several words are a list, none True."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "train.sh").write_text(TRAIN_SH)
+    (tmp_path / "main_pretrain.py").write_text(PRETRAIN_PY)
+    values = repo_values(str(tmp_path), set())
+    assert values["input_size"] == ("64,4,32", "scripts/train.sh --input_size")  # argparse's dest, the script's value
+    assert values["q_strides"] == ("5,1,1;1,3,1", "scripts/train.sh --q_strides")
+    assert values["stages"] == ([2, 3, 4], "scripts/train.sh --stages")
+    assert values["sep_pos_embed"][0] is True and values["lr"][0] == 1e-3
+    assert values["epochs"][0] == 200 and values["init_embed_dim"][0] == 96
+    assert "data_path" not in values and "not_an_argument" not in values
+    assert values["mask_unit_size"] == ("4,1,4", "main_pretrain.py --mask_unit_size")  # only in argparse
+
+
+def test_strings_of_integers_where_a_sequence_is_expected(tmp_path: Path):
+    from hiera_rewrite.verify.arguments import as_sequence
+
+    assert as_sequence("input_size", "64,4,32") == (64, 4, 32)  # guess("input_size") is a tuple
+    assert as_sequence("q_strides", "5,1,1;1,3,1") == [(5, 1, 1), (1, 3, 1)]  # the plural of q_stride
+    assert as_sequence("window", "1,2", [8]) == [1, 2]  # the constructor's default is a list
+    assert as_sequence("model_name", "1,2") == "1,2"  # no sequence expected: kept a string
+    assert as_sequence("input_size", "64") == "64" and as_sequence("input_size", "a,b") == "a,b"
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "train.sh").write_text(TRAIN_SH)
+    (tmp_path / "main_pretrain.py").write_text(PRETRAIN_PY)
+    filler = _Filler({}, repo_values(str(tmp_path), set()))
+    filled = {}
+    assert filler.fill("q_strides", filled) == [(5, 1, 1), (1, 3, 1)]
+    assert filler.origin["q_strides"] == "scripts/train.sh --q_strides"
+    assert filler.fill("mask_unit_size", filled) == (4, 1, 4)
+    assert filler.fill("stages", filled) == [1, 1, 1]  # a size: as many stages as the script's, one block each
+    assert filler.fill("model_name", filled) == "1,2"

@@ -282,6 +282,38 @@ def test_video_class_defaults(tmp_path: Path, capsys):
     assert re.search(r"model hiera\.hiera:Hiera \(class\)  input \(2, 3, \d+, 64, 64\)", out), out
 
 
+def test_large_patches_and_no_token_grid_attribute(tmp_path: Path, capsys):
+    """Issue 22, class 3: a fork with 32-pixel patches that keeps the class default
+    input_size (224, 224) (its scripts always give one: 7 tokens, less than a mask unit)
+    and keeps neither ``self.patch_stride`` nor ``self.tokens_spatial_shape``.  The smallest
+    valid input follows from the first convolution's stride (32), mask_unit_size (8, 8),
+    q_stride (2, 2) and its 3 q-strided unroll stages: 2 units of 8 tokens of 32 px = 512.
+    Before, every input tried (16, 32, 64 px) was smaller than a patch times a mask unit."""
+    grid = {"patch_kernel": (32, 32), "patch_stride": (32, 32), "patch_padding": (0, 0)}
+    edits = [("        self.patch_stride = patch_stride\n", ""), ("self.tokens_spatial_shape", "self.token_grid")]
+    folder = write(tmp_path / "x" / "hiera", classifier_fork(grid, edits))
+    out = assert_all_proven(folder, capsys)
+    assert "model hiera.hiera:Hiera (class)  input (2, 3, 512, 512)" in out
+
+
+def test_channels_last_sequence_and_grid_without_a_channel_dim(tmp_path: Path, capsys):
+    """Issue 22, class 3: forks whose forward takes another rank than upstream's: a 1-D
+    sequence model taking (B, T, C) (it transposes itself) and a one-channel keypoint grid
+    taking (B, T, I, K) (it adds the channel dim itself).  After the channels-first input
+    fails on the original, verify tries channels-last, then no channel dim."""
+    last = classifier_fork(SEQUENCE_1D, [("        intermediates = []\n", "        intermediates = []\n        x = x.transpose(1, 2)  # (B, T, C) -> (B, C, T)\n")])
+    grid = {"input_size": (64, 4, 32), "in_chans": 1, "q_stride": (2, 1, 2), "mask_unit_size": (4, 1, 4),
+            "patch_kernel": (3, 1, 3), "patch_stride": (2, 1, 2), "patch_padding": (1, 0, 1)}
+    flat = classifier_fork(grid, [("        intermediates = []\n", "        intermediates = []\n        x = x.unsqueeze(1)  # (B, T, I, K) -> (B, 1, T, I, K)\n")])
+    write(tmp_path / "x" / "hiera", last)
+    write(tmp_path / "y" / "hiera", flat)
+    out = assert_all_proven(tmp_path / "x" / "hiera", capsys)
+    assert "model hiera.hiera:Hiera (class)  input (2, 64, 3)" in out
+    assert "input (2, 64, 3): the original raised with (2, 3, 64): RuntimeError" in out
+    out = assert_all_proven(tmp_path / "y" / "hiera", capsys)
+    assert "model hiera.hiera:Hiera (class)  input (2, 32, 2, 32)" in out
+
+
 _FORWARD_HEAD = "        mask: torch.Tensor = None,\n        return_intermediates: bool = False,\n    ) -> torch.Tensor:"
 
 
@@ -380,6 +412,79 @@ def test_kwargs_factory_filled_from_argparse_defaults(tmp_path: Path, capsys):
     out = assert_all_proven(folder, capsys)
     assert "model hiera.hiera:build_from_args -> Hiera  input (2, 3, 64, 64)" in out
     assert "model_name='hiera_base_224' (main_pretrain.py --model_name)" in out
+
+
+POSE_FACTORY = '''
+
+def hiera_pose(**kwargs):
+    """A behaviour model over (frames, individuals, keypoints) with one channel; its
+    configuration comes from the training script's arguments."""
+    q_strides = kwargs["q_strides"]  # "2,1,2;2,1,2" parsed by main_pretrain.py: one per pooled stage
+    assert all(tuple(q) == tuple(q_strides[0]) for q in q_strides), q_strides
+    return Hiera(
+        input_size=kwargs["input_size"],
+        in_chans=1,
+        embed_dim=kwargs["init_embed_dim"],
+        num_heads=kwargs["init_num_heads"],
+        stages=kwargs["stages"],
+        q_pool=len(q_strides),
+        q_stride=q_strides[0],
+        mask_unit_size=kwargs["mask_unit_size"],
+        patch_kernel=kwargs["patch_kernel"],
+        patch_stride=kwargs["patch_kernel"],
+        patch_padding=(0, 0, 0),
+    )
+'''
+
+POSE_ARGPARSE = '''\
+import argparse
+
+
+def parse_tuples(text):
+    return [tuple(int(v) for v in group.split(",")) for group in text.split(";")]
+
+
+def get_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="hiera_pose", type=str)
+    parser.add_argument("--input_size", default="400,1,72", type=str)
+    parser.add_argument("--q_strides", default="15,1,1;16,1,1", type=str)
+    parser.add_argument("--mask_unit_size", default="4,1,4", type=str)
+    parser.add_argument("--patch_kernel", default="2,1,3", type=str)
+    parser.add_argument("--init_embed_dim", default=96, type=int)
+    parser.add_argument("--batch_size", default=64, type=int)
+    return parser.parse_args()
+'''
+
+POSE_SCRIPT = '''\
+#!/bin/bash
+DATA=data/mabe22
+# pretrain on the keypoint grid
+python main_pretrain.py --model hiera_pose --data_path $DATA \\
+    --input_size 64,4,32 --patch_kernel 2,1,2 --q_strides "2,1,2;2,1,2" --stages 2,3,4 \\
+    --init_embed_dim 128 --init_num_heads 2 --batch_size 512 --epochs 200 2>&1 | tee logs/pretrain.txt
+'''
+
+
+def test_keypoint_factory_filled_from_a_shell_script(tmp_path: Path, capsys):
+    """Issue 22, class 3: a behaviour/keypoint fork (one channel, a 3-D grid) whose factory
+    reads kwargs["input_size"], kwargs["q_strides"], kwargs["init_embed_dim"]...: the
+    values are only in the repo's scripts/train.sh (`--q_strides "2,1,2;2,1,2"`) and its
+    argparse string defaults, strings main_pretrain.py parses itself into tuples.  The
+    script's values win over argparse's; strings of integers become the tuple (list of
+    tuples) the factory indexes.  Before: the script was not read and the factory got
+    the string "15,1,1;16,1,1" (NOT PROVEN)."""
+    sources = classifier_fork()
+    sources["hiera.py"] += POSE_FACTORY
+    folder = write(tmp_path / "x" / "hiera", sources)
+    write(tmp_path / "x", {"main_pretrain.py": POSE_ARGPARSE})
+    write(tmp_path / "x" / "scripts", {"train.sh": POSE_SCRIPT})
+    out = assert_all_proven(folder, capsys)
+    assert "model hiera.hiera:hiera_pose -> Hiera  input (2, 1, 16, 2, 16)" in out
+    assert "q_strides=[(2, 1, 2), (2, 1, 2)] (scripts/train.sh --q_strides)" in out
+    assert "input_size=(64, 4, 32) (scripts/train.sh --input_size)" in out
+    assert "patch_kernel=(2, 1, 2) (scripts/train.sh --patch_kernel)" in out
+    assert "mask_unit_size=(4, 1, 4) (main_pretrain.py --mask_unit_size)" in out
 
 
 def test_partial_factory(tmp_path: Path, capsys):

@@ -3,7 +3,8 @@
 Values for what a model needs and nobody gave -- a required argument, a key a factory
 reads from ``**kwargs``, a key of a configuration object (``cfg.embed_dim``) -- come
 from the user's ``--kwargs``, a small value from the name for sizes, the repo's own
-values (argparse defaults in its scripts, its JSON/YAML configs), else a small
+values (its shell scripts' ``--name value`` arguments, its JSON/YAML configs, argparse
+defaults in its Python scripts; strings of integers as the sequences they stand for), else a small
 Hiera-consistent value from the name.  :class:`Building` builds a candidate small
 (few blocks, small dims, the smallest valid input size) and records how; a
 *component* (a class holding a site no model reached) as the files construct it, then
@@ -176,16 +177,135 @@ class Config:
 _CONFIG_FILES = (".json", ".yaml", ".yml")
 
 
+# shell scripts whose python command lines give the values the repo runs with
+_SCRIPT_FILES = (".sh", ".bash", ".slurm", ".sbatch")
+
+
 MAX_SCAN_FILES = 400
 
 
 MAX_SCAN_BYTES = 1024 * 1024
 
 
+_SHELL_OPERATORS = {"&&", "||", "|", ";", "&", ";;", "(", ")"}
+
+
+def _scalar(text: str, kind: Optional[str]) -> Any:
+    """A script's word as argparse's ``type`` would give it (``int``, ``float``, ``str``);
+    with no known type: an int, a float, True/False, else the string."""
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        return text
+    if kind == "str":
+        return text
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return {"True": True, "False": False, "true": True, "false": False}.get(text, text)
+
+
+def script_arguments(text: str, dests: Dict[str, str], kinds: Dict[str, str]) -> List[Tuple[str, Any]]:
+    """(dest, value) of every ``--name value`` of the python command lines of a shell
+    script (``python main.py``, ``torchrun ... main.py``, ``python -m pkg.main``): several
+    words are a list (``nargs``), none True (a flag); ``$VAR`` from the script's own
+    ``VAR=value`` lines; an argument whose value is still a variable is skipped.
+    ``dests``/``kinds``: the repo's argparse option -> dest and dest -> type."""
+    import shlex  # noqa: PLC0415
+
+    env: Dict[str, str] = {}
+    out: List[Tuple[str, Any]] = []
+    for line in re.sub(r"\\\r?\n", " ", text).splitlines():
+        line = line.strip()
+        assign = re.fullmatch(r"(?:export\s+)?([A-Za-z_]\w*)=(\"[^\"]*\"|'[^']*'|\S*)", line)
+        if assign:
+            env[assign.group(1)] = assign.group(2).strip("\"'")
+            continue
+        line = re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: env.get(m.group(1), m.group(0)), line)
+        try:
+            lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+            lexer.whitespace_split = True
+            lexer.commenters = "#"
+            words = list(lexer)
+        except ValueError:
+            continue
+        command: List[str] = []
+        for word in words + [";"]:
+            if word not in _SHELL_OPERATORS:
+                command.append(word)
+                continue
+            runs = [i for i, w in enumerate(command) if w.endswith(".py")]
+            mod = [i + 1 for i, w in enumerate(command[:-1]) if w == "-m" and i and re.search(r"python[\d.]*$", command[i - 1])]
+            begin = (runs or mod or [None])[0]
+            if begin is not None:
+                args = command[begin + 1:]
+                # a redirection (2>&1, > log) and the descriptor before it end the arguments
+                cut = next((i for i, w in enumerate(args) if w[:1] in "<>"), len(args))
+                args = args[:cut - 1] if cut < len(args) and cut and args[cut - 1].isdigit() else args[:cut]
+                i = 0
+                while i < len(args):
+                    word = args[i]
+                    i += 1
+                    if not word.startswith("--") or len(word) < 3:
+                        continue
+                    option, _, inline = word.partition("=")
+                    words_of: List[str] = [inline] if inline else []
+                    while not inline and i < len(args) and not (args[i].startswith("-") and not re.match(r"-\d", args[i])):
+                        words_of.append(args[i])
+                        i += 1
+                    dest = dests.get(option, option[2:].replace("-", "_"))
+                    if any("$" in w for w in words_of):
+                        continue
+                    kind = kinds.get(dest)
+                    if not words_of:
+                        value: Any = True
+                    elif len(words_of) == 1:
+                        value = _scalar(words_of[0], kind)
+                    else:
+                        value = [_scalar(w, kind) for w in words_of]
+                    out.append((dest, value))
+            command = []
+    return out
+
+
+_INT_LIST = re.compile(r"\s*-?\d+(\s*,\s*-?\d+)*\s*(;\s*-?\d+(\s*,\s*-?\d+)*\s*)*;?\s*")
+
+
+def expects_sequence(name: str, like: Any = NO_DEFAULT) -> bool:
+    """Whether an argument takes a sequence: its default (``like``) or the value
+    :func:`guess` gives its name is a tuple/list, or it is the plural of one that is
+    (``q_strides``: per stage, a ``q_stride`` each)."""
+    if isinstance(like, (tuple, list)):
+        return True
+    if isinstance(guess(name), (tuple, list)):
+        return True
+    return name.endswith("s") and not name.endswith("ss") and isinstance(guess(name[:-1]), (tuple, list))
+
+
+def as_sequence(name: str, value: Any, like: Any = NO_DEFAULT) -> Any:
+    """A string of integers separated by ``,`` (``"64,4,32"``) as a tuple, and by ``;``
+    between groups (``"5,1,1;1,3,1"``) as a list of tuples, where the argument takes a
+    sequence (:func:`expects_sequence`): what the repo's own code parses its string
+    argument into.  Anything else as it is."""
+    if not isinstance(value, str) or not ("," in value or ";" in value) or not _INT_LIST.fullmatch(value) or not expects_sequence(name, like):
+        return value
+    groups = [tuple(int(v) for v in group.split(",")) for group in value.strip().strip(";").split(";")]
+    if ";" in value:
+        return groups
+    return list(groups[0]) if isinstance(like, list) else groups[0]
+
+
 def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
-    """{name: (value, where)}: the values the repo itself uses -- argparse
-    ``add_argument("--x", default=...)`` in its scripts, keys of its JSON configs (YAML
-    too where a YAML parser is importable here).  First found wins; smaller model names
+    """{name: (value, where)}: the values the repo itself uses -- the ``--name value``
+    arguments of the python command lines of its shell scripts (what it runs), keys of
+    its JSON configs (YAML too where a YAML parser is importable here), argparse
+    ``add_argument("--x", default=...)`` in its scripts (what it runs when a script gives
+    none).  In that order, the first found wins; within a kind smaller model names
     ("tiny") and shallower files first."""
     try:
         import yaml  # noqa: PLC0415 -- the user's environment may lack it
@@ -194,11 +314,14 @@ def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
     found: List[Path] = []
     for folder, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in skip and not d.startswith("."))
-        found.extend(Path(folder, n) for n in names if n.endswith((".py",) + _CONFIG_FILES))
+        found.extend(Path(folder, n) for n in names if n.endswith((".py",) + _CONFIG_FILES + _SCRIPT_FILES))
         if len(found) > MAX_SCAN_FILES:
             break
-    found.sort(key=lambda f: (f.suffix == ".py", size_rank(f.stem), len(f.parts), str(f)))
+    found.sort(key=lambda f: (f.suffix == ".py", f.suffix in _CONFIG_FILES, size_rank(f.stem), len(f.parts), str(f)))
     values: Dict[str, Tuple[Any, str]] = {}
+    defaults: Dict[str, Tuple[Any, str]] = {}  # argparse: after the scripts and configs
+    dests: Dict[str, str] = {}  # --option -> dest
+    kinds: Dict[str, str] = {}  # dest -> its argparse type (int, float, str)
 
     def take(data, where: str) -> None:
         if isinstance(data, dict):
@@ -207,31 +330,53 @@ def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
                     values.setdefault(key, (value, where))
                     take(value, where)
 
+    texts: List[Tuple[Path, str, str]] = []
     for path in found[:MAX_SCAN_FILES]:
         try:
             if path.stat().st_size > MAX_SCAN_BYTES:
                 continue
             text = path.read_text(errors="replace")
-            where = os.path.relpath(path, root)
-            if path.suffix == ".json":
+        except OSError:
+            continue
+        where = os.path.relpath(path, root)
+        texts.append((path, text, where))
+        if path.suffix != ".py":
+            continue
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+                opts = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                kw = {k.arg: k.value for k in node.keywords if k.arg}
+                longs = [o for o in opts if o.startswith("--")] or [o for o in opts if not o.startswith("-")]
+                dest = kw["dest"].value if isinstance(kw.get("dest"), ast.Constant) else (longs[0].lstrip("-").replace("-", "_") if longs else None)
+                if not dest:
+                    continue
+                for opt in opts:
+                    dests.setdefault(opt, dest)
+                if isinstance(kw.get("type"), ast.Name) and kw["type"].id in ("int", "float", "str"):
+                    kinds.setdefault(dest, kw["type"].id)
+                if "default" in kw:
+                    try:
+                        defaults.setdefault(dest, (ast.literal_eval(kw["default"]), f"{where} --{dest}"))
+                    except (ValueError, SyntaxError, TypeError):
+                        pass
+    for path, text, where in texts:
+        try:
+            if path.suffix in _SCRIPT_FILES:
+                for dest, value in script_arguments(text, dests, kinds):
+                    values.setdefault(dest, (value, f"{where} --{dest}"))
+            elif path.suffix == ".json":
                 take(json.loads(text), where)
             elif path.suffix in (".yaml", ".yml"):
                 if yaml is not None:
                     take(yaml.safe_load(text), where)
-            else:
-                for node in ast.walk(ast.parse(text)):
-                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
-                        opts = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-                        kw = {k.arg: k.value for k in node.keywords if k.arg}
-                        longs = [o for o in opts if o.startswith("--")] or [o for o in opts if not o.startswith("-")]
-                        dest = kw["dest"].value if isinstance(kw.get("dest"), ast.Constant) else (longs[0].lstrip("-").replace("-", "_") if longs else None)
-                        if dest and "default" in kw:
-                            try:
-                                values.setdefault(dest, (ast.literal_eval(kw["default"]), f"{where} --{dest}"))
-                            except (ValueError, SyntaxError, TypeError):
-                                pass
         except Exception:  # noqa: BLE001 -- an unreadable or odd file only gives no values
             continue
+    for dest, found_value in defaults.items():
+        values.setdefault(dest, found_value)
     return values
 
 
@@ -377,16 +522,20 @@ class Building:
             self._repo = repo_values(self.spec["project_dir"], SCAN_SKIP)
         return self._repo
 
-    def fill(self, name: str, filled: Dict[str, Any]) -> Any:
+    def fill(self, name: str, filled: Dict[str, Any], like: Any = NO_DEFAULT) -> Any:
         """A value for an argument or configuration key nobody gave: the user's
         ``--kwargs``; for a size (dims, heads, stages) a small one from its name; else
-        the repo's own (argparse default, config file); else one from its name."""
+        the repo's own (a script's argument, config file, argparse default; a string of
+        integers as the sequence it stands for where one is expected, :func:`as_sequence`;
+        ``like``: the constructor's default, if any); else one from its name."""
         if name in self.spec["kwargs"]:
             filled[name] = value = self.spec["kwargs"][name]
             self.origin[name] = "--kwargs"
             return value
         small = guess(name)
         repo = self.repo().get(name)
+        if repo is not None:
+            repo = (as_sequence(name, repo[0], like), repo[1])
         if repo is not None and is_size(name) and isinstance(repo[0], (tuple, list)) and repo[0] and all(isinstance(v, int) for v in repo[0]):
             small = type(repo[0])(1 for _ in repo[0])  # as many stages as the repo's, one block each
         if repo is not None and (small is None or not is_size(name)):
@@ -504,7 +653,7 @@ class Building:
         for key, value in list(given.items()):
             if value is OPAQUE:  # the factory computes it: as if missing (fill), else the default
                 try:
-                    value = self.fill(key, {})
+                    value = self.fill(key, {}, params.get(key, NO_DEFAULT))
                 except MissingArgs:
                     value = params[key] if params.get(key, NO_DEFAULT) is not NO_DEFAULT else None
                 if value is not None:
@@ -594,28 +743,46 @@ class Building:
                 kwargs[name] = self.fill(name, filled)
         return self.construct(ctor, kwargs, torch, filled), kwargs
 
+    def class_defaults(self, model, mode: Dict[str, Any]) -> Dict[str, Any]:
+        """The constructor defaults of the model's class where the class itself built it
+        (what it took for every argument the build did not give); {} for a factory's."""
+        try:
+            if self.resolve(mode["module"], mode["attr"]) is not type(model):
+                return {}
+        except Exception:  # noqa: BLE001
+            return {}
+        return {k: v for k, v in init_params(type(model))[0].items() if v is not NO_DEFAULT}
+
     def plan_mode(self, cand: Dict[str, Any], mode: Dict[str, Any], torch) -> Dict[str, Any]:
         """Original side: build, shrink the input, the input shapes to try."""
         filled: Dict[str, Any] = {}
         model, kwargs = self.build(mode, torch, filled)
+        defaults = self.class_defaults(model, mode)
         user_sized = "input_size" in self.spec["kwargs"] or "input_size" in cand.get("kwargs", {})
         if not user_sized and not self.spec["input_shape"] and not mode.get("own_input"):
-            small = self.small_input_size(model)
-            if small is not None and small != self.own_size(model, kwargs, torch):
+            small = self.small_input_size(model, kwargs, torch, defaults)
+            own = self.own_size(model, kwargs, torch, defaults)
+            if small is not None and own is not None and small != own:
                 try:
                     model = self.construct(self.resolve(mode["module"], mode["attr"]), dict(kwargs, input_size=tuple(small)), torch, filled)
                     kwargs["input_size"] = tuple(small)
                 except TypeError as exc:
                     self.report["notes"].append(f"{cand['label']}: cannot shrink input_size ({exc}); verifying at full size (slow)")
+        fallbacks: List[List[int]] = []
         if mode.get("tensors"):  # a function: the token shapes its arguments suggest
             shapes = model.verify_input_shapes()
         elif self.spec["input_shape"]:
             shapes = [list(self.spec["input_shape"])]
         else:
-            size = self.own_size(model, kwargs, torch)
-            shapes = [[2, self.in_chans(model, torch), *[int(s) for s in size]]] if size else self.token_shapes(model, torch)
+            size = self.own_size(model, kwargs, torch, defaults)
+            if size:
+                shapes = [[2, self.in_chans(model, torch), *[int(s) for s in size]]]
+            else:
+                shapes = self.token_shapes(model, torch, self.small_input_size(model, kwargs, torch, defaults))
             if not shapes:
                 raise ValueError("cannot tell the model's input size; give --input-shape or --kwargs '{\"input_size\": ...}'")
+            if size or isinstance(next((m for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.modules.conv._ConvNd))), None), torch.nn.modules.conv._ConvNd):
+                fallbacks = self.other_ranks(shapes)  # a fork taking (B, T, C), or no channel dim
         notes = [f"built from {mode['how']}"]
         named = {k: v for k, v in filled.items() if self.origin.get(k) is None}
         if named:
@@ -623,4 +790,4 @@ class Building:
         found = {k: v for k, v in filled.items() if self.origin.get(k) is not None}
         if found:
             notes.append(f"filled from the repo: {', '.join(f'{k}={v!r} ({self.origin[k]})' for k, v in found.items())}")
-        return {"module": mode["module"], "attr": mode["attr"], "tensors": mode.get("tensors"), "kwargs": kwargs, "shapes": shapes, "model": model, "notes": notes}
+        return {"module": mode["module"], "attr": mode["attr"], "tensors": mode.get("tensors"), "kwargs": kwargs, "shapes": shapes, "fallbacks": fallbacks, "model": model, "notes": notes}

@@ -45,30 +45,81 @@ class Inputs:
     """Inputs and cases of a built model (a mixin of the worker)."""
 
     @staticmethod
-    def small_input_size(model) -> Optional[List[int]]:
-        """Smallest input with 2 mask units per dim that Unroll/Reroll accept, or None."""
-        try:
-            patch = list(model.patch_stride)
-            mu = list(model.mask_unit_size)
-            qs = list(model.q_stride)
-            stages = len(model.stage_ends)
-            tokens = list(model.tokens_spatial_shape)
-        except (AttributeError, TypeError):
-            return None
-        if not (len(patch) == len(mu) == len(qs) == len(tokens)):
-            return None
-        size = []
-        for p, m, q, t in zip(patch, mu, qs, tokens):
-            unit = math.lcm(int(m), int(q) ** max(stages - 1, 0))
-            size.append(min(unit * 2, t) * int(p) if t >= unit else t * int(p))
-        return size
+    def _ints(value, dims: Optional[int] = None) -> Optional[List[int]]:
+        """``value`` as one positive int per dim (an int: per dim where it is one dim's,
+        or its exact root over ``dims``: a flattened 2x2 stride of 4), else None."""
+        if isinstance(value, (tuple, list)) and value and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+            return [int(v) for v in value] if dims is None or len(value) == dims else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0 and dims:
+            root = round(value ** (1 / dims))
+            return [root] * dims if root ** dims == value else None
+        return None
 
-    def own_size(self, model, kwargs: Dict[str, Any], torch) -> Optional[List[int]]:
+    def input_grid(self, model, kwargs: Dict[str, Any], torch, defaults: Optional[Dict[str, Any]] = None):
+        """(patch stride, unit, token grid or None) per dim of a Hiera-like model, from what
+        it has: ``patch_stride``, else its first convolution's stride; ``mask_unit_size``
+        and ``q_stride`` from its attributes, else the build's keyword arguments, else its
+        class's defaults (``defaults``); the unit of a dim is the least common multiple of
+        its mask unit and ``q_stride ** pools`` (upstream's unroll pools once per stage
+        after the first: ``len(stage_ends)`` or ``len(stages)``, at least ``q_pool``); the
+        token grid is ``tokens_spatial_shape``, else the size the model states over the
+        patch stride.  None where it has neither a mask unit nor a q stride (not Hiera-like)."""
+        known = dict(defaults or {}, **kwargs)
+
+        def knob(name):
+            value = getattr(model, name, None)
+            return value if value is not None and not callable(value) else known.get(name)
+
+        patch = self._ints(getattr(model, "patch_stride", None))
+        if patch is None:
+            conv = next((m for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)), None)
+            if conv is None:
+                return None
+            patch = [int(s) for s in conv.stride]
+        dims = len(patch)
+        mu, qs = self._ints(knob("mask_unit_size"), dims), self._ints(knob("q_stride"), dims)
+        if mu is None and qs is None:
+            return None
+        mu, qs = mu or [1] * dims, qs or [1] * dims
+        pools = 0
+        ends, stages, q_pool = getattr(model, "stage_ends", None), knob("stages"), knob("q_pool")
+        if isinstance(ends, (tuple, list)) and ends:
+            pools = len(ends) - 1
+        elif isinstance(stages, (tuple, list)) and stages:
+            pools = len(stages) - 1
+        if isinstance(q_pool, int) and not isinstance(q_pool, bool):
+            pools = max(pools, q_pool)
+        unit = [math.lcm(m, q ** pools) for m, q in zip(mu, qs)]
+        tokens = self._ints(getattr(model, "tokens_spatial_shape", None), dims)
+        if tokens is None:
+            size = self.stated_size(model, kwargs, torch, defaults)
+            tokens = [int(s) // p for s, p in zip(size, patch)] if size and len(size) == dims else None
+        return patch, unit, tokens
+
+    def small_input_size(self, model, kwargs: Dict[str, Any], torch, defaults: Optional[Dict[str, Any]] = None) -> Optional[List[int]]:
+        """Smallest input with 2 units per dim that Unroll/Reroll and the mask units accept
+        (1 where the model's own grid is one unit), or None (:meth:`input_grid`)."""
+        grid = self.input_grid(model, kwargs, torch, defaults)
+        if grid is None:
+            return None
+        patch, unit, tokens = grid
+        # a grid of exactly one unit stays one; one that holds no whole number of units
+        # (fewer tokens than a unit: 32-px patches at 224) cannot be the one it runs at
+        return [(u if tokens and tokens[i] == u else 2 * u) * p for i, (p, u) in enumerate(zip(patch, unit))]
+
+    def own_size(self, model, kwargs: Dict[str, Any], torch, defaults: Optional[Dict[str, Any]] = None) -> Optional[List[int]]:
         """The input size a model is built for: a Hiera-like model's token grid times its
-        patch stride, else the size it states (:meth:`stated_size`); None if it states none."""
-        if hasattr(model, "tokens_spatial_shape") and hasattr(model, "patch_stride"):
-            return [int(t) * int(p) for t, p in zip(model.tokens_spatial_shape, model.patch_stride)]
-        return self.stated_size(model, kwargs, torch)
+        patch stride (its first convolution's stride where it keeps none), else the size it
+        states (:meth:`stated_size`); None if it states none."""
+        tokens = self._ints(getattr(model, "tokens_spatial_shape", None))
+        if tokens is not None:
+            patch = self._ints(getattr(model, "patch_stride", None), len(tokens))
+            if patch is None:
+                conv = next((m for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)), None)
+                patch = [int(s) for s in conv.stride] if conv is not None and len(conv.stride) == len(tokens) else None
+            if patch is not None:
+                return [t * p for t, p in zip(tokens, patch)]
+        return self.stated_size(model, kwargs, torch, defaults)
 
     def bench_shape(self, model, kwargs: Dict[str, Any], bench: Dict[str, Any], verified: List[int], torch) -> List[int]:
         """--verify-cuda's input: ``--bench-batch`` inputs at ``--bench-size``, else at the
@@ -79,11 +130,12 @@ class Inputs:
         return [batch, *verified[1:2], *[int(s) for s in size]] if size else [batch, *verified[1:]]
 
     @staticmethod
-    def stated_size(model, kwargs: Dict[str, Any], torch) -> Optional[List[int]]:
+    def stated_size(model, kwargs: Dict[str, Any], torch, defaults: Optional[Dict[str, Any]] = None) -> Optional[List[int]]:
         """The input size a model states in one of the usual names (its keyword arguments,
-        its attributes, a timm-style ``patch_embed.img_size``); an int is one size per
-        spatial dim of its first convolution (a Conv1d: 1-D)."""
-        holders = [kwargs, getattr(model, "__dict__", {}), getattr(getattr(model, "patch_embed", None), "__dict__", {})]
+        its attributes, a timm-style ``patch_embed.img_size``, then the defaults of the
+        class that built it); an int is one size per spatial dim of its first convolution
+        (a Conv1d: 1-D)."""
+        holders = [kwargs, getattr(model, "__dict__", {}), getattr(getattr(model, "patch_embed", None), "__dict__", {}), defaults or {}]
         size = None
         for name in _SIZE_NAMES:
             for holder in holders:
@@ -99,17 +151,23 @@ class Inputs:
         return list(size) if size else None
 
     @staticmethod
-    def token_shapes(model, torch) -> List[List[int]]:
+    def token_shapes(model, torch, small: Optional[List[int]] = None) -> List[List[int]]:
         """Inputs to try for a module with no stated size: ``(2, N, C)`` with ``C`` the
         features of its first ``Linear``/``LayerNorm`` and ``N`` a few multiples of its
         windows (per module, the product of its stride, window and unit sizes; their least
-        common multiple); ``(2, C, S, ...)`` where a convolution comes first."""
+        common multiple); ``(2, C, S, ...)`` where a convolution comes first: ``small``
+        (the smallest its patches and units accept, :meth:`small_input_size`), then 16, 32,
+        64 and 2 and 4 times the convolution's stride per dim."""
         nn = torch.nn
         first = next((m for m in model.modules() if isinstance(m, (nn.Linear, nn.LayerNorm, nn.modules.conv._ConvNd))), None)
         if first is None:
             return []
         if isinstance(first, nn.modules.conv._ConvNd):
-            return [[2, int(first.in_channels), *[s] * len(first.kernel_size)] for s in (16, 32, 64)]
+            dims = len(first.kernel_size)
+            sizes = [list(small)] if small and len(small) == dims else []
+            sizes += [[s] * dims for s in (16, 32, 64)] + [[int(p) * k for p in first.stride] for k in (2, 4)]
+            unique = list(dict.fromkeys(tuple(s) for s in sizes))
+            return [[2, int(first.in_channels), *s] for s in unique]
         features = int(first.in_features) if isinstance(first, nn.Linear) else int(first.normalized_shape[-1])
         unit = 1
         for module in model.modules():
@@ -124,26 +182,43 @@ class Inputs:
         counts = [n for n in (2 * unit, unit, 4 * unit) if n <= _MAX_TOKENS] + [16, 64]
         return [[2, n, features] for n in dict.fromkeys(counts)]
 
-    def choose_input(self, model, shapes: List[List[int]], torch) -> Tuple[Any, Dict[str, Any], List[str]]:
+    @staticmethod
+    def other_ranks(shapes: List[List[int]]) -> List[List[int]]:
+        """``(B, C, *size)`` inputs in the layouts a fork's ``forward`` may take instead:
+        channels last ``(B, *size, C)`` (a ``(B, T, C)`` sequence it transposes itself),
+        then, with one channel, none ``(B, *size)`` (a grid it unsqueezes itself)."""
+        last = [[s[0], *s[2:], s[1]] for s in shapes if len(s) > 2]
+        bare = [[s[0], *s[2:]] for s in shapes if len(s) > 2 and s[1] == 1]
+        return [s for s in last + bare if s not in shapes]
+
+    def choose_input(self, model, shapes: List[List[int]], torch, fallbacks: Optional[List[List[int]]] = None) -> Tuple[Any, Dict[str, Any], List[str]]:
         """The input (float64, CPU), ``forward``'s required arguments and notes: the first
-        of ``shapes`` with which the original runs; a single shape is taken as it is."""
+        of ``shapes`` with which the original runs; a single shape is taken as it is,
+        unless there are ``fallbacks`` (other layouts, :meth:`other_ranks`): then, when
+        every shape fails, the first fallback with which the original runs, and when none
+        does, the first shape's error as it is."""
         tried: List[str] = []
-        for shape in shapes:
+        first: Optional[Exception] = None
+        probe = len(shapes) > 1 or bool(fallbacks)
+        for n, shape in enumerate([*shapes, *(fallbacks or [])]):
             x = torch.randn(*shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
             try:
                 base, notes = self.forward_args(model, x, torch)
-                if len(shapes) > 1 and not base:  # forward_args ran it only for required arguments
+                if probe and not base:  # forward_args ran it only for required arguments
                     with torch.no_grad():
                         torch.manual_seed(1)
                         model(x.clone())
             except Exception as exc:  # noqa: BLE001 -- the user's code may raise anything
-                if len(shapes) == 1:
+                if not probe:
                     raise
+                first = first or exc
                 tried.append(f"{tuple(shape)}: {type(exc).__name__}: {str(exc)[:100]}")
                 continue
             if tried:
                 notes = notes + [f"input {tuple(shape)}: the original raised with " + "; ".join(tried)]
             return x, base, notes
+        if fallbacks and len(shapes) == 1 and first is not None:
+            raise first
         raise ValueError("the original raised with every input tried: " + "; ".join(tried))
 
     @staticmethod

@@ -173,7 +173,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     model.to(device=device, dtype=dtype)
                     if i == 0:
                         with self.budget():
-                            plan["x"], base, arg_notes = self.choose_input(model, plan.pop("shapes"), torch)
+                            plan["x"], base, arg_notes = self.choose_input(model, plan.pop("shapes"), torch, plan.pop("fallbacks", None))
                         plan["shape"] = list(plan["x"].shape)
                         plan["notes"].extend(arg_notes)
                     x = plan["x"].to(device=device, dtype=dtype)
