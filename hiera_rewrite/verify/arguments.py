@@ -56,6 +56,33 @@ class _Opaque:
 OPAQUE = _Opaque()
 
 
+class CallRef:
+    """A call in the repo's scripts passed as an argument (``encoder=Hiera(...)``, or a
+    name bound to one: ``enc = hiera_tiny_224()``): the callee's name and its arguments
+    (literals, other CallRefs, OPAQUE)."""
+
+    def __init__(self, name: str, args: List[Any], kwargs: Dict[str, Any]) -> None:
+        self.name, self.args, self.kwargs = name, args, kwargs
+
+    def __repr__(self) -> str:
+        return f"<call {self.name}>"
+
+
+class ModuleArg:
+    """A constructor argument that is itself a model of the files (``encoder=``): the
+    candidate that builds it (class or factory, and its configuration), the mode it is
+    built in, and once built on the original side, the keyword arguments that rebuild it;
+    each side builds it from its own copy of the module."""
+
+    def __init__(self, cand: Dict[str, Any], mode: Optional[Dict[str, Any]] = None) -> None:
+        self.cand, self.mode = cand, mode
+        self.kwargs: Optional[Dict[str, Any]] = None
+        self.size: Optional[List[int]] = None
+
+    def __repr__(self) -> str:
+        return f"<{self.cand['module']}:{self.cand['attr']}>"
+
+
 SCAN_SKIP = {"__pycache__", "node_modules", "site-packages", "venv", "build", "dist", "wandb", "outputs", "checkpoints", "data"}
 
 
@@ -369,8 +396,13 @@ class Building:
         return obj
 
     def repo(self) -> Dict[str, Tuple[Any, str]]:
+        """The repo's own values: what its scripts pass to the models and factories of
+        the files (``Hiera(model_name="hiera_tiny_224")``, :meth:`call_values`) first, then
+        its argparse defaults and config files (:func:`repo_values`)."""
         if self._repo is None:
-            self._repo = repo_values(self.spec["project_dir"], SCAN_SKIP)
+            self._repo = dict(self.call_values())
+            for key, value in repo_values(self.spec["project_dir"], SCAN_SKIP).items():
+                self._repo.setdefault(key, value)
         return self._repo
 
     def fill(self, name: str, filled: Dict[str, Any]) -> Any:
@@ -407,7 +439,7 @@ class Building:
         the keys a configuration object is asked for (:meth:`fill`, recorded in
         ``filled``).  ``kwargs`` is updated to what rebuilds the same model."""
         for name in config_params(ctor):
-            if not isinstance(kwargs.get(name), ConfigSpec):
+            if not isinstance(kwargs.get(name), (ConfigSpec, ModuleArg)):
                 given = kwargs.get(name)
                 kwargs[name] = ConfigSpec(given if isinstance(given, dict) else {})
         specs = [v for v in kwargs.values() if isinstance(v, ConfigSpec)]
@@ -420,7 +452,8 @@ class Building:
                     kwargs.pop(key)
         for _ in range(12):
             torch.manual_seed(0)
-            call = {k: (Config(v.values, lambda key: self.fill(key, filled)) if isinstance(v, ConfigSpec) else v) for k, v in kwargs.items()}
+            call = {k: (Config(v.values, lambda key: self.fill(key, filled)) if isinstance(v, ConfigSpec) else self.part(v, torch, filled) if isinstance(v, ModuleArg) else v)
+                    for k, v in kwargs.items()}
             try:
                 return ctor(**call)
             except MissingArgs:
@@ -438,6 +471,25 @@ class Building:
             for n in names:
                 kwargs[n] = self.fill(n, filled)
         raise RuntimeError("could not fill the required arguments")
+
+    def part(self, arg: ModuleArg, torch, filled: Dict[str, Any]):
+        """The model a :class:`ModuleArg` stands for, from this side's copy of its module:
+        the first time (original side) built in its mode, at the smallest input size its
+        mask units accept, and the keyword arguments that rebuild it recorded; after
+        that (the rewritten side, eval mode) built again from those."""
+        if arg.kwargs is not None:
+            return self.construct(self.ctor_of(arg.mode, torch), dict(arg.kwargs), torch, {})
+        model, kwargs = self.build(arg.mode, torch, filled)
+        if "input_size" not in self.spec["kwargs"] and not self.spec["input_shape"]:
+            small = self.small_input_size(model)
+            if small is not None and small != self.own_size(model, kwargs, torch):
+                try:
+                    model = self.construct(self.ctor_of(arg.mode, torch), dict(kwargs, input_size=tuple(small)), torch, filled)
+                    kwargs["input_size"] = tuple(small)
+                except TypeError:
+                    pass
+        arg.kwargs, arg.size = kwargs, self.own_size(model, kwargs, torch)
+        return model
 
     @staticmethod
     def shrink(params: Dict[str, Any], given: Dict[str, Any], user: Dict[str, Any]) -> Dict[str, Any]:
@@ -515,6 +567,15 @@ class Building:
         if off:
             for mode in out:
                 mode["how"] += ", no checkpoint: " + ", ".join(f"{k}={v!r}" for k, v in off.items())
+        # an argument that is itself a model of the files (encoder=Hiera(...) at a call
+        # site): built the way the models are, small first, in each of these modes
+        for key, value in given.items():
+            if isinstance(value, ModuleArg):
+                inner = self.modes(value.cand)
+                for i, mode in enumerate(out):
+                    pick = inner[min(i, len(inner) - 1)]
+                    mode["kwargs"] = dict(mode["kwargs"], **{key: ModuleArg(value.cand, pick)})
+                    mode["how"] += f", {key}={value.cand['module']}:{value.cand['attr']} ({pick['how']})"
         if cand["factory"]:
             out.append({"module": cand["module"], "attr": cand["attr"], "kwargs": dict(user), "how": "the factory"})
         for mode in out:
@@ -599,6 +660,8 @@ class Building:
             shapes = [list(self.spec["input_shape"])]
         else:
             size = self.own_size(model, kwargs, torch)
+            if not size:  # a wrapper of a model it was given (encoder=): that model's size
+                size = next((v.size for v in kwargs.values() if isinstance(v, ModuleArg) and v.size), None)
             shapes = [[2, self.in_chans(model, torch), *[int(s) for s in size]]] if size else self.token_shapes(model, torch)
             if not shapes:
                 raise ValueError("cannot tell the model's input size; give --input-shape or --kwargs '{\"input_size\": ...}'")
