@@ -659,3 +659,26 @@ def test_required_value_from_a_call_site(tmp_path: Path, capsys):
     )})
     out = assert_all_proven(folder, capsys)
     assert "model_name='hiera_tiny_224' (train.py:8)" in out, out
+
+
+def test_module_argument_from_its_annotation(tmp_path: Path, capsys):
+    """No script builds the wrapper, but its encoder is annotated `encoder: Hiera` (a model
+    class of the files): that class, built as verify builds it as a model, is the encoder."""
+    folder = _encoder_fork(tmp_path, "")
+    heads = folder / "heads.py"
+    heads.write_text(sub(heads.read_text(), "import torch.nn as nn\n", "import torch.nn as nn\n\nfrom .hiera import Hiera\n").replace("encoder: nn.Module", "encoder: Hiera"))
+    out = assert_all_proven(folder, capsys)
+    assert "model hiera.heads:HieraClassifier (class)  input (2, 3, 64, 64)" in out, out
+    assert "encoder=hiera.hiera:Hiera (small: embed_dim=8, stages=(1, 1, 1, 1), num_classes=10)" in out, out
+
+
+def test_module_argument_nothing_gives_names_it(tmp_path: Path, capsys):
+    """No script builds the wrapper and `encoder: nn.Module` names no class of the files:
+    NOT PROVEN, naming encoder and the --kwargs (before: "needs norm", a key its
+    __init__ reads from the encoder, as if it were a configuration object)."""
+    folder = _encoder_fork(tmp_path, "print('no model built here')\n")
+    code, out, err = verify(folder, capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    assert "needs encoder (no default, no guess from its name)" in out, out
+    assert """give the missing argument: --kwargs '{"encoder": "..."}'""" in out, out
+    assert "verify: NOT PROVEN (3/4 sites exercised; 1 never ran in a compared case)" in out, out

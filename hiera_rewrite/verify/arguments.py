@@ -258,6 +258,26 @@ def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
     return values
 
 
+def module_annotation(ctor, name: str) -> Optional[type]:
+    """The ``nn.Module`` class a parameter of ``ctor`` is annotated with (``encoder: Hiera``,
+    ``encoder: nn.Module``; a string annotation is looked up in its module), else None."""
+    nn = getattr(sys.modules.get("torch"), "nn", None)
+    try:
+        param = inspect.signature(ctor).parameters.get(name)
+    except (TypeError, ValueError):
+        return None
+    ann = param.annotation if param is not None else None
+    if isinstance(ann, str):
+        target = ctor.__init__ if isinstance(ctor, type) else ctor
+        try:
+            ann = eval(ann, dict(getattr(inspect.getmodule(target), "__dict__", {})))  # noqa: S307 -- the user's own annotation
+        except Exception:  # noqa: BLE001
+            return None
+    if nn is not None and isinstance(ann, type) and issubclass(ann, nn.Module):
+        return ann
+    return None
+
+
 def config_params(ctor) -> List[str]:
     """Parameters of ``ctor`` (a class: its ``__init__``; a function) that its body
     uses as a configuration object: ``p.x``, ``p["x"]``, ``p.get("x")``."""
@@ -272,8 +292,9 @@ def config_params(ctor) -> List[str]:
     positional = [*args.posonlyargs, *args.args][1 if isinstance(ctor, type) else 0:]
     defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
     pairs = list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults))
-    # only arguments a caller must give (or that default to None): a sized default is data
-    names = {a.arg for a, d in pairs if d is None or (isinstance(d, ast.Constant) and d.value is None)}
+    # only arguments a caller must give (or that default to None): a sized default is data;
+    # not one annotated as a module (encoder: nn.Module reading encoder.norm is a model)
+    names = {a.arg for a, d in pairs if (d is None or (isinstance(d, ast.Constant) and d.value is None)) and module_annotation(ctor, a.arg) is None}
     used: List[str] = []
     for sub in ast.walk(node):
         if isinstance(sub, ast.Attribute) and not sub.attr.startswith("_") and sub.attr not in ("index", "count", "shape", "dtype"):
@@ -387,6 +408,8 @@ class MissingKey(MissingArgs, AttributeError, KeyError):
 
 class Building:
     """Builds candidates small, filling what they need (a mixin of the worker)."""
+
+    _inner: List[Any] = []  # the classes whose modes are being made for a module argument
 
     @staticmethod
     def resolve(module_name: str, attr: str):
@@ -567,11 +590,27 @@ class Building:
         if off:
             for mode in out:
                 mode["how"] += ", no checkpoint: " + ", ".join(f"{k}={v!r}" for k, v in off.items())
+        # a required argument annotated with a model class of the files (encoder: Hiera) that
+        # no call site gives: that class, as it is built as a model
+        for name in sorted(required - set(given)):
+            ann = module_annotation(cand["cls"], name)
+            first = self._first_cands.get(ann) if ann is not None else None
+            if first is not None and first["cls"] is not cand["cls"]:
+                given[name] = ModuleArg(first)
         # an argument that is itself a model of the files (encoder=Hiera(...) at a call
         # site): built the way the models are, small first, in each of these modes
         for key, value in given.items():
-            if isinstance(value, ModuleArg):
-                inner = self.modes(value.cand)
+            if not isinstance(value, ModuleArg):
+                continue
+            if len(self._inner) >= 3 or value.cand["cls"] in self._inner:  # a cycle: left to fill
+                for mode in out:
+                    mode["kwargs"].pop(key, None)
+            else:
+                self._inner.append(value.cand["cls"])
+                try:
+                    inner = self.modes(value.cand)
+                finally:
+                    self._inner.pop()
                 for i, mode in enumerate(out):
                     pick = inner[min(i, len(inner) - 1)]
                     mode["kwargs"] = dict(mode["kwargs"], **{key: ModuleArg(value.cand, pick)})

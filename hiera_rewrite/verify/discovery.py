@@ -84,6 +84,7 @@ class Discovery:
 
     _model_classes: Dict[str, Any] = {}  # name -> nn.Module class of the files (set by discover)
     _factories: Dict[str, Dict[str, Any]] = {}  # name -> factory of the files
+    _first_cands: Dict[Any, Dict[str, Any]] = {}  # top-level class -> its first candidate
 
     def discover(self, torch) -> List[Dict[str, Any]]:
         """Candidates, in order: the first variant of each top-level model class, then
@@ -161,6 +162,7 @@ class Discovery:
         self.report["contains"] = {name: sorted(held) for name, held in contains.items()}
         self._model_classes = {c[0].__name__: c[0] for c in classes}
         self._factories = {f["attr"]: f for f in factories}
+        self._first_cands = {}
         tops = [c for c in classes if c[0] not in parts]
         tops.sort(key=lambda c: (not (_MODEL_ARGS & set(init_params(c[0])[0])), not c[3]))
         self.parts = [c[0] for c in classes if c[0] in parts]
@@ -191,6 +193,7 @@ class Discovery:
             if video is not None:
                 cands.append(dict(cands[-1], label=f"{cls.__module__}:{cls.__qualname__} (class, 3-D)", recipe=video))
             first.append(dict(cands[0], later=False))
+            self._first_cands[cls] = first[-1]
             later.extend(dict(c, later=True) for c in cands[1:])
         return first + later
 
