@@ -619,7 +619,8 @@ def _encoder_fork(tmp_path: Path, script: str, factory: bool = False) -> Path:
 def test_module_argument_built_as_at_the_call_site(tmp_path: Path, capsys):
     """HieraClassifier(encoder=Hiera(input_size=(64, 64), ...), num_classes=5) in the training
     script: verify builds that Hiera small, on each side from its own copy, and passes it as
-    the encoder (before: "needs encoder", heads.py's site NOT PROVEN)."""
+    the encoder (before: "needs norm", a key __init__ reads from the encoder taken for a
+    configuration object; heads.py's site NOT PROVEN)."""
     folder = _encoder_fork(tmp_path, (
         "from hiera.heads import HieraClassifier\n"
         "from hiera.hiera import Hiera\n\n"
