@@ -61,6 +61,33 @@ class _Opaque:
 OPAQUE = _Opaque()
 
 
+class CallRef:
+    """A call in the repo's scripts passed as an argument (``encoder=Hiera(...)``, or a
+    name bound to one: ``enc = hiera_tiny_224()``): the callee's name and its arguments
+    (literals, other CallRefs, OPAQUE)."""
+
+    def __init__(self, name: str, args: List[Any], kwargs: Dict[str, Any]) -> None:
+        self.name, self.args, self.kwargs = name, args, kwargs
+
+    def __repr__(self) -> str:
+        return f"<call {self.name}>"
+
+
+class ModuleArg:
+    """A constructor argument that is itself a model of the files (``encoder=``): the
+    candidate that builds it (class or factory, and its configuration), the mode it is
+    built in, and once built on the original side, the keyword arguments that rebuild it;
+    each side builds it from its own copy of the module."""
+
+    def __init__(self, cand: Dict[str, Any], mode: Optional[Dict[str, Any]] = None) -> None:
+        self.cand, self.mode = cand, mode
+        self.kwargs: Optional[Dict[str, Any]] = None
+        self.size: Optional[List[int]] = None
+
+    def __repr__(self) -> str:
+        return f"<{self.cand['module']}:{self.cand['attr']}>"
+
+
 SCAN_SKIP = {"__pycache__", "node_modules", "site-packages", "venv", "build", "dist", "wandb", "outputs", "checkpoints", "data"}
 
 
@@ -380,6 +407,26 @@ def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
     return values
 
 
+def module_annotation(ctor, name: str) -> Optional[type]:
+    """The ``nn.Module`` class a parameter of ``ctor`` is annotated with (``encoder: Hiera``,
+    ``encoder: nn.Module``; a string annotation is looked up in its module), else None."""
+    nn = getattr(sys.modules.get("torch"), "nn", None)
+    try:
+        param = inspect.signature(ctor).parameters.get(name)
+    except (TypeError, ValueError):
+        return None
+    ann = param.annotation if param is not None else None
+    if isinstance(ann, str):
+        target = ctor.__init__ if isinstance(ctor, type) else ctor
+        try:
+            ann = eval(ann, dict(getattr(inspect.getmodule(target), "__dict__", {})))  # noqa: S307 -- the user's own annotation
+        except Exception:  # noqa: BLE001
+            return None
+    if nn is not None and isinstance(ann, type) and issubclass(ann, nn.Module):
+        return ann
+    return None
+
+
 def config_params(ctor) -> List[str]:
     """Parameters of ``ctor`` (a class: its ``__init__``; a function) that its body
     uses as a configuration object: ``p.x``, ``p["x"]``, ``p.get("x")``."""
@@ -394,8 +441,9 @@ def config_params(ctor) -> List[str]:
     positional = [*args.posonlyargs, *args.args][1 if isinstance(ctor, type) else 0:]
     defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
     pairs = list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults))
-    # only arguments a caller must give (or that default to None): a sized default is data
-    names = {a.arg for a, d in pairs if d is None or (isinstance(d, ast.Constant) and d.value is None)}
+    # only arguments a caller must give (or that default to None): a sized default is data;
+    # not one annotated as a module (encoder: nn.Module reading encoder.norm is a model)
+    names = {a.arg for a, d in pairs if (d is None or (isinstance(d, ast.Constant) and d.value is None)) and module_annotation(ctor, a.arg) is None}
     used: List[str] = []
     for sub in ast.walk(node):
         if isinstance(sub, ast.Attribute) and not sub.attr.startswith("_") and sub.attr not in ("index", "count", "shape", "dtype"):
@@ -510,6 +558,8 @@ class MissingKey(MissingArgs, AttributeError, KeyError):
 class Building:
     """Builds candidates small, filling what they need (a mixin of the worker)."""
 
+    _inner: List[Any] = []  # the classes whose modes are being made for a module argument
+
     @staticmethod
     def resolve(module_name: str, attr: str):
         obj: Any = importlib.import_module(module_name)
@@ -518,8 +568,13 @@ class Building:
         return obj
 
     def repo(self) -> Dict[str, Tuple[Any, str]]:
+        """The repo's own values: what its scripts pass to the models and factories of
+        the files (``Hiera(model_name="hiera_tiny_224")``, :meth:`call_values`) first, then
+        its argparse defaults and config files (:func:`repo_values`)."""
         if self._repo is None:
-            self._repo = repo_values(self.spec["project_dir"], SCAN_SKIP)
+            self._repo = dict(self.call_values())
+            for key, value in repo_values(self.spec["project_dir"], SCAN_SKIP).items():
+                self._repo.setdefault(key, value)
         return self._repo
 
     def fill(self, name: str, filled: Dict[str, Any], like: Any = NO_DEFAULT) -> Any:
@@ -560,7 +615,7 @@ class Building:
         the keys a configuration object is asked for (:meth:`fill`, recorded in
         ``filled``).  ``kwargs`` is updated to what rebuilds the same model."""
         for name in config_params(ctor):
-            if not isinstance(kwargs.get(name), ConfigSpec):
+            if not isinstance(kwargs.get(name), (ConfigSpec, ModuleArg)):
                 given = kwargs.get(name)
                 kwargs[name] = ConfigSpec(given if isinstance(given, dict) else {})
         specs = [v for v in kwargs.values() if isinstance(v, ConfigSpec)]
@@ -573,7 +628,8 @@ class Building:
                     kwargs.pop(key)
         for _ in range(12):
             torch.manual_seed(0)
-            call = {k: (Config(v.values, lambda key: self.fill(key, filled)) if isinstance(v, ConfigSpec) else v) for k, v in kwargs.items()}
+            call = {k: (Config(v.values, lambda key: self.fill(key, filled)) if isinstance(v, ConfigSpec) else self.part(v, torch, filled) if isinstance(v, ModuleArg) else v)
+                    for k, v in kwargs.items()}
             try:
                 return ctor(**call)
             except MissingArgs:
@@ -591,6 +647,25 @@ class Building:
             for n in names:
                 kwargs[n] = self.fill(n, filled)
         raise RuntimeError("could not fill the required arguments")
+
+    def part(self, arg: ModuleArg, torch, filled: Dict[str, Any]):
+        """The model a :class:`ModuleArg` stands for, from this side's copy of its module:
+        the first time (original side) built in its mode, at the smallest input size its
+        mask units accept, and the keyword arguments that rebuild it recorded; after
+        that (the rewritten side, eval mode) built again from those."""
+        if arg.kwargs is not None:
+            return self.construct(self.ctor_of(arg.mode, torch), dict(arg.kwargs), torch, {})
+        model, kwargs = self.build(arg.mode, torch, filled)
+        if "input_size" not in self.spec["kwargs"] and not self.spec["input_shape"]:
+            small = self.small_input_size(model)
+            if small is not None and small != self.own_size(model, kwargs, torch):
+                try:
+                    model = self.construct(self.ctor_of(arg.mode, torch), dict(kwargs, input_size=tuple(small)), torch, filled)
+                    kwargs["input_size"] = tuple(small)
+                except TypeError:
+                    pass
+        arg.kwargs, arg.size = kwargs, self.own_size(model, kwargs, torch)
+        return model
 
     @staticmethod
     def shrink(params: Dict[str, Any], given: Dict[str, Any], user: Dict[str, Any]) -> Dict[str, Any]:
@@ -678,6 +753,31 @@ class Building:
         if off:
             for mode in out:
                 mode["how"] += ", no checkpoint: " + ", ".join(f"{k}={v!r}" for k, v in off.items())
+        # a required argument annotated with a model class of the files (encoder: Hiera) that
+        # no call site gives: that class, as it is built as a model
+        for name in sorted(required - set(given)):
+            ann = module_annotation(cand["cls"], name)
+            first = self._first_cands.get(ann) if ann is not None else None
+            if first is not None and first["cls"] is not cand["cls"]:
+                given[name] = ModuleArg(first)
+        # an argument that is itself a model of the files (encoder=Hiera(...) at a call
+        # site): built the way the models are, small first, in each of these modes
+        for key, value in given.items():
+            if not isinstance(value, ModuleArg):
+                continue
+            if len(self._inner) >= 3 or value.cand["cls"] in self._inner:  # a cycle: left to fill
+                for mode in out:
+                    mode["kwargs"].pop(key, None)
+            else:
+                self._inner.append(value.cand["cls"])
+                try:
+                    inner = self.modes(value.cand)
+                finally:
+                    self._inner.pop()
+                for i, mode in enumerate(out):
+                    pick = inner[min(i, len(inner) - 1)]
+                    mode["kwargs"] = dict(mode["kwargs"], **{key: ModuleArg(value.cand, pick)})
+                    mode["how"] += f", {key}={value.cand['module']}:{value.cand['attr']} ({pick['how']})"
         if cand["factory"]:
             out.append({"module": cand["module"], "attr": cand["attr"], "kwargs": dict(user), "how": "the factory"})
         for mode in out:
@@ -775,6 +875,8 @@ class Building:
             shapes = [list(self.spec["input_shape"])]
         else:
             size = self.own_size(model, kwargs, torch, defaults)
+            if not size:  # a wrapper of a model it was given (encoder=): that model's size
+                size = next((v.size for v in kwargs.values() if isinstance(v, ModuleArg) and v.size), None)
             if size:
                 shapes = [[2, self.in_chans(model, torch), *[int(s) for s in size]]]
             else:

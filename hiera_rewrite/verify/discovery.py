@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from .arguments import MAX_SCAN_BYTES, MAX_SCAN_FILES, OPAQUE, SCAN_SKIP, SIZE_KNOBS, callee, init_params, literal, size_rank
+from .arguments import MAX_SCAN_BYTES, MAX_SCAN_FILES, OPAQUE, SCAN_SKIP, SIZE_KNOBS, CallRef, ModuleArg, callee, init_params, literal, size_rank
 
 
 _MODEL_ARGS = {"input_size", "in_chans", "img_size"}
@@ -47,8 +47,44 @@ def _local_names(func: ast.AST) -> Set[str]:
     return names
 
 
+def _own_nodes(scope: ast.AST):
+    """The nodes of a module, function or class body, not those of the functions and
+    classes defined in it (their own scopes)."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _call_name(call: ast.Call) -> Optional[str]:
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+
+def _site_value(expr: ast.AST, names: Dict[str, ast.Call], depth: int = 0) -> Any:
+    """A call site's argument: a literal, a :class:`CallRef` (a call, or a name bound to
+    one in ``names``), else OPAQUE."""
+    try:
+        return ast.literal_eval(expr)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    if isinstance(expr, ast.Name) and expr.id in names and depth < 3:
+        expr = names[expr.id]
+    if isinstance(expr, ast.Call) and depth < 3:
+        name = _call_name(expr)
+        if name and not any(isinstance(a, ast.Starred) for a in expr.args) and all(k.arg for k in expr.keywords):
+            return CallRef(name, [_site_value(a, names, depth + 1) for a in expr.args], {k.arg: _site_value(k.value, names, depth + 1) for k in expr.keywords})
+    return OPAQUE
+
+
 class Discovery:
     """Finds the candidates on the original side (a mixin of the worker)."""
+
+    _model_classes: Dict[str, Any] = {}  # name -> nn.Module class of the files (set by discover)
+    _factories: Dict[str, Dict[str, Any]] = {}  # name -> factory of the files
+    _first_cands: Dict[Any, Dict[str, Any]] = {}  # top-level class -> its first candidate
 
     def discover(self, torch) -> List[Dict[str, Any]]:
         """Candidates, in order: the first variant of each top-level model class, then
@@ -124,6 +160,9 @@ class Discovery:
             for name, held in contains.items():
                 held |= {n for h in list(held) for n in contains.get(h, ())}
         self.report["contains"] = {name: sorted(held) for name, held in contains.items()}
+        self._model_classes = {c[0].__name__: c[0] for c in classes}
+        self._factories = {f["attr"]: f for f in factories}
+        self._first_cands = {}
         tops = [c for c in classes if c[0] not in parts]
         tops.sort(key=lambda c: (not (_MODEL_ARGS & set(init_params(c[0])[0])), not c[3]))
         self.parts = [c[0] for c in classes if c[0] in parts]
@@ -146,7 +185,7 @@ class Discovery:
                 cands.append({"module": best["module"], "attr": best["attr"], "label": f"{best['module']}:{best['attr']} -> {cls.__name__}", "factory": True, "cls": cls, "recipe": best["recipe"], "opaque": best["opaque"], "kwargs": {}})
             # where the repo's scripts build it with literal keywords (a training script's
             # Hiera(input_size=(64, 4, 32), in_chans=1, ...)): its configuration, built small
-            for where, recipe in self.call_sites().get(cls.__name__, [])[:2]:
+            for where, recipe in self.site_recipes(cls)[:2]:
                 if not any(c["recipe"] == recipe for c in cands):
                     cands.append({"module": cls.__module__, "attr": cls.__qualname__, "label": f"{cls.__module__}:{cls.__qualname__} (as at {where})", "factory": False, "cls": cls, "recipe": recipe, "opaque": False, "kwargs": {}})
             cands.append({"module": cls.__module__, "attr": cls.__qualname__, "label": f"{cls.__module__}:{cls.__qualname__} (class)", "factory": False, "cls": cls, "recipe": {}, "opaque": False, "kwargs": {}})
@@ -154,6 +193,7 @@ class Discovery:
             if video is not None:
                 cands.append(dict(cands[-1], label=f"{cls.__module__}:{cls.__qualname__} (class, 3-D)", recipe=video))
             first.append(dict(cands[0], later=False))
+            self._first_cands[cls] = first[-1]
             later.extend(dict(c, later=True) for c in cands[1:])
         return first + later
 
@@ -227,11 +267,13 @@ class Discovery:
                 return OPAQUE
         return value
 
-    def call_sites(self) -> Dict[str, List[Tuple[str, Dict[str, Any]]]]:
-        """{class name: [(path:line, keywords)]}: calls ``Name(k=literal, ...)`` (no
-        positional arguments, every keyword a literal) in the repo's other Python files."""
+    def call_sites(self) -> Dict[str, List[Tuple[str, List[Any], Dict[str, Any]]]]:
+        """{callee name: [(path:line, positional, keywords)]}: the calls in the repo's
+        other Python files.  Each argument is a literal, a :class:`CallRef` (a call, or a
+        name the same function bound to one earlier: ``enc = hiera_tiny_224()``), else
+        OPAQUE (``args.classes``: only the script knows)."""
         if getattr(self, "_call_sites", None) is None:
-            found: Dict[str, List[Tuple[str, Dict[str, Any]]]] = {}
+            found: Dict[str, List[Tuple[str, List[Any], Dict[str, Any]]]] = {}
             root = self.spec["project_dir"]
             skip = {os.path.realpath(t) for t in self.spec.get("targets", [])}
             paths: List[str] = []
@@ -249,19 +291,86 @@ class Discovery:
                     tree = ast.parse(Path(path).read_bytes())
                 except (OSError, SyntaxError, ValueError):
                     continue
-                for node in ast.walk(tree):
-                    if not isinstance(node, ast.Call) or node.args or not node.keywords:
-                        continue
-                    func = node.func
-                    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-                    try:
-                        kw = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
-                    except (ValueError, SyntaxError, TypeError):
-                        continue
-                    if name and None not in kw:
-                        found.setdefault(name, []).append((f"{os.path.relpath(path, root)}:{node.lineno}", kw))
+                rel = os.path.relpath(path, root)
+                for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))]:
+                    own = sorted(_own_nodes(scope), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+                    bound = [(n.lineno, n.targets[0].id, n.value) for n in own
+                             if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Call)]
+                    for node in own:
+                        if not isinstance(node, ast.Call) or not (node.args or node.keywords):
+                            continue
+                        name = _call_name(node)
+                        if name is None or any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+                            continue
+                        names = {b[1]: b[2] for b in bound if b[0] < node.lineno}
+                        args = [_site_value(a, names) for a in node.args]
+                        kwargs = {k.arg: _site_value(k.value, names) for k in node.keywords}
+                        found.setdefault(name, []).append((f"{rel}:{node.lineno}", args, kwargs))
             self._call_sites = found
         return self._call_sites
+
+    def bind_site(self, target, args: List[Any], kwargs: Dict[str, Any], depth: int = 0) -> Dict[str, Any]:
+        """A call site's arguments of ``target`` (a class or a function of the files) by
+        name; OPAQUE ones dropped (the class's defaults or :meth:`fill` give them), a
+        :class:`CallRef` of a model of the files made a :class:`ModuleArg`."""
+        try:
+            sig = inspect.signature(target)
+            positional = [p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            if not positional and isinstance(target, type) and any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values()):
+                positional = list(init_params(target)[0])  # hidden behind a wrapper's *args (@has_config)
+        except (TypeError, ValueError):
+            positional = []
+        out: Dict[str, Any] = {}
+        for name, value in [*zip(positional, args), *kwargs.items()]:
+            if isinstance(value, CallRef):
+                value = self.module_arg(value, depth + 1)
+            if value is not OPAQUE:
+                out[name] = value
+        return out
+
+    def module_arg(self, ref: CallRef, depth: int = 1) -> Any:
+        """The :class:`ModuleArg` building what a call site passes (``Hiera(input_size=...)``,
+        ``hiera_tiny_224()``): a model class of the files with the call's arguments, or a
+        factory's class with its configuration and the call's keywords; else OPAQUE."""
+        if depth > 3:
+            return OPAQUE
+        cls = self._model_classes.get(ref.name)
+        if cls is not None:
+            cand = {"module": cls.__module__, "attr": cls.__qualname__, "cls": cls, "factory": False, "opaque": False, "kwargs": {},
+                    "recipe": self.bind_site(cls, ref.args, ref.kwargs, depth)}
+            return ModuleArg(cand)
+        f = self._factories.get(ref.name)
+        if f is None:
+            return OPAQUE
+        params = init_params(f["cls"])[0]
+        extra = {k: v for k, v in self.bind_site(f["cls"], [], ref.kwargs, depth).items() if k in params}
+        cand = {"module": f["module"], "attr": f["attr"], "cls": f["cls"], "factory": True, "opaque": f["opaque"] or bool(ref.args), "kwargs": {},
+                "recipe": dict(f["recipe"], **extra)}
+        return ModuleArg(cand)
+
+    def site_recipes(self, cls) -> List[Tuple[str, Dict[str, Any]]]:
+        """(where, arguments) of each call of ``cls`` in the repo's scripts that gives some."""
+        out = []
+        for where, args, kwargs in self.call_sites().get(cls.__name__, []):
+            recipe = self.bind_site(cls, args, kwargs)
+            if recipe:
+                out.append((where, recipe))
+        return out
+
+    def call_values(self) -> Dict[str, Tuple[Any, str]]:
+        """{argument: (literal, path:line)} that the repo's scripts pass to the models and
+        factories of the files (``Hiera(model_name="hiera_tiny_224", ...)``): first found wins."""
+        values: Dict[str, Tuple[Any, str]] = {}
+        targets = {**{n: f["cls"] for n, f in self._factories.items()}, **self._model_classes}
+        for name, target in targets.items():
+            for where, args, kwargs in self.call_sites().get(name, []):
+                if target is not self._model_classes.get(name):  # a factory: its keywords only
+                    args = []
+                params = init_params(target)[0] if isinstance(target, type) else {}
+                for key, value in self.bind_site(target, args, kwargs).items():
+                    if not isinstance(value, ModuleArg) and key in params:
+                        values.setdefault(key, (value, where))
+        return values
 
     @staticmethod
     def _video(cls, recipes: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
