@@ -65,6 +65,11 @@ def _evidence(folder: Path) -> Tuple[int, Set[str]]:
     return level, {n for n in names if n.split(".")[0] not in _NOT_LOCAL}
 
 
+def relative_imports(folder: Path) -> bool:
+    """The folder's files import each other relatively (it is a package, if a namespace one)."""
+    return _evidence(folder)[0] > 0
+
+
 def vcs_root(folder: Path) -> Optional[Path]:
     for candidate in [folder, *folder.parents]:
         if any((candidate / v).exists() for v in _VCS):
@@ -150,7 +155,32 @@ def find_layout(path: Path) -> Layout:
         root = vcs
     if root != floor and kind == "flat":
         kind = "namespace"
+    # a namespace folder never takes a top-level name an installed distribution holds (a
+    # fork's models/hiera/ without __init__.py beside an installed hiera-transformer: the
+    # installed regular package would win the import): the folder above imports the files
+    # under their own names (models.hiera.hiera), as Python does run from the repo root
+    for up in [*root.parents][:3]:
+        top = path.resolve().relative_to(root).parts[0]
+        shadowed = (root / top).is_dir() and not (root / top / "__init__.py").is_file() and _installed_elsewhere(top, root)
+        if not shadowed or (vcs is not None and not _above(vcs, up)):
+            break
+        root, kind = up, "namespace"
     return Layout(root, kind)
+
+
+def _installed_elsewhere(name: str, root: Path) -> bool:
+    """``name`` imports, outside ``root``, as an installed module or regular package."""
+    if name in _NOT_LOCAL:
+        return False
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    places = [spec.origin] if spec.origin and spec.origin not in ("built-in", "frozen", "namespace") else []
+    places += list(spec.submodule_search_locations or []) if spec.origin not in (None, "namespace") else []
+    return any(not _above(root, Path(os.path.realpath(p))) for p in places)
 
 
 def module_name(root: Path, path: Path) -> str:

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from .layout import Group
+from .layout import Group, relative_imports
 from .report import FAILED, NOT_PROVEN, print_report
 from .sites import sites_of
 
@@ -178,7 +178,9 @@ def verify_group(
             # a folder of plain files goes on the path too (their bare `import hiera_utils`),
             # a package's own folder never: Python imports from the root, and a repo module
             # named like a library (a `transformers.py` beside the model) must not shadow it
-            "flat_dirs": sorted({str(group.rel(p).parent) for p in group.targets if not (p.parent / "__init__.py").is_file()}),
+            # (a folder whose files import each other relatively is a namespace package: not it
+            # either, or `hiera.py` in it would also be a top-level `hiera`)
+            "flat_dirs": sorted({str(group.rel(p).parent) for p in group.targets if not (p.parent / "__init__.py").is_file() and not relative_imports(p.parent)}),
             "project_dir": str(group.root),
             "targets": [str(p) for p in group.targets],
             "modules": [{"name": group.module(p), "primary": p in group.targets} for p in scan],
