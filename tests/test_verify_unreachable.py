@@ -69,3 +69,29 @@ def test_a_sabotaged_reachable_site_still_fails(fork: Path, capsys, monkeypatch)
     hr001 = [row for key, row in site_rows(out).items() if key.endswith("HR001") and "hiera.py:" in key]
     assert hr001 and "FAIL" in hr001[0], out
     assert "verify: FAILED" in out
+
+
+def test_an_unbuildable_model_names_the_factory_line_to_edit(tmp_path: Path, capsys, monkeypatch):
+    """Every build of the fork's MAE fails its own check (it wants q_pool=1 from its caller):
+    its sites are NOT PROVEN, and the message gives the --factory line of the build tried,
+    filled in with the model's configuration; that line with the value changed (and smaller
+    dims) proves every 2-D site."""
+    sources = upstream_files()
+    sources["hiera_mae.py"] = sub(
+        sources["hiera_mae.py"],
+        "        encoder_dim_out = self.blocks[-1].dim_out\n",
+        "        encoder_dim_out = self.blocks[-1].dim_out\n        assert self.q_pool < 2, 'this fork pools once'\n",
+    )
+    write(tmp_path / "x" / "hiera", sources)
+    monkeypatch.chdir(tmp_path / "x")
+    code, out, err = verify(Path("hiera"), capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    line = """--factory hiera.hiera_mae:MaskedAutoencoderHiera:'{"embed_dim": 96, "num_heads": 1, "stages": [1, 2, 7, 2], "q_pool": 2}'"""
+    unproven = [x for x in out.splitlines() if x.startswith("not proven:")]
+    assert unproven and all(f"reach it with {line}" in x for x in unproven), out
+    given = '{"embed_dim": 8, "num_heads": 1, "stages": [1, 2, 7, 2], "q_pool": 1, "input_size": [64, 64], "decoder_depth": 1, "decoder_embed_dim": 16}'
+    code, out, err = verify(Path("hiera"), capsys, "--factory", f"hiera.hiera_mae:MaskedAutoencoderHiera:{given}")
+    # every site but the 3-D label path (a 2-D model): that is what --factory for a video build would add
+    unproven = sorted(k for k, r in site_rows(out).items() if "NOT PROVEN" in r)
+    assert [k.split(":")[0] for k in unproven] == ["hiera/hiera_mae.py"] * 2 and "verify: NOT PROVEN (7/9 sites exercised" in out, out
+    assert all("get_pixel_label_3d" in r or "forward_loss" in r for k, r in site_rows(out).items() if k in unproven), out

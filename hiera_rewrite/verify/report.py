@@ -127,8 +127,11 @@ def _hint(site: Dict[str, Any], report: Dict[str, Any]) -> str:
     if large:
         first = next(f for f in why if f.get("too_large"))
         return f"{first['label']}: {first['error']}"
+    flags = [f["flag"] for f in why if f.get("flag")]
     if missing:
         text = f"give the missing argument: --kwargs '{json.dumps({m: '...' for m in missing[0]})}' (given to every build that takes it)"
+    elif flags:  # the build that was tried, to give with the values the original runs with
+        text = f"reach it with {flags[0]}, changing what the original raised at (or a factory of a model holding it; --input-shape B,C,... for the input)"
     else:
         text = f"reach it with --factory {module}:{owner_class}:'{{...}}' (or a factory of a model holding it), --kwargs JSON or --input-shape B,C,..."
     return (f"{reason}; " if reason else "") + text

@@ -146,6 +146,11 @@ class Worker(Discovery, Building, Inputs, Comparison):
         for mode in modes:
             if mode["how"] == "the factory" and any(e.get("same_as_factory") for e in errors):
                 continue  # built from the factory's own arguments, it raised at a statement of the files
+            tried = {"module": mode["module"], "attr": mode["attr"], "kwargs": mode.get("kwargs", {}), "how": mode["how"]}
+
+            def failed(error: Dict[str, Any], tried=tried) -> None:  # with the build it came from
+                errors.append(dict(error, mode=tried))
+
             t0 = time.time()
             self.progress(f"building {label} ({mode['how']}, original)")
             bucket = self.bucket("orig", label, "build")
@@ -153,11 +158,11 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 with self.budget(), self.trace(bucket):
                     plan = self.plan_mode(cand, mode, torch)
             except MissingArgs as exc:
-                errors.append({"error": f"needs {', '.join(exc.names)} (no default, no guess from its name)", "missing": exc.names})
+                failed({"error": f"needs {', '.join(exc.names)} (no default, no guess from its name)", "missing": exc.names})
                 self.forget(label)
                 continue
             except (Exception, OverBudget) as exc:  # noqa: BLE001
-                errors.append(self.too_large_error(mode, exc) or {"error": f"cannot build ({mode['how']}): {type(exc).__name__}: {exc}"})
+                failed(self.too_large_error(mode, exc) or {"error": f"cannot build ({mode['how']}): {type(exc).__name__}: {exc}"})
                 self.forget(label)
                 if errors[-1].get("too_large"):
                     break  # the next modes are larger
@@ -192,7 +197,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 if where is not None:  # a statement of the files raised, not ours
                     error["raised"] = {"where": where, "what": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"}
                     error["same_as_factory"] = mode["how"].startswith("its configuration") and not mode.get("filled")
-                errors.append(error)
+                failed(error)
                 self.forget(label)
                 del model
                 if where is not None and where == self.raises_at.get(cand.get("cls")):
@@ -275,6 +280,19 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 plan["runs"][(cname, name)] = (kw, dict(opts, train=False), result)
             del model
 
+    @staticmethod
+    def json_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        """The keyword arguments that JSON can carry (tuples as lists, a configuration
+        object as its values); the others (modules, callables) are left out."""
+        out = {}
+        for key, value in kwargs.items():
+            value = getattr(value, "values", value) if type(value).__name__ == "ConfigSpec" else value
+            try:
+                out[key] = json.loads(json.dumps(value))
+            except (TypeError, ValueError):
+                continue
+        return out
+
     def too_large_error(self, mode: Dict[str, Any], exc: BaseException) -> Optional[Dict[str, Any]]:
         """A build or case over the memory or time budget: "too large to verify here", with
         the flags that build it smaller (its sizes as tried, to give smaller), else None."""
@@ -312,6 +330,13 @@ class Worker(Discovery, Building, Inputs, Comparison):
         lacked an argument or a budget), the path is *unreachable in the original*."""
         if errors:
             failure = dict(errors[-1], label=label, **{"class": cls.__name__ if cls else None})
+            failure.pop("mode", None)
+            # the build to start from, as a --factory line: the model's own configuration as
+            # tried (the class and what its factory gives), else the first build tried
+            tried = [e["mode"] for e in errors if e.get("mode")]
+            last = next((m for m in tried if m["how"].startswith("its configuration")), tried[0] if tried else None)
+            if last is not None:
+                failure["flag"] = f"--factory {last['module']}:{last['attr']}:'{json.dumps(self.json_kwargs(last['kwargs']))}'"
             raised = [e["raised"] for e in errors if e.get("raised")]
             if raised and len({r["where"] for r in raised}) == 1 and not any(e.get("missing") or e.get("too_large") for e in errors):
                 failure["unreachable"] = raised[-1]
