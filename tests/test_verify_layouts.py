@@ -788,3 +788,19 @@ def test_module_argument_nothing_gives_names_it(tmp_path: Path, capsys):
     assert "needs encoder (no default, no guess from its name)" in out, out
     assert """give the missing argument: --kwargs '{"encoder": "..."}'""" in out, out
     assert "verify: NOT PROVEN (3/4 sites exercised; 1 never ran in a compared case)" in out, out
+
+
+def test_a_package_init_that_raises_on_both_sides_is_no_mismatch(tmp_path: Path, capsys):
+    """The fork deleted its MAE factories but its package __init__.py still imports them:
+    importing the package raises on both sides, and leaves hiera.hiera and hiera.hiera_mae
+    imported.  The original side built its models from those; the rewritten side must see
+    the same imports (before: 'cannot build the rewritten model: ImportError', verdict
+    FAILED, a mismatch reported where the two sides agree)."""
+    sources = upstream_files()
+    sources["hiera_mae.py"] = _cut_factories(sources["hiera_mae.py"])
+    assert "mae_hiera_tiny_224" in sources["__init__.py"]
+    folder = write(tmp_path / "x" / "hiera", sources)
+    code, out, err = verify(folder, capsys)
+    assert "cannot build the rewritten model" not in out, out
+    assert "note: cannot import hiera: ImportError: cannot import name 'mae_hiera_tiny_224'" in out, out
+    assert code == cli.EXIT_CHANGED and "verify: PASSED (9/9 sites exercised" in out, out + err

@@ -106,6 +106,7 @@ class Discovery:
             if mod_name in scanned:
                 return
             scanned.add(mod_name)
+            self.scan_order.append(mod_name)
             try:
                 module = importlib.import_module(mod_name)
             except Exception as exc:  # noqa: BLE001 -- the user's code may raise anything

@@ -64,6 +64,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
         limits = spec.get("budget") or {}
         self.memory_gib, self.seconds = limits.get("memory_gib"), limits.get("seconds")
         self.budget = Budget(self.seconds)  # `with self.budget():` around each case
+        self.scan_order: List[str] = []  # the modules discovery imported, in order
         self.raises_at: Dict[Any, str] = {}  # class -> the statement its every build raised at
 
     def progress(self, message: str) -> None:
@@ -85,6 +86,13 @@ class Worker(Discovery, Building, Inputs, Comparison):
         sys.path[:0] = entries
         importlib.invalidate_caches()
         self.before = set(sys.modules)
+        # the imports discovery made on the original side, in its order: a package whose
+        # __init__ raises leaves its submodules imported there, so it must here too
+        for name in self.scan_order:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 -- noted on the original side
+                pass
 
     def leave(self) -> None:
         roots = [os.path.realpath(p) for p in self.path_entries]
