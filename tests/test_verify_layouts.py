@@ -804,3 +804,19 @@ def test_a_package_init_that_raises_on_both_sides_is_no_mismatch(tmp_path: Path,
     assert "cannot build the rewritten model" not in out, out
     assert "note: cannot import hiera: ImportError: cannot import name 'mae_hiera_tiny_224'" in out, out
     assert code == cli.EXIT_CHANGED and "verify: PASSED (9/9 sites exercised" in out, out + err
+
+
+def test_required_name_looked_up_in_a_registry(tmp_path: Path, capsys):
+    """Hiera(model_name) with no default, no call site, no script value: its __init__ looks
+    the name up in a module-level registry (HIERA_VARIANTS[model_name]).  The registry's key
+    of the smallest model is the value (before: "needs model_name", NOT PROVEN)."""
+    sources = _model_name_fork(partial_factory=False)
+    sources["hiera.py"] = sub(
+        sources["hiera.py"],
+        '        assert model_name.startswith("hiera"), model_name\n',
+        "        self.variant = HIERA_VARIANTS[model_name]\n",
+    )
+    sources["hiera.py"] += '\n\nHIERA_VARIANTS = {"hiera_base_224": (2, 3, 16, 3), "hiera_tiny_224": (1, 2, 7, 2), "hiera_large_224": (2, 6, 36, 4)}\n'
+    folder = write(tmp_path / "x" / "hiera", sources)
+    out = assert_all_proven(folder, capsys)
+    assert "model_name='hiera_tiny_224' (a key of hiera.hiera.HIERA_VARIANTS)" in out, out

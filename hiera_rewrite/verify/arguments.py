@@ -457,6 +457,47 @@ def config_params(ctor) -> List[str]:
     return used
 
 
+def registry_key(ctor, name: str) -> Optional[Tuple[str, str]]:
+    """(key, where) for an argument the constructor looks up in a registry of its module:
+    ``MODEL_CONFIGS[model_name]``, ``MODELS.get(arch)`` with ``MODEL_CONFIGS`` a module-level
+    dict keyed by strings; the key of the smallest model ("tiny" before "base"), else None."""
+    module = sys.modules.get(getattr(ctor, "__module__", "") or "")
+    if isinstance(ctor, type):  # its own __init__ as written (upstream's @has_config hides it)
+        node = _init_node(ctor)
+    else:
+        try:
+            node = ast.parse(textwrap.dedent(inspect.getsource(ctor)))
+        except (OSError, TypeError, SyntaxError):
+            node = None
+    if node is None:
+        return None
+    for sub in ast.walk(node):
+        # a factory handing its kwargs["model_name"] on to a class: that class's registry
+        if not isinstance(ctor, type) and isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and module is not None:
+            for kw in sub.keywords:
+                value = kw.value
+                if kw.arg and isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant) and value.slice.value == name:
+                    callee = vars(module).get(sub.func.id)
+                    found = registry_key(callee, kw.arg) if isinstance(callee, type) else None
+                    if found is not None:
+                        return found
+        table = None
+        if isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Name) and sub.slice.id == name:
+            table = sub.value
+        elif (
+            isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "get"
+            and sub.args and isinstance(sub.args[0], ast.Name) and sub.args[0].id == name
+        ):
+            table = sub.func.value
+        if not isinstance(table, ast.Name) or module is None:
+            continue
+        found = vars(module).get(table.id)
+        if isinstance(found, dict) and found and all(isinstance(k, str) for k in found):
+            key = min(found, key=lambda k: (size_rank(k), list(found).index(k)))
+            return key, f"a key of {getattr(module, '__name__', '?')}.{table.id}"
+    return None
+
+
 def _init_node(cls) -> Optional[ast.FunctionDef]:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
@@ -577,7 +618,7 @@ class Building:
                 self._repo.setdefault(key, value)
         return self._repo
 
-    def fill(self, name: str, filled: Dict[str, Any], like: Any = NO_DEFAULT) -> Any:
+    def fill(self, name: str, filled: Dict[str, Any], like: Any = NO_DEFAULT, ctor: Any = None) -> Any:
         """A value for an argument or configuration key nobody gave: the user's
         ``--kwargs``; for a size (dims, heads, stages) a small one from its name; else
         the repo's own (a script's argument, config file, argparse default; a string of
@@ -593,8 +634,11 @@ class Building:
             repo = (as_sequence(name, repo[0], like), repo[1])
         if repo is not None and is_size(name) and isinstance(repo[0], (tuple, list)) and repo[0] and all(isinstance(v, int) for v in repo[0]):
             small = type(repo[0])(1 for _ in repo[0])  # as many stages as the repo's, one block each
+        keyed = registry_key(ctor, name) if repo is None and small is None and ctor is not None else None
         if repo is not None and (small is None or not is_size(name)):
             value, self.origin[name] = repo
+        elif keyed is not None:
+            value, self.origin[name] = keyed
         elif small is not None:
             value, self.origin[name] = small, None
         else:
@@ -645,7 +689,7 @@ class Building:
                     raise
                 names = [key]
             for n in names:
-                kwargs[n] = self.fill(n, filled)
+                kwargs[n] = self.fill(n, filled, ctor=ctor)
         raise RuntimeError("could not fill the required arguments")
 
     def part(self, arg: ModuleArg, torch, filled: Dict[str, Any]):
@@ -840,7 +884,7 @@ class Building:
         configs = set(config_params(ctor))
         for name in mode.get("required", []):
             if name not in configs:
-                kwargs[name] = self.fill(name, filled)
+                kwargs[name] = self.fill(name, filled, ctor=ctor)
         return self.construct(ctor, kwargs, torch, filled), kwargs
 
     def class_defaults(self, model, mode: Dict[str, Any]) -> Dict[str, Any]:
