@@ -701,15 +701,25 @@ class Building:
             return self.construct(self.ctor_of(arg.mode, torch), dict(arg.kwargs), torch, {})
         model, kwargs = self.build(arg.mode, torch, filled)
         if "input_size" not in self.spec["kwargs"] and not self.spec["input_shape"]:
-            small = self.small_input_size(model)
-            if small is not None and small != self.own_size(model, kwargs, torch):
-                try:
-                    model = self.construct(self.ctor_of(arg.mode, torch), dict(kwargs, input_size=tuple(small)), torch, filled)
-                    kwargs["input_size"] = tuple(small)
-                except TypeError:
-                    pass
-        arg.kwargs, arg.size = kwargs, self.own_size(model, kwargs, torch)
+            model, _ = self.smaller_input(model, kwargs, arg.mode, torch, filled)
+        arg.kwargs, arg.size = kwargs, self.own_size(model, kwargs, torch, self.class_defaults(model, arg.mode))
         return model
+
+    def smaller_input(self, model, kwargs: Dict[str, Any], mode: Dict[str, Any], torch, filled: Dict[str, Any]):
+        """(the model built again for the smallest input its mask units accept, or as it
+        was; the TypeError of a constructor that takes no ``input_size``, or None).
+        ``kwargs`` gets the size it was built for."""
+        defaults = self.class_defaults(model, mode)
+        small = self.small_input_size(model, kwargs, torch, defaults)
+        own = self.own_size(model, kwargs, torch, defaults)
+        if small is None or own is None or small == own:
+            return model, None
+        try:
+            model = self.construct(self.ctor_of(mode, torch), dict(kwargs, input_size=tuple(small)), torch, filled)
+        except TypeError as exc:
+            return model, exc
+        kwargs["input_size"] = tuple(small)
+        return model, None
 
     @staticmethod
     def shrink(params: Dict[str, Any], given: Dict[str, Any], user: Dict[str, Any]) -> Dict[str, Any]:
@@ -904,14 +914,9 @@ class Building:
         defaults = self.class_defaults(model, mode)
         user_sized = "input_size" in self.spec["kwargs"] or "input_size" in cand.get("kwargs", {})
         if not user_sized and not self.spec["input_shape"] and not mode.get("own_input"):
-            small = self.small_input_size(model, kwargs, torch, defaults)
-            own = self.own_size(model, kwargs, torch, defaults)
-            if small is not None and own is not None and small != own:
-                try:
-                    model = self.construct(self.resolve(mode["module"], mode["attr"]), dict(kwargs, input_size=tuple(small)), torch, filled)
-                    kwargs["input_size"] = tuple(small)
-                except TypeError as exc:
-                    self.report["notes"].append(f"{cand['label']}: cannot shrink input_size ({exc}); verifying at full size (slow)")
+            model, exc = self.smaller_input(model, kwargs, mode, torch, filled)
+            if exc is not None:
+                self.report["notes"].append(f"{cand['label']}: cannot shrink input_size ({exc}); verifying at full size (slow)")
         fallbacks: List[List[int]] = []
         if mode.get("tensors"):  # a function: the token shapes its arguments suggest
             shapes = model.verify_input_shapes()
