@@ -580,21 +580,26 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 # forward's required arguments, made again for this size (none: {})
                 probe = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
                 extra = self._made(model, probe, self.forward_args(model, probe, torch)[0], torch)
-                result = timer.time_training_steps(
-                    {"original": models["orig"], "rewritten": models["new"]},
-                    lambda: torch.randn(*shape, device="cuda", dtype=torch.bfloat16),
-                    baseline="original",
-                    forward_kwargs=extra,
-                    rounds=int(bench.get("rounds", 8)),
-                    steps=int(bench.get("steps", 5)),
-                    torch=torch,
-                )
+                sides = {"original": models["orig"], "rewritten": models["new"]}
+                make = lambda: torch.randn(*shape, device="cuda", dtype=torch.bfloat16)  # noqa: E731
+                rounds, steps = int(bench.get("rounds", 8)), int(bench.get("steps", 5))
+                if bench.get("modes"):  # --bench-modes: each mode, compiled and warmed up first
+                    result = timer.time_modes(sides, make, baseline="original", modes=bench["modes"], forward_kwargs=extra, rounds=rounds, steps=steps, torch=torch)
+                    ratios = {m["mode"]: {"ratio": m["ratios"]["rewritten"]["median"], "ran": m["ran"]} for m in result["modes"] if "ratios" in m}
+                    timing.append({"label": label, "lines": timer.format_modes(label, result, "bfloat16", shape), "result": {"device": result["device"], "modes": ratios}})
+                    continue
+                result = timer.time_training_steps(sides, make, baseline="original", forward_kwargs=extra, rounds=rounds, steps=steps, torch=torch)
                 timing.append({"label": label, "lines": timer.format_timing(label, result, "bfloat16", shape), "result": {k: v for k, v in result.items() if k != "ratios"} | {"ratio": result["ratios"]["rewritten"]["median"]}})
             except Exception as exc:  # noqa: BLE001 -- timing is extra: say why, keep the verdict
                 hint = "; try a smaller --bench-batch" if "out of memory" in str(exc) else ""
                 timing.append({"label": label, "lines": [f"timing of {label} skipped: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}{hint}"]})
             finally:
                 models.clear()
+                if bench.get("modes"):
+                    try:  # the compiled graphs and their CUDA-graph pools hold the models
+                        torch._dynamo.reset()
+                    except Exception:  # noqa: BLE001
+                        pass
                 torch.cuda.empty_cache()
 
 
