@@ -229,3 +229,63 @@ def test_reduce_overhead_with_skipped_cudagraphs_is_not_capturable(monkeypatch):
 
 def test_modes_are_named_as_the_report_names_them():
     assert BENCH_MODES == {"eager": "eager", "compile": "compile", "ro": "reduce-overhead"}
+
+
+# -- the bench input follows the verified input's layout ----------------------------------------
+
+
+class _ChannelsLast(torch.nn.Module):
+    """A fork that takes (B, H, W, C) and permutes it itself; built for 32x32."""
+
+    def __init__(self):
+        super().__init__()
+        self.img_size = 32
+        self.embed = torch.nn.Conv2d(3, 4, 4, stride=4)
+
+    def forward(self, x):
+        assert x.shape[-1] == 3, f"expected channels last, got {tuple(x.shape)}"
+        return self.embed(x.permute(0, 3, 1, 2))
+
+
+class _Bare(torch.nn.Module):
+    """A fork that takes (B, H, W) and unsqueezes its one channel itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.img_size = 32
+        self.embed = torch.nn.Conv2d(1, 4, 4, stride=4)
+
+    def forward(self, x):
+        assert x.dim() == 3, f"expected no channel dim, got {tuple(x.shape)}"
+        return self.embed(x.unsqueeze(1))
+
+
+@pytest.mark.parametrize(
+    "model, verified, layout, timed",
+    [
+        (_ChannelsLast, [2, 8, 8, 3], "channels_last", [16, 32, 32, 3]),
+        (_Bare, [2, 8, 8], "no_channels", [16, 32, 32]),
+    ],
+)
+def test_bench_input_in_the_layout_verify_took(model, verified, layout, timed):
+    from hiera_rewrite.verify.inputs import Inputs
+
+    inputs, m = Inputs(), model().double()  # the worker verifies in float64
+    shapes = [[2, 3 if model is _ChannelsLast else 1, 8, 8]]
+    fallbacks = Inputs.other_ranks(shapes)
+    x, _, _ = inputs.choose_input(m, shapes, torch, fallbacks)
+    assert list(x.shape) == verified
+    assert Inputs.input_layout(list(x.shape), shapes, fallbacks) == layout
+    shape = inputs.bench_shape(m, {}, {"batch": 16}, verified, torch, layout)
+    assert shape == timed
+    m(torch.randn(*shape, dtype=torch.float64))  # the model runs at the timed input
+    assert inputs.bench_shape(m, {}, {"batch": 4, "size": [16, 24]}, verified, torch, layout)[1:3] == [16, 24]
+
+
+def test_channels_first_input_keeps_its_layout():
+    from hiera_rewrite.verify.inputs import Inputs
+
+    shapes = [[2, 3, 8, 8]]
+    assert Inputs.input_layout([2, 3, 8, 8], shapes, Inputs.other_ranks(shapes)) == "channels_first"
+    assert Inputs.input_layout([2, 10, 8], [[2, 10, 8], [2, 20, 8]], []) == "channels_first"  # a token sequence
+    assert Inputs().bench_shape(torch.nn.Linear(8, 8), {}, {"batch": 16}, [2, 10, 8], torch, "channels_first") == [16, 10, 8]

@@ -172,9 +172,11 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 for i, (device, dtype, tol, cname) in enumerate(configs):
                     model.to(device=device, dtype=dtype)
                     if i == 0:
+                        shapes, fallbacks = plan.pop("shapes"), plan.pop("fallbacks", None)
                         with self.budget():
-                            plan["x"], base, arg_notes = self.choose_input(model, plan.pop("shapes"), torch, plan.pop("fallbacks", None))
+                            plan["x"], base, arg_notes = self.choose_input(model, shapes, torch, fallbacks)
                         plan["shape"] = list(plan["x"].shape)
+                        plan["layout"] = self.input_layout(plan["shape"], shapes, fallbacks)  # --verify-cuda times in it
                         plan["notes"].extend(arg_notes)
                     x = plan["x"].to(device=device, dtype=dtype)
                     for case, kw in self.cases(model, x, torch, base):
@@ -440,7 +442,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
             self.leave()
 
         ref_name = configs[0][3] if configs else None
-        benches = [(plan["label"], plan["bench_mode"], plan["shape"]) for plan in plans if not plan["component"]]
+        benches = [(plan["label"], plan["bench_mode"], plan["shape"], plan.get("layout", "channels_first")) for plan in plans if not plan["component"]]
         self.enter("new")
         try:
             for plan in plans:
@@ -559,7 +561,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
 
         bench = self.spec["bench"]
         passed = {m["label"] for m in self.report["models"] if not m.get("error") and m["rows"] and all(r["ok"] for r in m["rows"])}
-        for label, mode, verified_shape in benches[: bench.get("models", 2)]:
+        for label, mode, verified_shape, layout in benches[: bench.get("models", 2)]:
             if label not in passed:
                 continue
             models = {}
@@ -575,7 +577,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 for model in models.values():
                     model.to(device="cuda", dtype=torch.bfloat16)
                 model = models["orig"]
-                shape = self.bench_shape(model, built, bench, verified_shape, torch)
+                shape = self.bench_shape(model, built, bench, verified_shape, torch, layout)
                 self.progress(f"timing {label} {tuple(shape)} on {torch.cuda.get_device_name()}")
                 # forward's required arguments, made again for this size (none: {})
                 probe = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
