@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--verify-budget", metavar="GIB,SECONDS", help="with --verify: the memory (GiB) the verification worker may use and the seconds one case may take; a case over budget stops and is reported 'too large to verify here' (default: half the machine's memory, at most 8 GiB, and 60 s)")
     verify.add_argument("--bench-size", metavar="H,W", help="with --verify-cuda: the input size to time at (default: the model's own input_size)")
     verify.add_argument("--bench-batch", metavar="N", type=int, default=16, help="with --verify-cuda: the batch size to time at (default 16)")
+    verify.add_argument("--bench-modes", metavar="MODES", help="with --verify-cuda: a comma list of eager, compile, ro (torch.compile(mode='reduce-overhead'), CUDA graphs): time the step in each mode, compiled and warmed up before the timed rounds (compile time reported apart); a side that cannot run a mode (raises, or CUDA graphs skipped) is timed in its next mode that runs, and the report says which and why (default: eager)")
     parser.add_argument("--line-length", type=int, metavar="N", help="line length for inserted code (default: black's from pyproject.toml, else 88)")
     parser.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="processes working on files in parallel; 0 (default): one per available core when there are at least 8 files, else 1")
     parser.add_argument(
@@ -134,6 +135,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     verify_only = [f for f, v in (("--factory", args.factory), ("--kwargs", args.kwargs), ("--input-shape", args.input_shape), ("--package-root", args.package_root), ("--verify-cuda", args.verify_cuda), ("--verify-budget", args.verify_budget), ("--bench-size", args.bench_size)) if v]
     if verify_only and not args.verify:
         parser.error(f"{', '.join(verify_only)} only make sense with --verify")
+    if args.bench_modes is not None:
+        from .verify.cuda import parse_bench_modes  # torch-free
+
+        try:
+            args.bench_modes = parse_bench_modes(args.bench_modes)
+        except ValueError as exc:
+            parser.error(f"--bench-modes: {exc}")
+        if not (args.verify and args.verify_cuda):
+            parser.error("--bench-modes only makes sense with --verify --verify-cuda")
     if args.verify:
         from .verify.command import run_cli as run_verify
 

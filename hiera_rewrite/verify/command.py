@@ -32,6 +32,8 @@ def run_cli(args, codes: List[str]) -> int:
             print(f"hiera-rewrite: --input-shape {args.input_shape!r}: expected e.g. 2,3,64,64", file=sys.stderr)
             return EXIT_ERROR
     bench = {"batch": args.bench_batch}
+    if getattr(args, "bench_modes", None):  # parsed by the CLI (verify.cuda.parse_bench_modes)
+        bench["modes"] = list(args.bench_modes)
     if args.bench_size:
         try:
             bench["size"] = [int(v) for v in args.bench_size.replace("x", ",").split(",") if v.strip()]

@@ -121,13 +121,32 @@ class Inputs:
                 return [t * p for t, p in zip(tokens, patch)]
         return self.stated_size(model, kwargs, torch, defaults)
 
-    def bench_shape(self, model, kwargs: Dict[str, Any], bench: Dict[str, Any], verified: List[int], torch) -> List[int]:
+    def bench_shape(self, model, kwargs: Dict[str, Any], bench: Dict[str, Any], verified: List[int], torch, layout: str = "channels_first") -> List[int]:
         """--verify-cuda's input: ``--bench-batch`` inputs at ``--bench-size``, else at the
-        model's own size (:meth:`own_size`), with the verified input's channels; a model
-        that states no size is timed at the verified input's size."""
+        model's own size (:meth:`own_size`), with the verified input's channels, in the
+        layout the verified input had (:meth:`input_layout`: ``(B, C, *size)``, channels last
+        ``(B, *size, C)``, or none ``(B, *size)``); a model that states no size is timed at
+        the verified input's size."""
         batch = int(bench.get("batch", 16))
         size = bench.get("size") or self.own_size(model, kwargs, torch)
-        return [batch, *verified[1:2], *[int(s) for s in size]] if size else [batch, *verified[1:]]
+        if not size:
+            return [batch, *verified[1:]]
+        size = [int(s) for s in size]
+        if layout == "channels_last":
+            return [batch, *size, *verified[-1:]]
+        if layout == "no_channels":
+            return [batch, *size]
+        return [batch, *verified[1:2], *size]
+
+    @staticmethod
+    def input_layout(shape: List[int], shapes: List[List[int]], fallbacks: Optional[List[List[int]]] = None) -> str:
+        """The layout of the input :meth:`choose_input` took: ``channels_first`` (one of
+        ``shapes``), else the :meth:`other_ranks` fallback it is, ``channels_last`` (the rank
+        of ``shapes``) or ``no_channels`` (one less)."""
+        shape = list(shape)
+        if shape in [list(s) for s in shapes] or shape not in [list(s) for s in fallbacks or []]:
+            return "channels_first"
+        return "channels_last" if shapes and len(shape) == len(shapes[0]) else "no_channels"
 
     @staticmethod
     def stated_size(model, kwargs: Dict[str, Any], torch, defaults: Optional[Dict[str, Any]] = None) -> Optional[List[int]]:

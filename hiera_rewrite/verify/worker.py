@@ -185,9 +185,11 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 for i, (device, dtype, tol, cname) in enumerate(configs):
                     model.to(device=device, dtype=dtype)
                     if i == 0:
+                        shapes, fallbacks = plan.pop("shapes"), plan.pop("fallbacks", None)
                         with self.budget():
-                            plan["x"], base, arg_notes = self.choose_input(model, plan.pop("shapes"), torch, plan.pop("fallbacks", None))
+                            plan["x"], base, arg_notes = self.choose_input(model, shapes, torch, fallbacks)
                         plan["shape"] = list(plan["x"].shape)
+                        plan["layout"] = self.input_layout(plan["shape"], shapes, fallbacks)  # --verify-cuda times in it
                         plan["notes"].extend(arg_notes)
                     x = plan["x"].to(device=device, dtype=dtype)
                     for case, kw in self.cases(model, x, torch, base):
@@ -473,7 +475,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
             self.leave()
 
         ref_name = configs[0][3] if configs else None
-        benches = [(plan["label"], plan["bench_mode"], plan["shape"]) for plan in plans if not plan["component"]]
+        benches = [(plan["label"], plan["bench_mode"], plan["shape"], plan.get("layout", "channels_first")) for plan in plans if not plan["component"]]
         self.enter("new")
         try:
             for plan in plans:
@@ -592,7 +594,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
 
         bench = self.spec["bench"]
         passed = {m["label"] for m in self.report["models"] if not m.get("error") and m["rows"] and all(r["ok"] for r in m["rows"])}
-        for label, mode, verified_shape in benches[: bench.get("models", 2)]:
+        for label, mode, verified_shape, layout in benches[: bench.get("models", 2)]:
             if label not in passed:
                 continue
             models = {}
@@ -608,26 +610,31 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 for model in models.values():
                     model.to(device="cuda", dtype=torch.bfloat16)
                 model = models["orig"]
-                shape = self.bench_shape(model, built, bench, verified_shape, torch)
+                shape = self.bench_shape(model, built, bench, verified_shape, torch, layout)
                 self.progress(f"timing {label} {tuple(shape)} on {torch.cuda.get_device_name()}")
                 # forward's required arguments, made again for this size (none: {})
                 probe = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
                 extra = self._made(model, probe, self.forward_args(model, probe, torch)[0], torch)
-                result = timer.time_training_steps(
-                    {"original": models["orig"], "rewritten": models["new"]},
-                    lambda: torch.randn(*shape, device="cuda", dtype=torch.bfloat16),
-                    baseline="original",
-                    forward_kwargs=extra,
-                    rounds=int(bench.get("rounds", 8)),
-                    steps=int(bench.get("steps", 5)),
-                    torch=torch,
-                )
+                sides = {"original": models["orig"], "rewritten": models["new"]}
+                make = lambda: torch.randn(*shape, device="cuda", dtype=torch.bfloat16)  # noqa: E731
+                rounds, steps = int(bench.get("rounds", 8)), int(bench.get("steps", 5))
+                if bench.get("modes"):  # --bench-modes: each mode, compiled and warmed up first
+                    result = timer.time_modes(sides, make, baseline="original", modes=bench["modes"], forward_kwargs=extra, rounds=rounds, steps=steps, torch=torch)
+                    ratios = {m["mode"]: {"ratio": m["ratios"]["rewritten"]["median"], "ran": m["ran"]} for m in result["modes"] if "ratios" in m}
+                    timing.append({"label": label, "lines": timer.format_modes(label, result, "bfloat16", shape), "result": {"device": result["device"], "modes": ratios}})
+                    continue
+                result = timer.time_training_steps(sides, make, baseline="original", forward_kwargs=extra, rounds=rounds, steps=steps, torch=torch)
                 timing.append({"label": label, "lines": timer.format_timing(label, result, "bfloat16", shape), "result": {k: v for k, v in result.items() if k != "ratios"} | {"ratio": result["ratios"]["rewritten"]["median"]}})
             except Exception as exc:  # noqa: BLE001 -- timing is extra: say why, keep the verdict
                 hint = "; try a smaller --bench-batch" if "out of memory" in str(exc) else ""
                 timing.append({"label": label, "lines": [f"timing of {label} skipped: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}{hint}"]})
             finally:
                 models.clear()
+                if bench.get("modes"):
+                    try:  # the compiled graphs and their CUDA-graph pools hold the models
+                        torch._dynamo.reset()
+                    except Exception:  # noqa: BLE001
+                        pass
                 torch.cuda.empty_cache()
 
 
