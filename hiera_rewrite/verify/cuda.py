@@ -149,9 +149,22 @@ FALLBACKS = {"ro": ("ro", "compile", "eager"), "compile": ("compile", "eager"), 
 WARMUP = {"eager": 3, "compile": 3, "ro": 6}
 
 
+#: modes the timing code knows but the CLI does not offer yet, with why; the environment
+#: variable HIERA_REWRITE_BENCH_RO=1 lets ``ro`` through (for work on it on a GPU)
+NOT_YET = {
+    "ro": "not available yet: inside verify's worker CUDA-graph recording raised 'graph recording observed "
+    "an input tensor deallocate' on an H200 for both sides of upstream's Hiera-Tiny and for the rewritten "
+    "MAE-Tiny, which record fine in a fresh process (benchmarks/ro_probe.py); time reduce-overhead with "
+    "benchmarks/bench.py until then",
+}
+
+
 def parse_bench_modes(text: str) -> List[str]:
     """``--bench-modes``' comma list (``reduce-overhead`` is taken for ``ro``), in the order
-    given, each once; a ValueError naming the valid modes for anything else."""
+    given, each once; a ValueError naming the valid modes for anything else, and saying why
+    for a mode of :data:`NOT_YET`."""
+    import os  # noqa: PLC0415
+
     valid = ", ".join(BENCH_MODES)
     modes: List[str] = []
     for part in text.split(","):
@@ -161,6 +174,8 @@ def parse_bench_modes(text: str) -> List[str]:
             continue
         if mode not in BENCH_MODES:
             raise ValueError(f"unknown mode {part.strip()!r}: expected a comma list of {valid} (ro = reduce-overhead)")
+        if mode in NOT_YET and not (mode == "ro" and os.environ.get("HIERA_REWRITE_BENCH_RO") == "1"):
+            raise ValueError(f"{part.strip()}: {NOT_YET[mode]}")
         if mode not in modes:
             modes.append(mode)
     if not modes:
@@ -325,10 +340,6 @@ def time_modes(
     first = next(iter(models.values()))
     device = next(first.parameters()).device
     x = make_input()
-    if any(mode != "eager" for mode in modes) and prepare is prepare_side:
-        # inductor counts a skipped CUDA graph when it compiles: a frame compiled earlier in
-        # this process (the same class, the same mode) would be reused unseen
-        torch._dynamo.reset()
     ready: Dict[Tuple[str, str], Any] = {}  # (side, mode) -> Prepared or Unusable
 
     def get(name: str, mode: str):
@@ -354,6 +365,14 @@ def time_modes(
 
     out: List[Dict[str, Any]] = []
     for mode in modes:
+        if mode != "eager" and prepare is prepare_side:
+            # each compiled mode from a clean dynamo: inductor counts a skipped CUDA graph only
+            # when it compiles.  What an earlier mode prepared is prepared again (compiled and
+            # warmed up) if this one falls back to it.  (This did not cure ro's recording
+            # error in the worker: NOT_YET.)
+            torch._dynamo.reset()
+            for key in [k for k in ready if k[1] != "eager"]:
+                del ready[key]
         while True:
             chosen, not_run = choose(mode)
             if len(chosen) < len(models):
