@@ -79,6 +79,20 @@ def verify(target: Path, capsys, *extra: str):
     return code, captured.out, captured.err
 
 
+def sabotage(monkeypatch, pattern: str, replacement: str) -> None:
+    """A wrong rewrite: every rewritten output with ``pattern`` replaced (re.sub)."""
+    real = files.rewrite_bytes
+
+    def wrong(data, **kwargs):
+        result = real(data, **kwargs)
+        text, n = re.subn(pattern, replacement, result.output.decode())
+        if n:
+            result.output = text.encode()
+        return result
+
+    monkeypatch.setattr(files, "rewrite_bytes", wrong)
+
+
 def assert_all_proven(folder: Path, capsys):
     before = snapshot(folder.parent)
     expected = applied_sites(folder, capsys)

@@ -14,14 +14,12 @@ model's own input size run, and every site is proven.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
-from hiera_rewrite import files
 from hiera_rewrite.verify import EXIT_VERIFY_FAILED
-from tests.test_verify_layouts import _cut_factories, assert_all_proven, site_rows, sub, upstream_files, verify, write
+from tests.test_verify_layouts import _cut_factories, assert_all_proven, sabotage, site_rows, sub, upstream_files, verify, write
 
 pytest.importorskip("torch")
 pytest.importorskip("timm")
@@ -48,17 +46,8 @@ def test_the_small_build_raises_so_verify_shrinks_less(fork: Path, capsys, monke
 
 
 def test_a_sabotaged_rewrite_still_fails(fork: Path, capsys, monkeypatch):
-    real = files.rewrite_bytes
-
-    def wrong(data, **kwargs):
-        result = real(data, **kwargs)
-        # the decoder fill puts the kept units' tokens one unit off
-        text, n = re.subn(r"index_copy\(0, (\w+), ", r"index_copy(0, \1.roll(1), ", result.output.decode())
-        if n:
-            result.output = text.encode()
-        return result
-
-    monkeypatch.setattr(files, "rewrite_bytes", wrong)
+    # the decoder fill puts the kept units' tokens one unit off
+    sabotage(monkeypatch, r"index_copy\(0, (\w+), ", r"index_copy(0, \1.roll(1), ")
     monkeypatch.chdir(fork.parent)
     code, out, err = verify(Path("hiera"), capsys)
     assert code == EXIT_VERIFY_FAILED, out + err
