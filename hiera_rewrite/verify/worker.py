@@ -204,7 +204,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
             except (Exception, OverBudget) as exc:  # noqa: BLE001
                 error = self.too_large_error(mode, exc) or {"error": f"the original model raised ({mode['how']}): {type(exc).__name__}: {exc}"}
                 where = None if error.get("too_large") else self.raised_at(exc)
-                if where is not None:  # a statement of the files raised, not ours
+                if where is not None and _structural(exc):  # a statement of the files raised, whatever the input
                     error["raised"] = {"where": where, "what": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"}
                     error["same_as_factory"] = mode["how"].startswith("its configuration") and not mode.get("filled")
                 failed(error)
@@ -636,6 +636,16 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     except Exception:  # noqa: BLE001
                         pass
                 torch.cuda.empty_cache()
+
+
+def _structural(exc: BaseException) -> bool:
+    """An error a statement raises whatever the tensors' shapes and values are (unpacking the
+    wrong number of values, a missing attribute or name, a call with the wrong arguments):
+    only such a raise in every build makes a path *unreachable in the original*.  A shape
+    mismatch (RuntimeError), an index or an assert may depend on the input verify chose."""
+    if isinstance(exc, (AttributeError, NameError, TypeError)):
+        return True
+    return isinstance(exc, ValueError) and "values to unpack" in str(exc)
 
 
 def main(spec_path: str) -> None:
