@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--input-shape", metavar="B,C,...", help="with --verify: input shape (default: derived from the model, shrunk)")
     verify.add_argument("--package-root", metavar="DIR", help="with --verify: the top-level package folder of the files (default: walk up while __init__.py exists)")
     verify.add_argument("--verify-cuda", action="store_true", help="with --verify: also compare on CUDA in float32 and bfloat16, then time a training step (forward, loss, backward) of the original and the rewritten model in bfloat16 at the model's own size, interleaved rounds, and print both and the ratio")
+    verify.add_argument("--no-graph-report", action="store_true", help="with --verify: skip the torch.compile(fullgraph=True) report after parity (a few seconds a model; not part of the verdict)")
     verify.add_argument("--verify-budget", metavar="GIB,SECONDS", help="with --verify: the memory (GiB) the verification worker may use and the seconds one case may take; a case over budget stops and is reported 'too large to verify here' (default: half the machine's memory, at most 8 GiB, and 60 s)")
     verify.add_argument("--bench-size", metavar="H,W", help="with --verify-cuda: the input size to time at (default: the model's own input_size)")
     verify.add_argument("--bench-batch", metavar="N", type=int, default=16, help="with --verify-cuda: the batch size to time at (default 16)")
@@ -132,7 +133,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.paths:
         parser.error("no PATH given (use '-' for stdin)")
 
-    verify_only = [f for f, v in (("--factory", args.factory), ("--kwargs", args.kwargs), ("--input-shape", args.input_shape), ("--package-root", args.package_root), ("--verify-cuda", args.verify_cuda), ("--verify-budget", args.verify_budget), ("--bench-size", args.bench_size)) if v]
+    verify_only = [f for f, v in (("--factory", args.factory), ("--kwargs", args.kwargs), ("--input-shape", args.input_shape), ("--package-root", args.package_root), ("--verify-cuda", args.verify_cuda), ("--verify-budget", args.verify_budget), ("--no-graph-report", args.no_graph_report), ("--bench-size", args.bench_size)) if v]
     if verify_only and not args.verify:
         parser.error(f"{', '.join(verify_only)} only make sense with --verify")
     if args.bench_modes is not None:

@@ -73,8 +73,11 @@ def site_rows(out: str) -> Dict[str, str]:
     return rows
 
 
-def verify(target: Path, capsys, *extra: str):
-    code = cli.main(["--verify", "--check", *extra, str(target)])
+def verify(target: Path, capsys, *extra: str, graph_report: bool = False):
+    """--verify --check; without the torch.compile report unless asked (test_verify tests it:
+    a few seconds a model, in each of these tests)."""
+    flags = [] if graph_report else ["--no-graph-report"]
+    code = cli.main(["--verify", "--check", *flags, *extra, str(target)])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

@@ -16,7 +16,7 @@ import pytest
 
 from hiera_rewrite import cli
 from hiera_rewrite.verify import EXIT_VERIFY_FAILED
-from tests.test_verify_layouts import applied_sites, sabotage, site_rows, sub, upstream_files, verify, write
+from tests.test_verify_layouts import _cut_factories, applied_sites, sabotage, site_rows, sub, upstream_files, verify, write
 
 pytest.importorskip("torch")
 pytest.importorskip("timm")
@@ -86,3 +86,24 @@ def test_an_unbuildable_model_names_the_factory_line_to_edit(tmp_path: Path, cap
     unproven = sorted(k for k, r in site_rows(out).items() if "NOT PROVEN" in r)
     assert [k.split(":")[0] for k in unproven] == ["hiera/hiera_mae.py"] * 2 and "verify: NOT PROVEN (7/9 sites exercised" in out, out
     assert all("get_pixel_label_3d" in r or "forward_loss" in r for k, r in site_rows(out).items() if k in unproven), out
+
+
+def test_a_shape_error_in_every_build_is_not_called_unreachable(tmp_path: Path, capsys, monkeypatch):
+    """A fork (factories deleted) sizes its decoder's position table for 256-pixel images:
+    every build verify tries (224 px and smaller) raises the same shape mismatch at the same
+    statement.  A real 256-pixel input runs that path, so it is NOT PROVEN, never
+    "unreachable in the original" (that would be a PASS for code nothing compared)."""
+    sources = upstream_files()
+    mae = _cut_factories(sources["hiera_mae.py"])
+    sources["hiera_mae.py"] = sub(
+        mae,
+        "                1, math.prod(self.tokens_spatial_shape_final), decoder_embed_dim",
+        "                1, 64 if len(self.q_stride) == 2 else math.prod(self.tokens_spatial_shape_final), decoder_embed_dim  # 8 x 8 at 256 px",
+    )
+    sources["__init__.py"] = "from .hiera import Hiera, hiera_tiny_224\nfrom .hiera_mae import MaskedAutoencoderHiera\n"
+    write(tmp_path / "x" / "hiera", sources)
+    monkeypatch.chdir(tmp_path / "x")
+    code, out, err = verify(Path("hiera"), capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    assert "unreachable in the original" not in out, out
+    assert "verify: NOT PROVEN" in out and "RuntimeError: The size of tensor a" in out, out

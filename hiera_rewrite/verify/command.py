@@ -101,6 +101,7 @@ def run_cli(args, codes: List[str]) -> int:
                 bench=bench,
                 quiet=args.quiet,
                 budget=budget,
+                graph_report=not args.no_graph_report,
                 out=report_out,
             )
         except UsageError as exc:

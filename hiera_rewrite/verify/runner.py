@@ -141,6 +141,7 @@ def verify_group(
     bench: Optional[Dict[str, Any]] = None,
     quiet: bool = False,
     budget: Optional[Dict[str, float]] = None,
+    graph_report: bool = True,
     out=None,
 ) -> str:
     """Verify one group; print its report to ``out``.  Its verdict (verify.report's
@@ -193,6 +194,7 @@ def verify_group(
             "quiet": quiet,
             "bench": bench if cuda else None,
             "budget": budget or {},
+            "graph_report": graph_report,
             "report": str(tmp / "report.json"),
         }
         (tmp / "spec.json").write_text(json.dumps(spec))

@@ -532,7 +532,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                         ref = plan["runs"].get((ref_name, case), (None, None, None))[2]
                     entry["rows"].extend(self.compare(cname, case, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=ref, buffers=(bufs_a, bufs_b), inputs=(dx_a, dx_b)))
             original = plan.get("orig_model")
-            if original is not None and configs and "graph_case" in plan:
+            if original is not None and configs and "graph_case" in plan and self.spec.get("graph_report", True):
                 self.progress(f"tracing {label} with torch.compile(fullgraph=True)")
                 model.load_state_dict(plan["state"])
                 model.to(device="cpu", dtype=configs[0][1])
