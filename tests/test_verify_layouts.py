@@ -82,8 +82,8 @@ def verify(target: Path, capsys, *extra: str, graph_report: bool = False):
     return code, captured.out, captured.err
 
 
-def sabotage(monkeypatch, pattern: str, replacement: str) -> None:
-    """A wrong rewrite: every rewritten output with ``pattern`` replaced (re.sub)."""
+def wrong_rewrite(pattern: str, replacement: str):
+    """files.rewrite_bytes, with ``pattern`` replaced (re.sub) in every rewritten output."""
     real = files.rewrite_bytes
 
     def wrong(data, **kwargs):
@@ -93,7 +93,12 @@ def sabotage(monkeypatch, pattern: str, replacement: str) -> None:
             result.output = text.encode()
         return result
 
-    monkeypatch.setattr(files, "rewrite_bytes", wrong)
+    return wrong
+
+
+def sabotage(monkeypatch, pattern: str, replacement: str) -> None:
+    """A wrong rewrite for the rest of the test (:func:`wrong_rewrite`)."""
+    monkeypatch.setattr(files, "rewrite_bytes", wrong_rewrite(pattern, replacement))
 
 
 def assert_all_proven(folder: Path, capsys):

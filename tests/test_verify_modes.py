@@ -25,7 +25,7 @@ pytest.importorskip("torch")
 pytest.importorskip("timm")
 
 from tests.test_verify_components import encoder_fork, hr001_row  # noqa: E402
-from tests.test_verify_layouts import assert_all_proven, classifier_fork, site_rows, sub, upstream_files, verify, write  # noqa: E402
+from tests.test_verify_layouts import assert_all_proven, classifier_fork, site_rows, sub, upstream_files, verify, write, wrong_rewrite  # noqa: E402
 
 _DOC = '        """ Input should be of shape [batch, tokens, channels]. """\n'
 _TAIL = "        x = self.proj(x)\n        return x\n"
@@ -106,17 +106,7 @@ def pooled_skip_fork():
     return sources
 
 
-def _detaching(pattern: str, replacement: str):
-    real = files.rewrite_bytes
-
-    def wrong(data, **kwargs):
-        result = real(data, **kwargs)
-        text, n = re.subn(pattern, replacement, result.output.decode())
-        if n:
-            result.output = text.encode()
-        return result
-
-    return wrong
+_detaching = wrong_rewrite
 
 
 def _only_input_grads_fail(out: str) -> None:
