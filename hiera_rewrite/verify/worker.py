@@ -202,7 +202,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                         bucket = self.bucket("orig", label, case) if i == 0 else None
                         plan["runs"][(cname, case)] = self.run_original(model, x, kw, torch, plan, bucket)
             except (Exception, OverBudget) as exc:  # noqa: BLE001
-                error = self.too_large_error(mode, exc) or {"error": f"the original model raised ({mode['how']}): {type(exc).__name__}: {exc}"}
+                error = self.too_large_error(mode, exc) or {"error": f"the original model raised ({mode['how']}): {type(exc).__name__}: {exc}", "ran": True}
                 where = None if error.get("too_large") else self.raised_at(exc)
                 if where is not None and _structural(exc):  # a statement of the files raised, whatever the input
                     error["raised"] = {"where": where, "what": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"}
@@ -309,13 +309,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
         why = too_large(exc, self.memory_gib, self.seconds)
         if why is None:
             return None
-        sizes = {}
-        for key, value in mode.get("kwargs", {}).items():
-            if is_size(key) or "size" in key.lower() or "shape" in key.lower():
-                try:
-                    sizes[key] = json.loads(json.dumps(value))
-                except (TypeError, ValueError):
-                    continue
+        sizes = {k: v for k, v in self.json_kwargs(mode.get("kwargs", {})).items() if is_size(k) or "size" in k.lower() or "shape" in k.lower()}
         given = json.dumps(sizes)
         hint = f"--factory {mode['module']}:{mode['attr']}:'{given}' or --kwargs '{given}' with smaller values, or --input-shape B,C,... smaller"
         return {"error": f"too large to verify here ({mode['how']}): {why}; build it smaller: {hint}", "too_large": True, "hint": hint}
@@ -348,7 +342,8 @@ class Worker(Discovery, Building, Inputs, Comparison):
             if last is not None:
                 failure["flag"] = f"--factory {last['module']}:{last['attr']}:'{json.dumps(self.json_kwargs(last['kwargs']))}'"
             raised = [e["raised"] for e in errors if e.get("raised")]
-            if raised and len({r["where"] for r in raised}) == 1 and not any(e.get("missing") or e.get("too_large") for e in errors):
+            every = all(e.get("raised") for e in errors if e.get("ran"))  # no build ran into another error
+            if raised and every and len({r["where"] for r in raised}) == 1 and not any(e.get("missing") or e.get("too_large") for e in errors):
                 failure["unreachable"] = raised[-1]
                 self.raises_at[cls] = raised[-1]["where"]
                 failure["classes"] = [k.__name__ for k in cls.__mro__] if cls else []
