@@ -66,6 +66,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
         self.budget = Budget(self.seconds)  # `with self.budget():` around each case
         self.scan_order: List[str] = []  # the modules discovery imported, in order
         self.raises_at: Dict[Any, str] = {}  # class -> the statement its every build raised at
+        self.over_budget: Dict[Any, Dict[str, Any]] = {}  # class -> the error of its small build over budget
 
     def progress(self, message: str) -> None:
         if not self.spec["quiet"]:
@@ -151,6 +152,9 @@ class Worker(Discovery, Building, Inputs, Comparison):
         """Build and run one candidate on the original side, in the first of ``modes``
         that works: (its plan or None, the errors of the modes tried)."""
         errors: List[Dict[str, Any]] = []
+        if cand.get("cls") is not None and cand["cls"] in self.over_budget:
+            # its small build already went over budget in another candidate: not again
+            return None, [self.over_budget[cand["cls"]]]
         for mode in modes:
             if mode["how"] == "the factory" and any(e.get("same_as_factory") for e in errors):
                 continue  # built from the factory's own arguments, it raised at a statement of the files
@@ -173,6 +177,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 failed(self.too_large_error(mode, exc) or {"error": f"cannot build ({mode['how']}): {type(exc).__name__}: {exc}"})
                 self.forget(label)
                 if errors[-1].get("too_large"):
+                    self.note_over_budget(cand, mode, errors[-1])
                     break  # the next modes are larger
                 continue
             model = plan.pop("model")
@@ -213,6 +218,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 if where is not None and where == self.raises_at.get(cand.get("cls")):
                     break  # another build of a class already found to raise there in every build
                 if errors[-1].get("too_large"):
+                    self.note_over_budget(cand, mode, errors[-1])
                     break
                 continue
             plan["orig_model"] = model if not plan["component"] else None  # for the fullgraph report
@@ -313,6 +319,11 @@ class Worker(Discovery, Building, Inputs, Comparison):
         given = json.dumps(sizes)
         hint = f"--factory {mode['module']}:{mode['attr']}:'{given}' or --kwargs '{given}' with smaller values, or --input-shape B,C,... smaller"
         return {"error": f"too large to verify here ({mode['how']}): {why}; build it smaller: {hint}", "too_large": True, "hint": hint}
+
+    def note_over_budget(self, cand: Dict[str, Any], mode: Dict[str, Any], error: Dict[str, Any]) -> None:
+        """A class whose smallest build went over budget: its other candidates are not built."""
+        if cand.get("cls") is not None and mode is not None and mode["how"].startswith("small"):
+            self.over_budget[cand["cls"]] = error
 
     def raised_at(self, exc: BaseException) -> Optional[str]:
         """``file:line`` of the innermost frame of ``exc`` in the original side's copy of
