@@ -123,15 +123,14 @@ def _hint(site: Dict[str, Any], report: Dict[str, Any]) -> str:
     why.sort(key=lambda f: f.get("class") != owner_class)
     reason = "; ".join(f"{f['label']}: {f['error']}" for f in why[:2])
     missing = [f.get("missing") for f in why if f.get("missing")]
-    large = [f["hint"] for f in why if f.get("too_large")]
-    if large:
-        first = next(f for f in why if f.get("too_large"))
-        return f"{first['label']}: {first['error']}"
-    flags = [f["flag"] for f in why if f.get("flag")]
+    large = next((f for f in why if f.get("too_large")), None)
+    if large is not None:  # its error names the flags that build it smaller
+        return f"{large['label']}: {large['error']}"
+    flag = next((f["flag"] for f in why if f.get("flag")), None)
     if missing:
         text = f"give the missing argument: --kwargs '{json.dumps({m: '...' for m in missing[0]})}' (given to every build that takes it)"
-    elif flags:  # the build that was tried, to give with the values the original runs with
-        text = f"reach it with {flags[0]}, changing what the original raised at (or a factory of a model holding it; --input-shape B,C,... for the input)"
+    elif flag:  # the build that was tried, to give with the values the original runs with
+        text = f"reach it with {flag}, changing what the original raised at (or a factory of a model holding it; --input-shape B,C,... for the input)"
     else:
         text = f"reach it with --factory {module}:{owner_class}:'{{...}}' (or a factory of a model holding it), --kwargs JSON or --input-shape B,C,..."
     return (f"{reason}; " if reason else "") + text

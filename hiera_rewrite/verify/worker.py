@@ -318,7 +318,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
         sizes = {k: v for k, v in self.json_kwargs(mode.get("kwargs", {})).items() if is_size(k) or "size" in k.lower() or "shape" in k.lower()}
         given = json.dumps(sizes)
         hint = f"--factory {mode['module']}:{mode['attr']}:'{given}' or --kwargs '{given}' with smaller values, or --input-shape B,C,... smaller"
-        return {"error": f"too large to verify here ({mode['how']}): {why}; build it smaller: {hint}", "too_large": True, "hint": hint}
+        return {"error": f"too large to verify here ({mode['how']}): {why}; build it smaller: {hint}", "too_large": True}
 
     def note_over_budget(self, cand: Dict[str, Any], mode: Dict[str, Any], error: Dict[str, Any]) -> None:
         """A class whose smallest build went over budget: its other candidates are not built."""
