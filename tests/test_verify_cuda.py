@@ -132,3 +132,51 @@ def test_verify_cuda_times_both_sides_or_says_why_not(tmp_path, capsys):
         assert any(line.strip().startswith("rewritten/original: ") for line in out.splitlines())
     else:
         assert "timing skipped: CUDA not available" in out
+
+
+def test_a_step_holds_none_of_the_forward_outputs_after_it_returns():
+    """Under reduce-overhead, CUDA graphs are recorded in one step and replayed in the next;
+    an output the step kept alive through a reference cycle (freed only when the garbage
+    collector happens to run) made recording and replay disagree on which outputs were dead
+    ("graph recording observed an input tensor deallocate ...", issue 22).  With the collector
+    off, every output must be gone when the step returns."""
+    import gc
+    import weakref
+
+    from hiera_rewrite.verify.cuda import _step_fn
+
+    refs = []
+
+    class Outputs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            out = x * self.w
+            nested = {"b": [out * 2, (out * 3,)], "a": out.sum()}
+            refs.extend(weakref.ref(t) for t in (out, nested["a"], nested["b"][0], nested["b"][1][0]))
+            return (nested["a"] * 0 + out.pow(2).sum(), nested)
+
+    model = Outputs()
+    step = _step_fn(model, model, torch.ones(2, 3), {}, torch, cuda=False)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        step(0)
+        assert refs and [r() for r in refs] == [None] * len(refs)
+    finally:
+        if enabled:
+            gc.enable()
+    assert torch.equal(model.w.grad, torch.full((3,), 4.0))  # d/dw sum((x w)^2) = 2 x^2 w, summed over 2 rows
+
+
+def test_the_loss_is_the_first_scalar_else_every_floating_output_summed():
+    from hiera_rewrite.verify.cuda import _loss
+
+    w = torch.ones(2, requires_grad=True)
+    first = (w * 5).sum()
+    assert _loss(({"z": w * 1, "a": first}, w * 2), torch) is first  # dict keys in sorted order
+    total = _loss([w * 1, {"k": (w * 2, torch.ones(2))}, torch.ones(2, dtype=torch.long)], torch)
+    assert total.item() == 6.0
+    assert _loss((torch.ones(2), "text"), torch) is None

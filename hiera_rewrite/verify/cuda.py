@@ -65,22 +65,27 @@ def summarize(step_ms: Dict[str, List[List[float]]], baseline: str) -> Dict[str,
 
 
 def _loss(out: Any, torch) -> Any:
-    leaves: List[Any] = []
+    """The model's loss when its output starts with a scalar (MAE's forward returns it first),
+    else the sum of its floating outputs that require grad; None where there are none.
 
-    def walk(value: Any) -> None:
+    Walked with a list, not a recursive closure: a closure that calls itself is a reference
+    cycle, and it would hold the forward's outputs until the garbage collector ran.  Under
+    reduce-overhead that made CUDA graphs record with an output alive and replay with it dead
+    (or the reverse): "graph recording observed an input tensor deallocate ... that did not
+    occur during replay" inside verify's worker (issue 22)."""
+    leaves: List[Any] = []
+    todo = [out]
+    while todo:
+        value = todo.pop()
         if isinstance(value, (tuple, list)):
-            for v in value:
-                walk(v)
+            todo.extend(reversed(value))
         elif isinstance(value, dict):
-            for k in sorted(value, key=str):
-                walk(value[k])
+            todo.extend(value[k] for k in sorted(value, key=str, reverse=True))
         elif torch.is_tensor(value) and value.is_floating_point() and value.requires_grad:
             leaves.append(value)
-
-    walk(out)
     if not leaves:
         return None
-    if leaves[0].dim() == 0:  # the model's own loss (MAE's forward returns it first)
+    if leaves[0].dim() == 0:
         return leaves[0]
     return sum(leaf.float().sum() for leaf in leaves)
 
@@ -149,22 +154,9 @@ FALLBACKS = {"ro": ("ro", "compile", "eager"), "compile": ("compile", "eager"), 
 WARMUP = {"eager": 3, "compile": 3, "ro": 6}
 
 
-#: modes the timing code knows but the CLI does not offer yet, with why; the environment
-#: variable HIERA_REWRITE_BENCH_RO=1 lets ``ro`` through (for work on it on a GPU)
-NOT_YET = {
-    "ro": "not available yet: inside verify's worker CUDA-graph recording raised 'graph recording observed "
-    "an input tensor deallocate' on an H200 for both sides of upstream's Hiera-Tiny and for the rewritten "
-    "MAE-Tiny, which record fine in a fresh process (benchmarks/ro_probe.py); time reduce-overhead with "
-    "benchmarks/bench.py until then",
-}
-
-
 def parse_bench_modes(text: str) -> List[str]:
     """``--bench-modes``' comma list (``reduce-overhead`` is taken for ``ro``), in the order
-    given, each once; a ValueError naming the valid modes for anything else, and saying why
-    for a mode of :data:`NOT_YET`."""
-    import os  # noqa: PLC0415
-
+    given, each once; a ValueError naming the valid modes for anything else."""
     valid = ", ".join(BENCH_MODES)
     modes: List[str] = []
     for part in text.split(","):
@@ -174,8 +166,6 @@ def parse_bench_modes(text: str) -> List[str]:
             continue
         if mode not in BENCH_MODES:
             raise ValueError(f"unknown mode {part.strip()!r}: expected a comma list of {valid} (ro = reduce-overhead)")
-        if mode in NOT_YET and not (mode == "ro" and os.environ.get("HIERA_REWRITE_BENCH_RO") == "1"):
-            raise ValueError(f"{part.strip()}: {NOT_YET[mode]}")
         if mode not in modes:
             modes.append(mode)
     if not modes:
@@ -368,8 +358,7 @@ def time_modes(
         if mode != "eager" and prepare is prepare_side:
             # each compiled mode from a clean dynamo: inductor counts a skipped CUDA graph only
             # when it compiles.  What an earlier mode prepared is prepared again (compiled and
-            # warmed up) if this one falls back to it.  (This did not cure ro's recording
-            # error in the worker: NOT_YET.)
+            # warmed up) if this one falls back to it.
             torch._dynamo.reset()
             for key in [k for k in ready if k[1] != "eager"]:
                 del ready[key]
