@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Under pytest-xdist (README's test command: -n auto) each worker gets its share of the
+# cores for torch's intra-op threads, before any test module imports torch; the verify
+# workers it starts inherit it.  Two workers of two threads each on two cores only contend.
+if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // max(1, _workers)))
 
 
 def pytest_addoption(parser):

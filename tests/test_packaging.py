@@ -34,7 +34,8 @@ import pytest
 import hiera_rewrite
 from hiera_rewrite.engine import every_code, rewrite_bytes
 
-pytestmark = pytest.mark.slow
+# one xdist worker runs the whole module: its build of the sdist and wheel runs once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN_IN = ROOT / "golden/attention/windowed_basic.in.py"
@@ -72,13 +73,34 @@ def _run(cmd: List[str], cwd: Path, env: Dict[str, str], what: str, ok=(0,)) -> 
     return proc
 
 
+def _source_tree(dest: Path) -> Path:
+    """The files of this checkout a clean clone would have (tracked, and new ones not
+    ignored), copied to ``dest``: setuptools writes its egg-info and release tree where it
+    builds, and the checkout's own (a stale SOURCES.txt; another build running beside) must
+    not decide what the sdist holds."""
+    git = shutil.which("git")
+    listed = subprocess.run(
+        [git, "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True
+    ) if git else None
+    if listed is None or listed.returncode != 0:
+        shutil.copytree(ROOT, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", ".whl"))
+        return dest
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
 @pytest.fixture(scope="module")
 def dists(tmp_path_factory) -> Dict[str, Path]:
     """The sdist and the wheel, built once (isolated build, as a packager runs it)."""
     if importlib.util.find_spec("build") is None:
         pytest.fail("the build package is missing: pip install -e '.[test]'")
     out = tmp_path_factory.mktemp("dist")
-    _run([sys.executable, "-m", "build", "--outdir", out, ROOT], out, _clean_env(), "python -m build")
+    source = _source_tree(tmp_path_factory.mktemp("source"))
+    _run([sys.executable, "-m", "build", "--outdir", out, source], out, _clean_env(), "python -m build")
     (sdist,) = out.glob("*.tar.gz")
     (wheel,) = out.glob("*.whl")
     return {"sdist": sdist, "wheel": wheel}

@@ -31,12 +31,17 @@ def _mae_fork(tmp_path: Path, arg: str, body: str, where: str = "        del sel
     return write(tmp_path / "x" / "hiera", sources)
 
 
-def test_over_the_memory_budget_stops_cleanly(tmp_path: Path, capsys):
-    folder = _mae_fork(
+def memory_fork(tmp_path: Path) -> Path:
+    """The MAE allocates a float64 buffer of ``cache_gib`` (default 4 GiB) in __init__."""
+    return _mae_fork(
         tmp_path,
         "cache_gib: float = 4.0",
         '        self.register_buffer("cache", torch.zeros(int(cache_gib * 2**27), dtype=torch.float64), persistent=False)\n',
     )
+
+
+def test_over_the_memory_budget_stops_cleanly(tmp_path: Path, capsys):
+    folder = memory_fork(tmp_path)
     code, out, err = verify(folder, capsys, "--verify-budget", "3,60")
     assert code == EXIT_VERIFY_FAILED, out + err
     assert "too large to verify here" in out and "needs more than the 3 GiB memory budget" in out, out

@@ -22,19 +22,25 @@ pytest.importorskip("torch")
 pytest.importorskip("timm")
 
 
+def installed_name_repo(tmp_path: Path) -> Path:
+    """A repo with the fork's files in ``models/hiera/`` (relative imports, no
+    ``__init__.py``, no VCS folder); returns the repo."""
+    repo = tmp_path / "repo"
+    write(repo / "models" / "hiera", {k: v for k, v in upstream_files().items() if k in MODULES})
+    return repo
+
+
 def test_namespace_folder_named_like_an_installed_package(tmp_path: Path, capsys, monkeypatch):
     import hiera  # the installed distribution holding the name
 
     assert Path(hiera.__file__).name == "__init__.py"
-    repo = tmp_path / "repo"
-    folder = write(repo / "models" / "hiera", {k: v for k, v in upstream_files().items() if k in MODULES})
+    repo = installed_name_repo(tmp_path)
     monkeypatch.chdir(repo)
     assert find_layout(Path("models/hiera/hiera.py")).root == repo
     out = assert_all_proven(Path("models/hiera"), capsys)
     assert f"namespace layout, import root {repo} (models)" in out
     assert "models.hiera.hiera:hiera_tiny_224 -> Hiera" in out
     assert "attempted relative import" not in out
-    assert folder.is_dir()
 
 
 def test_a_regular_package_keeps_its_own_name(tmp_path: Path):

@@ -304,6 +304,14 @@ def test_video_class_defaults(tmp_path: Path, capsys):
     assert re.search(r"model hiera\.hiera:Hiera \(class\)  input \(2, 3, \d+, 64, 64\)", out), out
 
 
+def large_patch_fork(tmp_path: Path) -> Path:
+    """Issue 22, class 3: 32-pixel patches, the class default input_size, and neither
+    ``self.patch_stride`` nor ``self.tokens_spatial_shape``."""
+    grid = {"patch_kernel": (32, 32), "patch_stride": (32, 32), "patch_padding": (0, 0)}
+    edits = [("        self.patch_stride = patch_stride\n", ""), ("self.tokens_spatial_shape", "self.token_grid")]
+    return write(tmp_path / "x" / "hiera", classifier_fork(grid, edits))
+
+
 def test_large_patches_and_no_token_grid_attribute(tmp_path: Path, capsys):
     """Issue 22, class 3: a fork with 32-pixel patches that keeps the class default
     input_size (224, 224) (its scripts always give one: 7 tokens, less than a mask unit)
@@ -311,10 +319,7 @@ def test_large_patches_and_no_token_grid_attribute(tmp_path: Path, capsys):
     valid input follows from the first convolution's stride (32), mask_unit_size (8, 8),
     q_stride (2, 2) and its 3 q-strided unroll stages: 2 units of 8 tokens of 32 px = 512.
     Before, every input tried (16, 32, 64 px) was smaller than a patch times a mask unit."""
-    grid = {"patch_kernel": (32, 32), "patch_stride": (32, 32), "patch_padding": (0, 0)}
-    edits = [("        self.patch_stride = patch_stride\n", ""), ("self.tokens_spatial_shape", "self.token_grid")]
-    folder = write(tmp_path / "x" / "hiera", classifier_fork(grid, edits))
-    out = assert_all_proven(folder, capsys)
+    out = assert_all_proven(large_patch_fork(tmp_path), capsys)
     assert "model hiera.hiera:Hiera (class)  input (2, 3, 512, 512)" in out
 
 
@@ -650,11 +655,9 @@ def test_configuration_from_a_call_site_in_the_training_script(tmp_path: Path, c
     assert "model hiera.hiera:Hiera (as at train_pose.py:3)  input (2, 1, 32, 2, 32)" in out
 
 
-def test_constructor_loading_a_checkpoint(tmp_path: Path, capsys):
-    """Issue 22, class 7: the MAE's constructor loads `checkpoint="checkpoints/mae_hiera.pth"`
-    (a file the repo's clone does not hold).  verify builds it with the checkpoint off
-    (`checkpoint=''`: both sides share their weights anyway) and says so; before, every
-    build raised FileNotFoundError and every MAE site was NOT PROVEN."""
+def checkpoint_fork(tmp_path: Path) -> Path:
+    """Issue 22, class 7: factories cut, the MAE's constructor loads a checkpoint file the
+    clone does not hold."""
     sources = upstream_files()
     mae = _cut_factories(sources["hiera_mae.py"])
     mae = sub(mae, "        self,\n        in_chans: int = 3,", '        self,\n        checkpoint: str = "checkpoints/mae_hiera.pth",\n        in_chans: int = 3,')
@@ -664,17 +667,22 @@ def test_constructor_loading_a_checkpoint(tmp_path: Path, capsys):
         '        del self.norm, self.head\n        if checkpoint:\n            self.load_state_dict(torch.load(checkpoint, map_location="cpu"))\n',
     )
     sources.update({"hiera_mae.py": mae, "__init__.py": "from .hiera import Hiera, hiera_tiny_224\nfrom .hiera_mae import MaskedAutoencoderHiera\n"})
-    folder = write(tmp_path / "x" / "hiera", sources)
-    out = assert_all_proven(folder, capsys)
+    return write(tmp_path / "x" / "hiera", sources)
+
+
+def test_constructor_loading_a_checkpoint(tmp_path: Path, capsys):
+    """Issue 22, class 7: the MAE's constructor loads `checkpoint="checkpoints/mae_hiera.pth"`
+    (a file the repo's clone does not hold).  verify builds it with the checkpoint off
+    (`checkpoint=''`: both sides share their weights anyway) and says so; before, every
+    build raised FileNotFoundError and every MAE site was NOT PROVEN."""
+    out = assert_all_proven(checkpoint_fork(tmp_path), capsys)
     assert "no checkpoint: checkpoint=''" in out
     assert "FileNotFoundError" not in out
 
 
-def test_repo_that_is_itself_a_package(tmp_path: Path, capsys):
-    """Issue 22, class 9: the clone's files import `from myrepo.models.hiera import ...`
-    (the repo is a package, meant to be installed editable, and is not installed here);
-    verify imports the clone folder under its own name (before: "cannot import myrepo
-    (not installed)", every site NOT PROVEN)."""
+def repo_package(tmp_path: Path) -> Path:
+    """Issue 22, class 9: a clone named myrepo whose files import
+    `from myrepo.models.<module> import ...`; returns its models/ folder."""
     repo = tmp_path / "myrepo"
     (repo / ".git").mkdir(parents=True)
     sources = {}
@@ -683,10 +691,29 @@ def test_repo_that_is_itself_a_package(tmp_path: Path, capsys):
             text = text.replace(f"from .{module} import", f"from myrepo.models.{module} import")
         sources[name] = text
     sources["__init__.py"] = ""
-    folder = write(repo / "models", sources)
+    return write(repo / "models", sources)
+
+
+def test_repo_that_is_itself_a_package(tmp_path: Path, capsys):
+    """Issue 22, class 9: the clone's files import `from myrepo.models.hiera import ...`
+    (the repo is a package, meant to be installed editable, and is not installed here);
+    verify imports the clone folder under its own name (before: "cannot import myrepo
+    (not installed)", every site NOT PROVEN)."""
+    folder = repo_package(tmp_path)
     out = assert_all_proven(folder, capsys)
-    assert f"repo-as-package layout, {repo} imported as myrepo" in out
+    assert f"repo-as-package layout, {folder.parent} imported as myrepo" in out
     assert "model myrepo.models.hiera_mae:mae_hiera_tiny_224" in out
+
+
+def library_named_module_fork(tmp_path: Path) -> Path:
+    """Issue 22, class 2: the package holds a `transformers.py` of its own, and hiera_utils
+    imports the library `transformers`."""
+    sources = upstream_files()
+    sources["transformers.py"] = '"""The repo\'s own helpers (a name a library has too)."""\nHELPERS = True\n'
+    sources["hiera_utils.py"] = sub(
+        sources["hiera_utils.py"], "import torch\n", "import torch\nimport transformers\n\nTRANSFORMERS_VERSION = transformers.__version__\n"
+    )
+    return write(tmp_path / "x" / "hiera", sources)
 
 
 def test_repo_module_named_like_a_library(tmp_path: Path, capsys):
@@ -695,13 +722,7 @@ def test_repo_module_named_like_a_library(tmp_path: Path, capsys):
     installed library.  verify did not: it put the package's own folder on sys.path, and
     the repo's module shadowed the library (every import failed, every site NOT PROVEN)."""
     pytest.importorskip("transformers")
-    sources = upstream_files()
-    sources["transformers.py"] = '"""The repo\'s own helpers (a name a library has too)."""\nHELPERS = True\n'
-    sources["hiera_utils.py"] = sub(
-        sources["hiera_utils.py"], "import torch\n", "import torch\nimport transformers\n\nTRANSFORMERS_VERSION = transformers.__version__\n"
-    )
-    folder = write(tmp_path / "x" / "hiera", sources)
-    out = assert_all_proven(folder, capsys)
+    out = assert_all_proven(library_named_module_fork(tmp_path), capsys)
     assert "AttributeError" not in out
 
 
