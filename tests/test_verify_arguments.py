@@ -175,3 +175,40 @@ def test_strings_of_integers_where_a_sequence_is_expected(tmp_path: Path):
     assert filler.fill("mask_unit_size", filled) == (4, 1, 4)
     assert filler.fill("stages", filled) == [1, 1, 1]  # a size: as many stages as the script's, one block each
     assert filler.fill("model_name", filled) == "1,2"
+
+
+def test_a_factory_called_by_name_is_the_smallest_one_the_module_defines(tmp_path: Path, monkeypatch):
+    """getattr(zoo, model_name) / globals()[model_name]: the smallest-sized name among the
+    module's own defs, classes and partial(...) bindings; never an imported name, and none
+    at all where no name says a size."""
+    import importlib
+    import sys
+
+    from hiera_rewrite.verify.arguments import named_factory, registry_key
+
+    (tmp_path / "zoo_a.py").write_text(
+        "from functools import partial\n"
+        "from os.path import join as join_tiny\n\n"
+        "class Net:\n    def __init__(self, width=1):\n        self.width = width\n\n"
+        "def net_base_224():\n    return Net(2)\n\n"
+        "net_small = partial(Net, width=1)\n\n"
+        "def helper():\n    return None\n\n"
+        "class Wrapper:\n"
+        "    def __init__(self, arch):\n        self.net = getattr(sys_mod, arch)()\n\n"
+        "class Local:\n"
+        "    def __init__(self, arch):\n        self.net = globals()[arch]()\n"
+    )
+    (tmp_path / "zoo_b.py").write_text("def build():\n    return None\n\ndef make_net():\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    zoo_a, zoo_b = importlib.import_module("zoo_a"), importlib.import_module("zoo_b")
+    try:
+        assert named_factory(zoo_a) == ("net_small", "a factory of zoo_a, called by name")  # not join_tiny (imported)
+        assert named_factory(zoo_b) is None  # no name says a size: not guessed
+        assert named_factory(zoo_a.Net) is None  # only a module is looked into
+        zoo_a.sys_mod = zoo_a
+        assert registry_key(zoo_a.Wrapper, "arch") == ("net_small", "a factory of zoo_a, called by name")
+        assert registry_key(zoo_a.Local, "arch") == ("net_small", "a factory of zoo_a, called by name")
+        assert registry_key(zoo_a.Wrapper, "other") is None
+    finally:
+        sys.modules.pop("zoo_a", None)
+        sys.modules.pop("zoo_b", None)

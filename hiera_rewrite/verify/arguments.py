@@ -457,10 +457,37 @@ def config_params(ctor) -> List[str]:
     return used
 
 
+def named_factory(holder: Any) -> Optional[Tuple[str, str]]:
+    """(name, where) of the smallest model a module makes by name: its own public functions
+    and classes (a top-level def or class there, or a name bound to a call such as
+    ``partial(Hiera, ...)``; not imported) whose name has a size word (``hiera_tiny_224``
+    before ``hiera_base_224``); None for anything but a module, or where no name says a size
+    (a helper taken for a factory would only fail to build, but it is not guessed)."""
+    if not inspect.ismodule(holder):
+        return None
+    try:  # defined there: a top-level def or class, or a name bound to a call (partial(...))
+        body = ast.parse(inspect.getsource(holder)).body
+    except (OSError, TypeError, SyntaxError):
+        return None
+    defined = [n.name for n in body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    defined += [t.id for n in body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) for t in n.targets if isinstance(t, ast.Name)]
+    own = [
+        k for k in defined
+        if not k.startswith("_") and callable(vars(holder).get(k)) and any(w in _SIZE_WORDS for w in k.lower().replace("-", "_").split("_"))
+    ]
+    if not own:
+        return None
+    key = min(own, key=lambda k: (size_rank(k), own.index(k)))
+    return key, f"a factory of {holder.__name__}, called by name"
+
+
 def registry_key(ctor, name: str) -> Optional[Tuple[str, str]]:
     """(key, where) for an argument the constructor looks up in a registry of its module:
     ``MODEL_CONFIGS[model_name]``, ``MODELS.get(arch)`` with ``MODEL_CONFIGS`` a module-level
-    dict keyed by strings; the key of the smallest model ("tiny" before "base"), else None."""
+    dict keyed by strings, the key of the smallest model ("tiny" before "base"); or a factory
+    it calls by name, ``getattr(models, model_name)`` with ``models`` a module, or
+    ``globals()[model_name]``: the name of the smallest of that module's own functions and
+    classes whose name says a size (:func:`named_factory`); else None."""
     module = sys.modules.get(getattr(ctor, "__module__", "") or "")
     if isinstance(ctor, type):  # its own __init__ as written (upstream's @has_config hides it)
         node = _init_node(ctor)
@@ -482,6 +509,22 @@ def registry_key(ctor, name: str) -> Optional[Tuple[str, str]]:
                     if found is not None:
                         return found
         table = None
+        if (
+            isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "getattr" and len(sub.args) >= 2
+            and isinstance(sub.args[0], ast.Name) and isinstance(sub.args[1], ast.Name) and sub.args[1].id == name and module is not None
+        ):
+            found = named_factory(vars(module).get(sub.args[0].id))
+            if found is not None:
+                return found
+            continue
+        if (
+            isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Name) and sub.slice.id == name and isinstance(sub.value, ast.Call)
+            and isinstance(sub.value.func, ast.Name) and sub.value.func.id == "globals" and not sub.value.args
+        ):
+            found = named_factory(module)
+            if found is not None:
+                return found
+            continue
         if isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Name) and sub.slice.id == name:
             table = sub.value
         elif (

@@ -63,15 +63,28 @@ def _call_name(call: ast.Call) -> Optional[str]:
     return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
 
-def _site_value(expr: ast.AST, names: Dict[str, ast.Call], depth: int = 0) -> Any:
-    """A call site's argument: a literal, a :class:`CallRef` (a call, or a name bound to
-    one in ``names``), else OPAQUE."""
+def _literal(expr: ast.AST) -> Any:
     try:
         return ast.literal_eval(expr)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        pass
+        return OPAQUE
+
+
+def _site_value(expr: ast.AST, names: Dict[str, ast.expr], depth: int = 0) -> Any:
+    """A call site's argument: a literal (or a name bound to one in ``names``: ``cfg =
+    {...}``), a ``dict(key=literal, ...)`` as a dict (its keys of other values left out), a
+    :class:`CallRef` (a call, or a name bound to one), else OPAQUE."""
+    value = _literal(expr)
+    if value is not OPAQUE:
+        return value
     if isinstance(expr, ast.Name) and expr.id in names and depth < 3:
         expr = names[expr.id]
+        value = _literal(expr)
+        if value is not OPAQUE:
+            return value
+    if isinstance(expr, ast.Call) and _call_name(expr) == "dict" and isinstance(expr.func, ast.Name) and not expr.args and all(k.arg for k in expr.keywords):
+        items = {k.arg: _literal(k.value) for k in expr.keywords}
+        return {k: v for k, v in items.items() if v is not OPAQUE}
     if isinstance(expr, ast.Call) and depth < 3:
         name = _call_name(expr)
         if name and not any(isinstance(a, ast.Starred) for a in expr.args) and all(k.arg for k in expr.keywords):
@@ -296,16 +309,29 @@ class Discovery:
                 for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))]:
                     own = sorted(_own_nodes(scope), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
                     bound = [(n.lineno, n.targets[0].id, n.value) for n in own
-                             if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Call)]
+                             if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, (ast.Call, ast.Dict))]
                     for node in own:
                         if not isinstance(node, ast.Call) or not (node.args or node.keywords):
                             continue
                         name = _call_name(node)
-                        if name is None or any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+                        if name is None or any(isinstance(a, ast.Starred) for a in node.args):
                             continue
                         names = {b[1]: b[2] for b in bound if b[0] < node.lineno}
                         args = [_site_value(a, names) for a in node.args]
-                        kwargs = {k.arg: _site_value(k.value, names) for k in node.keywords}
+                        kwargs: Dict[str, Any] = {}
+                        for k in node.keywords:
+                            if k.arg is not None:
+                                kwargs[k.arg] = _site_value(k.value, names)
+                                continue
+                            # **cfg: a dict the same scope bound (cfg = {...} or dict(...)) gives
+                            # its literal keys; any other ** hides which keys it passes
+                            value = _site_value(k.value, names) if isinstance(k.value, (ast.Name, ast.Dict, ast.Call)) else OPAQUE
+                            if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+                                kwargs = None
+                                break
+                            kwargs.update(value)
+                        if kwargs is None:
+                            continue
                         found.setdefault(name, []).append((f"{rel}:{node.lineno}", args, kwargs))
             self._call_sites = found
         return self._call_sites
