@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--no-graph-report", action="store_true", help="with --verify: skip the torch.compile(fullgraph=True) report after parity (a few seconds a model; not part of the verdict)")
     verify.add_argument("--verify-budget", metavar="GIB,SECONDS", help="with --verify: the memory (GiB) the verification worker may use and the seconds one case may take; a case over budget stops and is reported 'too large to verify here' (default: half the machine's memory, at most 8 GiB, and 60 s)")
     verify.add_argument("--bench-size", metavar="H,W", help="with --verify-cuda: the input size to time at (default: the model's own input_size)")
-    verify.add_argument("--bench-batch", metavar="N", type=int, default=16, help="with --verify-cuda: the batch size to time at (default 16)")
+    verify.add_argument("--bench-batch", metavar="N", type=int, help="with --verify-cuda: the batch size to time at (default 16)")
     verify.add_argument("--bench-modes", metavar="MODES", help="with --verify-cuda: a comma list of eager, compile, ro (torch.compile(mode='reduce-overhead'), CUDA graphs): time the step in each mode, compiled and warmed up before the timed rounds (compile time reported apart); a side that cannot run a mode (raises, or CUDA graphs skipped) is timed in its next mode that runs, and the report says which and why (default: eager)")
     parser.add_argument("--line-length", type=int, metavar="N", help="line length for inserted code (default: black's from pyproject.toml, else 88)")
     parser.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="processes working on files in parallel; 0 (default): one per available core when there are at least 8 files, else 1")
@@ -133,9 +133,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.paths:
         parser.error("no PATH given (use '-' for stdin)")
 
-    verify_only = [f for f, v in (("--factory", args.factory), ("--kwargs", args.kwargs), ("--input-shape", args.input_shape), ("--package-root", args.package_root), ("--verify-cuda", args.verify_cuda), ("--verify-budget", args.verify_budget), ("--no-graph-report", args.no_graph_report), ("--bench-size", args.bench_size)) if v]
+    verify_only = [f for f, v in (("--factory", args.factory), ("--kwargs", args.kwargs), ("--input-shape", args.input_shape), ("--package-root", args.package_root), ("--verify-cuda", args.verify_cuda), ("--verify-budget", args.verify_budget), ("--no-graph-report", args.no_graph_report)) if v]
     if verify_only and not args.verify:
         parser.error(f"{', '.join(verify_only)} only make sense with --verify")
+    timing_only = [f for f, v in (("--bench-size", args.bench_size), ("--bench-batch", args.bench_batch is not None)) if v]
+    if timing_only and not (args.verify and args.verify_cuda):
+        parser.error(f"{', '.join(timing_only)} only make{'s' if len(timing_only) == 1 else ''} sense with --verify --verify-cuda (they set the timed step)")
     if args.bench_modes is not None:
         from .verify.cuda import parse_bench_modes  # torch-free
 

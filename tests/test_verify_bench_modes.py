@@ -51,6 +51,19 @@ def test_cli_bench_modes_needs_verify_cuda(tmp_path, capsys, argv):
     assert "--bench-modes only makes sense with --verify --verify-cuda" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flags", [["--bench-size", "224,224"], ["--bench-batch", "8"], ["--bench-size", "64,64", "--bench-batch", "4"]])
+@pytest.mark.parametrize("argv", [["--verify"], []])
+def test_cli_bench_size_and_batch_need_verify_cuda(tmp_path, capsys, argv, flags):
+    target = tmp_path / "m.py"
+    target.write_text("x = 1\n")
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*argv, *flags, str(target)])
+    assert exc.value.code == cli.EXIT_ERROR
+    named = [f for f in flags if f.startswith("--")]
+    assert f"{', '.join(named)} only make" in capsys.readouterr().err
+    assert target.read_text() == "x = 1\n"
+
+
 def test_cli_puts_the_modes_in_the_bench_spec(monkeypatch, tmp_path):
     """The parsed modes travel in the spec's "bench" dict; without the flag there is no "modes"
     key (the eager-only path and its output stay as they were)."""

@@ -31,7 +31,7 @@ def run_cli(args, codes: List[str]) -> int:
         except ValueError:
             print(f"hiera-rewrite: --input-shape {args.input_shape!r}: expected e.g. 2,3,64,64", file=sys.stderr)
             return EXIT_ERROR
-    bench = {"batch": args.bench_batch}
+    bench = {"batch": 16 if args.bench_batch is None else args.bench_batch}
     if getattr(args, "bench_modes", None):  # parsed by the CLI (verify.cuda.parse_bench_modes)
         bench["modes"] = list(args.bench_modes)
     if args.bench_size:
