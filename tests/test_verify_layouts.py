@@ -920,3 +920,46 @@ def test_required_value_from_a_dict_the_call_site_unpacks(tmp_path: Path, capsys
     )})
     out = assert_all_proven(folder, capsys)
     assert "model_name='hiera_tiny_224' (train.py:9)" in out, out
+
+
+HIERA_CONFIG = '''\
+@dataclass
+class HieraConfig:
+    input_size: Tuple[int, ...] = (256,)
+    in_chans: int = 3
+    embed_dim: int = 96
+    num_heads: int = 1
+    num_classes: int = 1000
+    stages: Tuple[int, ...] = (1, 2, 7, 2)
+    q_pool: int = 2
+    q_stride: Tuple[int, ...] = (2,)
+    mask_unit_size: Tuple[int, ...] = (8,)
+    mask_unit_attn: Tuple[bool, ...] = (True, True, False, False)
+    dim_mul: float = 2.0
+    head_mul: float = 2.0
+    patch_kernel: Tuple[int, ...] = (7,)
+    patch_stride: Tuple[int, ...] = (4,)
+    patch_padding: Tuple[int, ...] = (3,)
+    mlp_ratio: float = 4.0
+    drop_path_rate: float = 0.0
+
+    def get(self, key, default=None):
+        return getattr(self, key, default)
+
+
+'''
+
+
+def test_config_object_annotated_with_a_dataclass_takes_its_defaults(tmp_path: Path, capsys):
+    """Hiera(cfg: HieraConfig) reading cfg.x, the dataclass holding a 1-D model's defaults,
+    and nothing else in the repo: the dataclass's defaults are the configuration (sizes
+    still small), as its own defaults are for a constructor.  Before, every key was guessed
+    from its name, and a 2-D model was verified in place of the fork's 1-D one."""
+    sources = classifier_fork(SEQUENCE_1D)
+    text = _config_object_hiera(sources["hiera.py"]).replace("    def __init__(self, cfg):\n", "    def __init__(self, cfg: HieraConfig):\n")
+    at = text.index("class Hiera(")
+    sources["hiera.py"] = "from dataclasses import dataclass\n" + text[:at] + HIERA_CONFIG + text[at:]
+    out = assert_all_proven(write(tmp_path / "x" / "hiera", sources), capsys)
+    assert "model hiera.hiera:Hiera (class)  input (2, 3, 64)" in out, out
+    assert "input_size=(256,) (a default of HieraConfig)" in out and "q_stride=(2,) (a default of HieraConfig)" in out, out
+    assert "filled from names: embed_dim=8, num_heads=1, num_classes=10, stages=(1, 1, 1, 1)" in out, out

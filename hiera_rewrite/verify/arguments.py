@@ -407,10 +407,9 @@ def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
     return values
 
 
-def module_annotation(ctor, name: str) -> Optional[type]:
-    """The ``nn.Module`` class a parameter of ``ctor`` is annotated with (``encoder: Hiera``,
-    ``encoder: nn.Module``; a string annotation is looked up in its module), else None."""
-    nn = getattr(sys.modules.get("torch"), "nn", None)
+def _annotation(ctor, name: str) -> Any:
+    """The annotation of ``ctor``'s parameter ``name`` (a string one looked up in its
+    module), else None."""
     try:
         param = inspect.signature(ctor).parameters.get(name)
     except (TypeError, ValueError):
@@ -422,9 +421,38 @@ def module_annotation(ctor, name: str) -> Optional[type]:
             ann = eval(ann, dict(getattr(inspect.getmodule(target), "__dict__", {})))  # noqa: S307 -- the user's own annotation
         except Exception:  # noqa: BLE001
             return None
+    return None if ann is inspect.Parameter.empty else ann
+
+
+def module_annotation(ctor, name: str) -> Optional[type]:
+    """The ``nn.Module`` class a parameter of ``ctor`` is annotated with (``encoder: Hiera``,
+    ``encoder: nn.Module``; a string annotation is looked up in its module), else None."""
+    nn = getattr(sys.modules.get("torch"), "nn", None)
+    ann = _annotation(ctor, name)
     if nn is not None and isinstance(ann, type) and issubclass(ann, nn.Module):
         return ann
     return None
+
+
+def config_defaults(ctor, name: str) -> Tuple[Dict[str, Any], str]:
+    """(field defaults, class name) of the dataclass a configuration parameter is annotated
+    with (``cfg: HieraConfig``): what the user's own code builds when it makes one with no
+    arguments; ({}, "") for any other annotation."""
+    import dataclasses  # noqa: PLC0415
+
+    ann = _annotation(ctor, name)
+    if not (isinstance(ann, type) and dataclasses.is_dataclass(ann)):
+        return {}, ""
+    values: Dict[str, Any] = {}
+    for field in dataclasses.fields(ann):
+        if field.default is not dataclasses.MISSING:
+            values[field.name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            try:
+                values[field.name] = field.default_factory()
+            except Exception:  # noqa: BLE001 -- the user's factory: that field is filled as before
+                pass
+    return values, ann.__name__
 
 
 def config_params(ctor) -> List[str]:
@@ -661,17 +689,27 @@ class Building:
                 self._repo.setdefault(key, value)
         return self._repo
 
-    def fill(self, name: str, filled: Dict[str, Any], like: Any = NO_DEFAULT, ctor: Any = None) -> Any:
+    def fill(self, name: str, filled: Dict[str, Any], like: Any = NO_DEFAULT, ctor: Any = None, defaults: Tuple[Dict[str, Any], str] = ({}, "")) -> Any:
         """A value for an argument or configuration key nobody gave: the user's
-        ``--kwargs``; for a size (dims, heads, stages) a small one from its name; else
-        the repo's own (a script's argument, config file, argparse default; a string of
-        integers as the sequence it stands for where one is expected, :func:`as_sequence`;
-        ``like``: the constructor's default, if any); else one from its name."""
+        ``--kwargs``; for a size (dims, heads, stages) a small one from its name; else a
+        default of the dataclass the configuration is annotated with (``defaults``:
+        :func:`config_defaults`, as a constructor's own default); else the repo's own (a
+        script's argument, config file, argparse default; a string of integers as the
+        sequence it stands for where one is expected, :func:`as_sequence`; ``like``: the
+        constructor's default, if any); else one from its name."""
         if name in self.spec["kwargs"]:
             filled[name] = value = self.spec["kwargs"][name]
             self.origin[name] = "--kwargs"
             return value
         small = guess(name)
+        if name in defaults[0]:
+            value, self.origin[name] = defaults[0][name], f"a default of {defaults[1]}"
+            if is_size(name) and small is not None:  # as for a constructor's sizes: small
+                if isinstance(value, (tuple, list)) and value and all(isinstance(v, int) for v in value):
+                    small = type(value)(1 for _ in value)  # as many stages, one block each
+                value, self.origin[name] = small, None
+            filled[name] = value
+            return value
         repo = self.repo().get(name)
         if repo is not None:
             repo = (as_sequence(name, repo[0], like), repo[1])
@@ -701,7 +739,9 @@ class Building:
         """ctor(**kwargs), filling missing required arguments, ``kwargs[...]`` keys and
         the keys a configuration object is asked for (:meth:`fill`, recorded in
         ``filled``).  ``kwargs`` is updated to what rebuilds the same model."""
+        defaults: Dict[str, Tuple[Dict[str, Any], str]] = {}
         for name in config_params(ctor):
+            defaults[name] = config_defaults(ctor, name)
             if not isinstance(kwargs.get(name), (ConfigSpec, ModuleArg)):
                 given = kwargs.get(name)
                 kwargs[name] = ConfigSpec(given if isinstance(given, dict) else {})
@@ -715,7 +755,8 @@ class Building:
                     kwargs.pop(key)
         for _ in range(12):
             torch.manual_seed(0)
-            call = {k: (Config(v.values, lambda key: self.fill(key, filled)) if isinstance(v, ConfigSpec) else self.part(v, torch, filled) if isinstance(v, ModuleArg) else v)
+            call = {k: (Config(v.values, lambda key, k=k: self.fill(key, filled, defaults=defaults.get(k, ({}, "")))) if isinstance(v, ConfigSpec)
+                        else self.part(v, torch, filled) if isinstance(v, ModuleArg) else v)
                     for k, v in kwargs.items()}
             try:
                 return ctor(**call)
