@@ -107,3 +107,64 @@ def test_a_shape_error_in_every_build_is_not_called_unreachable(tmp_path: Path, 
     assert code == EXIT_VERIFY_FAILED, out + err
     assert "unreachable in the original" not in out, out
     assert "verify: NOT PROVEN" in out and "RuntimeError: The size of tensor a" in out, out
+
+
+def test_a_forward_taking_a_dict_is_not_called_unreachable(tmp_path: Path, capsys):
+    """The fork's MAE.forward takes a batch dict (``x = batch["video"]``).  Every build
+    raised there, a TypeError (a tensor indexed by a string) in one and an IndexError in
+    another: a statement that fails on the input verify made, not a path the original cannot
+    run.  Before, the TypeError counted as "unreachable" and the verdict was PASSED with the
+    MAE's six sites never compared."""
+    sources = upstream_files()
+    mae = sub(sources["hiera_mae.py"], "    def forward(\n        self,\n        x: torch.Tensor,\n", "    def forward(\n        self,\n        batch: dict,\n")
+    sources["hiera_mae.py"] = sub(
+        mae,
+        "    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:\n\n        latent, mask",
+        '    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:\n        x = batch["video"]\n        latent, mask',
+    )
+    code, out, err = verify(write(tmp_path / "x" / "hiera", sources), capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    assert "unreachable" not in out, out
+    assert "verify: NOT PROVEN (3/9 sites exercised; 6 never ran in a compared case)" in out, out
+
+
+def _raised(source: str, call: str, **names) -> BaseException:
+    scope = dict(names)
+    path = Path(names.pop("path"))
+    path.write_text(source)
+    exec(compile(source, str(path), "exec"), scope)  # noqa: S102 -- the test's own code
+    try:
+        eval(call, scope)  # noqa: S307
+    except BaseException as exc:  # noqa: BLE001
+        return exc
+    raise AssertionError(f"{call} did not raise")
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        # unpacking what the model's own method returns: the same whatever the input
+        ("class M(nn.Module):\n    def f(self, x):\n        return x, x, x\n    def g(self, x):\n        a, b = self.f(x)\n", True),
+        ("def helper(x):\n    return x, x, x\nclass M(nn.Module):\n    def g(self, x):\n        a, b = helper(x)\n", True),
+        # unpacking the input's shape, a tensor or a tensor's method: the input decides
+        ("class M(nn.Module):\n    def g(self, x):\n        B, C, H, W = x.shape\n", False),
+        ("class M(nn.Module):\n    def g(self, x):\n        a, b = x\n", False),
+        ("class M(nn.Module):\n    def g(self, x):\n        a, b = x.split(1)\n", False),
+        # a tensor indexed by a string (the fork's forward takes a dict), a tensor's attribute
+        ('class M(nn.Module):\n    def g(self, x):\n        return x["video"]\n', False),
+        ("class M(nn.Module):\n    def g(self, x):\n        return x.video\n", False),
+        # the model lacks an attribute; a call with the wrong arguments; an undefined name
+        ("class M(nn.Module):\n    def g(self, x):\n        return self.missing(x)\n", True),
+        ("class M(nn.Module):\n    def f(self, x):\n        return x\n    def g(self, x):\n        return self.f(x, x)\n", True),
+        ("class M(nn.Module):\n    def g(self, x):\n        return undefined_name\n", True),
+        # a name only one branch binds: the input chose the branch
+        ("class M(nn.Module):\n    def g(self, x):\n        if x.dim() == 3:\n            y = x\n        return y\n", False),
+    ],
+)
+def test_which_errors_are_the_same_whatever_the_input(tmp_path: Path, body: str, expected: bool):
+    import torch
+
+    from hiera_rewrite.verify.worker import _structural
+
+    exc = _raised("import torch\nfrom torch import nn\n" + body, "M().g(torch.zeros(3, 3, 4, 4, 4))", path=str(tmp_path / "fork.py"))
+    assert _structural(exc) is expected, (type(exc).__name__, exc)

@@ -25,6 +25,7 @@ import importlib
 import inspect
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -644,14 +645,88 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 torch.cuda.empty_cache()
 
 
+#: a TypeError of a call with the wrong arguments (the files' own signatures), not of a value
+_SIGNATURE = re.compile(
+    r"unexpected keyword argument|missing \d+ required|takes (?:from \d+ to )?\d+ positional arguments? but \d+ (?:were|was) given"
+    r"|got multiple values for argument|takes no arguments"
+)
+
+
 def _structural(exc: BaseException) -> bool:
-    """An error a statement raises whatever the tensors' shapes and values are (unpacking the
-    wrong number of values, a missing attribute or name, a call with the wrong arguments):
-    only such a raise in every build makes a path *unreachable in the original*.  A shape
-    mismatch (RuntimeError), an index or an assert may depend on the input verify chose."""
-    if isinstance(exc, (AttributeError, NameError, TypeError)):
+    """An error a statement raises whatever the input verify made is (its shapes, its values,
+    its type): only such a raise in every build makes a path *unreachable in the original*.
+    Those are: a name that is not defined; a call of the files' own code with the wrong
+    arguments; an attribute a model (an ``nn.Module``) does not have; unpacking the wrong
+    number of values from what a call returns (``_, x = super().forward(...)``).  Not: a
+    shape mismatch, an index or an assert; a TypeError of a value (a tensor indexed by a
+    string: the fork's forward takes a dict); an attribute a tensor lacks; unpacking a
+    tensor, its shape or the input itself (``B, C, H, W = x.shape``: the input's rank)."""
+    if isinstance(exc, NameError):
+        return not isinstance(exc, UnboundLocalError)  # a branch the input chose left it unbound
+    if isinstance(exc, TypeError):
+        return bool(_SIGNATURE.search(str(exc)))
+    if isinstance(exc, AttributeError):
+        return _missing_on_a_module(exc)
+    if isinstance(exc, ValueError) and "values to unpack" in str(exc):
+        return _unpacks_a_call(exc)
+    return False
+
+
+def _last_frame(exc: BaseException):
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb
+
+
+def _missing_on_a_module(exc: AttributeError) -> bool:
+    """The attribute was looked up on an ``nn.Module`` (by ``Module.__getattr__``, or so
+    recorded in ``exc.obj``)."""
+    nn = getattr(sys.modules.get("torch"), "nn", None)
+    if nn is None:
+        return False
+    obj = getattr(exc, "obj", None)
+    if obj is None:
+        tb = _last_frame(exc)
+        if tb is not None and tb.tb_frame.f_code.co_name == "__getattr__":
+            obj = tb.tb_frame.f_locals.get("self")
+    return isinstance(obj, nn.Module)
+
+
+def _unpacks_a_call(exc: ValueError) -> bool:
+    """The statement that raised (the innermost frame) is ``a, b = f(...)``: values unpacked
+    from what a function or the model's own method returned (``helper(x)``, ``self.f(x)``,
+    ``super().forward(x)``), not from a name, an attribute, a subscript or a tensor's
+    method (``x.shape``, ``qkv.unbind(0)``, ``x.split(8)``: the input's rank or size)."""
+    import ast  # noqa: PLC0415
+    import linecache  # noqa: PLC0415
+
+    tb = _last_frame(exc)
+    if tb is None:
+        return False
+    path, line = tb.tb_frame.f_code.co_filename, tb.tb_lineno
+    try:
+        tree = ast.parse("".join(linecache.getlines(path)))
+    except (SyntaxError, ValueError):
+        return False
+    spans = [n for n in ast.walk(tree) if isinstance(n, ast.stmt) and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    if not spans:
+        return False
+    stmt = min(spans, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
+    if not isinstance(stmt, ast.Assign) or not any(isinstance(t, (ast.Tuple, ast.List)) for t in stmt.targets):
+        return False
+    call = stmt.value
+    if not isinstance(call, ast.Call):
+        return False
+    func = call.func  # a function (helper(x)) or the model's own method (self.f(x), super().forward(x))
+    if isinstance(func, ast.Name):
         return True
-    return isinstance(exc, ValueError) and "values to unpack" in str(exc)
+    base = func.value if isinstance(func, ast.Attribute) else None
+    while isinstance(base, ast.Attribute):  # self.encoder.forward(x)
+        base = base.value
+    return (isinstance(base, ast.Name) and base.id == "self") or (
+        isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super"
+    )
 
 
 def main(spec_path: str) -> None:
