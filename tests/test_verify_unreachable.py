@@ -11,6 +11,7 @@ cannot reach.  A sabotaged rewrite of a reachable site still FAILS, naming it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Dict
 
 import pytest
 
@@ -109,23 +110,40 @@ def test_a_shape_error_in_every_build_is_not_called_unreachable(tmp_path: Path, 
     assert "verify: NOT PROVEN" in out and "RuntimeError: The size of tensor a" in out, out
 
 
-def test_a_forward_taking_a_dict_is_not_called_unreachable(tmp_path: Path, capsys):
-    """The fork's MAE.forward takes a batch dict (``x = batch["video"]``).  Every build
-    raised there, a TypeError (a tensor indexed by a string) in one and an IndexError in
-    another: a statement that fails on the input verify made, not a path the original cannot
-    run.  Before, the TypeError counted as "unreachable" and the verdict was PASSED with the
-    MAE's six sites never compared."""
+def _dict_forward_mae(read: str) -> Dict[str, str]:
+    """upstream's files, the MAE's forward taking a batch dict and reading it with ``read``."""
     sources = upstream_files()
     mae = sub(sources["hiera_mae.py"], "    def forward(\n        self,\n        x: torch.Tensor,\n", "    def forward(\n        self,\n        batch: dict,\n")
     sources["hiera_mae.py"] = sub(
         mae,
         "    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:\n\n        latent, mask",
-        '    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:\n        x = batch["video"]\n        latent, mask',
+        f"    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:\n{read}        latent, mask",
     )
-    code, out, err = verify(write(tmp_path / "x" / "hiera", sources), capsys)
+    return sources
+
+
+def test_a_forward_taking_a_dict_is_not_called_unreachable(tmp_path: Path, capsys):
+    """The fork's MAE.forward takes a batch dict with two keys (``batch["video"]``,
+    ``batch["clip_id"]``), an input verify does not make.  Every build raised at the first
+    read, a TypeError (a tensor indexed by a string) in one and an IndexError in another: a
+    statement that fails on the input verify made, not a path the original cannot run.
+    Before, the TypeError counted as "unreachable" and the verdict was PASSED with the MAE's
+    six sites never compared."""
+    read = '        x = batch["video"]\n        clip = batch["clip_id"]\n'
+    code, out, err = verify(write(tmp_path / "x" / "hiera", _dict_forward_mae(read)), capsys)
     assert code == EXIT_VERIFY_FAILED, out + err
     assert "unreachable" not in out, out
     assert "verify: NOT PROVEN (3/9 sites exercised; 6 never ran in a compared case)" in out, out
+
+
+def test_a_forward_taking_a_dict_of_one_key_is_given_one(tmp_path: Path, capsys):
+    """The same fork reading one key (``x = batch.get("video")``): verify gives forward
+    ``{"video": x}`` and proves every site (issue 22, class 3: an input the original takes)."""
+    folder = write(tmp_path / "x" / "hiera", _dict_forward_mae('        x = batch.get("video")\n'))
+    code, out, err = verify(folder, capsys)
+    assert code == cli.EXIT_CHANGED, out + err
+    assert "forward takes a dict: {'video': x}" in out, out
+    assert "verify: PASSED (9/9 sites exercised, every comparison equal)" in out, out
 
 
 def _raised(source: str, call: str, **names) -> BaseException:
@@ -168,3 +186,31 @@ def test_which_errors_are_the_same_whatever_the_input(tmp_path: Path, body: str,
 
     exc = _raised("import torch\nfrom torch import nn\n" + body, "M().g(torch.zeros(3, 3, 4, 4, 4))", path=str(tmp_path / "fork.py"))
     assert _structural(exc) is expected, (type(exc).__name__, exc)
+
+
+@pytest.mark.parametrize(
+    "forward, key",
+    [
+        ('    def forward(self, batch):\n        return batch["video"] * 2\n', "video"),
+        ('    def forward(self, batch, mask=None):\n        x = batch.get("video")\n        return self.f(x)\n', "video"),
+        ('    def forward(self, batch):\n        return batch["video"] + batch["audio"]\n', None),  # two keys: not made
+        ("    def forward(self, x):\n        return x[..., 0]\n", None),
+        ('    def forward(self, x):\n        return x.shape, x["a"]\n', None),  # read as a tensor too
+        ("    def forward(self, x, mask=None, return_intermediates=False):\n        return self.f(x)\n", None),
+    ],
+)
+def test_the_key_a_dict_taking_forward_reads(tmp_path: Path, forward: str, key):
+    import importlib
+    import sys
+
+    from hiera_rewrite.verify.inputs import fed, input_key
+
+    (tmp_path / "dict_forward_mod.py").write_text("class M:\n" + forward)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        cls = importlib.import_module("dict_forward_mod").M
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("dict_forward_mod", None)
+    assert input_key(cls) == key
+    assert fed(cls(), 7) == ({key: 7} if key else 7)

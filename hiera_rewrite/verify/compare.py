@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Tuple
 
+from .inputs import fed
+
 
 class Comparison:
     """Runs a case and compares two runs (a mixin of the worker)."""
@@ -57,7 +59,7 @@ class Comparison:
             model.eval()
         try:
             torch.manual_seed(1)
-            leaves = self._flatten(model(x_in, **kw))
+            leaves = self._flatten(model(fed(model, x_in), **kw))
             loss = None
             for _, leaf in leaves:
                 if torch.is_tensor(leaf) and leaf.is_floating_point() and leaf.requires_grad:

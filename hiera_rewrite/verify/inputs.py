@@ -12,9 +12,12 @@ count ``get_random_mask`` states given to the rewritten ``forward`` (``num_kept`
 
 from __future__ import annotations
 
+import ast
+import functools
 import inspect
 import itertools
 import math
+import textwrap
 from typing import Any, Dict, List, Optional, Tuple
 
 from .arguments import guess
@@ -39,6 +42,44 @@ class _Made:
 
     def __repr__(self) -> str:
         return f"<{self.kind}>"
+
+
+@functools.lru_cache(maxsize=None)
+def input_key(cls) -> Optional[str]:
+    """The key under which ``cls.forward`` takes its input when it takes a dict (a batch:
+    ``x = batch["video"]`` or ``batch.get("video")``): its first argument read with that one
+    string key and in no other way than passed on; else None (a tensor, as upstream's)."""
+    try:
+        node = ast.parse(textwrap.dedent(inspect.getsource(cls.forward))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    params = [*node.args.posonlyargs, *node.args.args]
+    if len(params) < 2:
+        return None
+    name, keys, gets = params[1].arg, set(), set()
+    for sub in ast.walk(node):  # batch.get("video"): the call, then its batch.get
+        func = sub.func if isinstance(sub, ast.Call) else None
+        if isinstance(func, ast.Attribute) and func.attr == "get" and isinstance(func.value, ast.Name) and func.value.id == name:
+            if not (sub.args and isinstance(sub.args[0], ast.Constant) and isinstance(sub.args[0].value, str)):
+                return None
+            keys.add(sub.args[0].value)
+            gets.add(id(func))
+        elif isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) and sub.value.id == name:
+            if not (isinstance(sub.slice, ast.Constant) and isinstance(sub.slice.value, str)):
+                return None  # x[..., 0]: a tensor
+            keys.add(sub.slice.value)
+        elif isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == name and id(sub) not in gets:
+            return None  # x.shape: a tensor
+    return next(iter(keys)) if len(keys) == 1 else None
+
+
+def fed(model, x) -> Any:
+    """What ``model``'s forward is given for the input ``x``: ``{key: x}`` where it takes a
+    dict (:func:`input_key`), else ``x``."""
+    key = input_key(type(model))
+    return x if key is None else {key: x}
 
 
 class Inputs:
@@ -226,7 +267,7 @@ class Inputs:
                 if probe and not base:  # forward_args ran it only for required arguments
                     with torch.no_grad():
                         torch.manual_seed(1)
-                        model(x.clone())
+                        model(fed(model, x.clone()))
             except Exception as exc:  # noqa: BLE001 -- the user's code may raise anything
                 if not probe:
                     raise
@@ -306,7 +347,7 @@ class Inputs:
             try:
                 with torch.no_grad():
                     torch.manual_seed(1)
-                    model(x.clone(), **self._made(model, x, kw, torch))
+                    model(fed(model, x.clone()), **self._made(model, x, kw, torch))
             except Exception as exc:  # noqa: BLE001 -- the user's code may raise anything
                 tried.append(f"{what}: {type(exc).__name__}: {str(exc)[:120]}")
                 continue

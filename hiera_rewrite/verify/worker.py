@@ -36,7 +36,7 @@ from .budget import Budget, OverBudget, cap_memory, too_large
 from .compare import Comparison
 from .discovery import Discovery
 from .functions import function_modes, function_owner
-from .inputs import Inputs
+from .inputs import Inputs, fed, input_key
 from .tracing import Tracer
 
 
@@ -197,6 +197,8 @@ class Worker(Discovery, Building, Inputs, Comparison):
                         plan["shape"] = list(plan["x"].shape)
                         plan["layout"] = self.input_layout(plan["shape"], shapes, fallbacks)  # --verify-cuda times in it
                         plan["notes"].extend(arg_notes)
+                        if input_key(type(model)) is not None:  # forward(batch) reading batch["video"]
+                            plan["notes"].append(f"forward takes a dict: {{{input_key(type(model))!r}: x}}")
                     x = plan["x"].to(device=device, dtype=dtype)
                     for case, kw in self.cases(model, x, torch, base):
                         if i == 0 and "graph_case" not in plan:
@@ -568,7 +570,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
         dynamo.reset()
         try:
             with self.budget():
-                explained = dynamo.explain(lambda: model(x, **made))()
+                explained = dynamo.explain(lambda: model(fed(model, x), **made))()
         except (Exception, OverBudget) as exc:  # noqa: BLE001 -- the user's code may raise anything
             return {"where": None, "reason": f"not traced: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"}
         finally:
@@ -623,7 +625,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 probe = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
                 extra = self._made(model, probe, self.forward_args(model, probe, torch)[0], torch)
                 sides = {"original": models["orig"], "rewritten": models["new"]}
-                make = lambda: torch.randn(*shape, device="cuda", dtype=torch.bfloat16)  # noqa: E731
+                make = lambda: fed(model, torch.randn(*shape, device="cuda", dtype=torch.bfloat16))  # noqa: E731 -- a dict where forward takes one
                 rounds, steps = int(bench.get("rounds", 8)), int(bench.get("steps", 5))
                 if bench.get("modes"):  # --bench-modes: each mode, compiled and warmed up first
                     result = timer.time_modes(sides, make, baseline="original", modes=bench["modes"], forward_kwargs=extra, rounds=rounds, steps=steps, torch=torch)
