@@ -11,7 +11,8 @@ import pytest
 # workers it starts inherit it.  Two workers of two threads each on two cores only contend.
 if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
     _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // max(1, _workers)))
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)  # macOS: no affinity
+    os.environ["OMP_NUM_THREADS"] = str(max(1, _cores // max(1, _workers)))
 
 
 def pytest_addoption(parser):

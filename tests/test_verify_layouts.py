@@ -865,30 +865,18 @@ def test_required_name_looked_up_in_a_registry(tmp_path: Path, capsys):
     assert "model_name='hiera_tiny_224' (a key of hiera.hiera.HIERA_VARIANTS)" in out, out
 
 
-BACKBONE_HEAD = '''\
-import torch
-import torch.nn as nn
-
-from . import hiera as zoo
-
-
-class Backbone(nn.Module):
-    """A linear probe over the kept mask units of a Hiera the config names."""
-
-    def __init__(self, model_name: str, num_classes: int = 5):
-        super().__init__()
-        self.encoder = getattr(zoo, model_name)(input_size=(64, 64))
-        self.fc = nn.Linear(self.encoder.norm.normalized_shape[-1], num_classes)
-
-    def get_random_mask(self, x: torch.Tensor, mask_ratio: float) -> torch.Tensor:
-        return self.encoder.get_random_mask(x, mask_ratio)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        x = self.encoder(x, return_intermediates=True)[1][-1].flatten(1, -2)
-        stride = x.shape[1] // mask.shape[1]
-        x = x[mask[..., None].tile(1, stride, x.shape[2])].view(x.shape[0], -1, x.shape[-1])
-        return self.fc(x.mean(1))
-'''
+# CLASSIFIER_HEAD whose encoder is the factory of the fork's hiera module a name picks
+BACKBONE_HEAD = sub(CLASSIFIER_HEAD, "import torch.nn as nn\n", "import torch.nn as nn\n\nfrom . import hiera as zoo\n")
+BACKBONE_HEAD = sub(BACKBONE_HEAD, "class HieraClassifier(nn.Module):\n    \"\"\"A linear probe over the kept mask units of an encoder the caller builds.",
+                    "class Backbone(nn.Module):\n    \"\"\"A linear probe over the kept mask units of a Hiera the config names.")
+BACKBONE_HEAD = sub(
+    BACKBONE_HEAD,
+    "    def __init__(self, encoder: nn.Module, num_classes: int):\n        super().__init__()\n        self.encoder = encoder\n"
+    "        self.fc = nn.Linear(encoder.norm.normalized_shape[-1], num_classes)\n",
+    "    def __init__(self, model_name: str, num_classes: int = 5):\n        super().__init__()\n"
+    "        self.encoder = getattr(zoo, model_name)(input_size=(64, 64))\n"
+    "        self.fc = nn.Linear(self.encoder.norm.normalized_shape[-1], num_classes)\n",
+)
 
 
 def test_required_name_of_a_factory_called_by_name(tmp_path: Path, capsys):
