@@ -794,20 +794,25 @@ def test_module_argument_from_a_factory_through_a_local_name(tmp_path: Path, cap
     assert "model hiera.heads:HieraClassifier (as at train.py:7)  input (2, 3, 64, 64)" in out, out
 
 
-def test_required_value_from_a_call_site(tmp_path: Path, capsys):
+@pytest.mark.parametrize("call, line", [
+    # the keyword beside one only the script computes (num_classes=args.classes)
+    ('model = Hiera(model_name="hiera_tiny_224", num_classes=args.classes)\n', 8),
+    # the keywords built as a dict and unpacked: the dict's literal keys are the call's
+    ('cfg = dict(model_name="hiera_tiny_224", num_classes=args.classes)\nmodel = Hiera(**cfg)\n', 9),
+])
+def test_required_value_from_a_call_site(tmp_path: Path, capsys, call: str, line: int):
     """Hiera(model_name, ...) with no default; the training script passes
-    model_name="hiera_tiny_224" beside a keyword only it computes (num_classes=args.classes):
-    the literal is the value (before: the call was skipped, "needs model_name", NOT PROVEN)."""
+    model_name="hiera_tiny_224", as a keyword or inside a dict it unpacks: the literal is
+    the value (before: the call was skipped, "needs model_name", NOT PROVEN)."""
     folder = write(tmp_path / "x" / "hiera", _model_name_fork(partial_factory=False))
     write(tmp_path / "x", {"train.py": (
         "import argparse\n\nfrom hiera.hiera import Hiera\n\n"
         "parser = argparse.ArgumentParser()\n"
         'parser.add_argument("--classes", type=int, default=400)\n'
-        "args = parser.parse_args()\n"
-        'model = Hiera(model_name="hiera_tiny_224", num_classes=args.classes)\n'
+        "args = parser.parse_args()\n" + call
     )})
     out = assert_all_proven(folder, capsys)
-    assert "model_name='hiera_tiny_224' (train.py:8)" in out, out
+    assert f"model_name='hiera_tiny_224' (train.py:{line})" in out, out
 
 
 def test_module_argument_from_its_annotation(tmp_path: Path, capsys):
@@ -890,24 +895,6 @@ def test_required_name_of_a_factory_called_by_name(tmp_path: Path, capsys):
     out = assert_all_proven(folder, capsys)
     assert "model_name='hiera_tiny_224' (a factory of hiera.hiera, called by name)" in out, out
     assert "hiera/backbone.py:" in out
-
-
-def test_required_value_from_a_dict_the_call_site_unpacks(tmp_path: Path, capsys):
-    """Hiera(model_name, ...) with no default; the training script builds its keywords as a
-    dict and unpacks it (``cfg = dict(model_name=..., num_classes=args.classes)``, then
-    ``Hiera(**cfg)``): the dict's literal keys are the call's (before: a ``**`` call was
-    skipped, "needs model_name", NOT PROVEN)."""
-    folder = write(tmp_path / "x" / "hiera", _model_name_fork(partial_factory=False))
-    write(tmp_path / "x", {"train.py": (
-        "import argparse\n\nfrom hiera.hiera import Hiera\n\n"
-        "parser = argparse.ArgumentParser()\n"
-        'parser.add_argument("--classes", type=int, default=400)\n'
-        "args = parser.parse_args()\n"
-        'cfg = dict(model_name="hiera_tiny_224", num_classes=args.classes)\n'
-        "model = Hiera(**cfg)\n"
-    )})
-    out = assert_all_proven(folder, capsys)
-    assert "model_name='hiera_tiny_224' (train.py:9)" in out, out
 
 
 HIERA_CONFIG = '''\

@@ -82,7 +82,7 @@ def _site_value(expr: ast.AST, names: Dict[str, ast.expr], depth: int = 0) -> An
         value = _literal(expr)
         if value is not OPAQUE:
             return value
-    if isinstance(expr, ast.Call) and _call_name(expr) == "dict" and isinstance(expr.func, ast.Name) and not expr.args and all(k.arg for k in expr.keywords):
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "dict" and not expr.args and all(k.arg for k in expr.keywords):
         items = {k.arg: _literal(k.value) for k in expr.keywords}
         return {k: v for k, v in items.items() if v is not OPAQUE}
     if isinstance(expr, ast.Call) and depth < 3:
