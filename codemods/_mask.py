@@ -26,21 +26,20 @@ from ._match import code, is_name, single_assign
 KEPT_TOKENS = "kept_tokens"
 TRUE_ROWS = "true_rows"
 MASKED_ROWS = "masked_rows"
-RUNS_OWN = "runs_own"
-TAKES_COUNT = "takes_kept_count"
-COUNT_METHOD = "kept_mask_units"
-HELPER_NAMES = (KEPT_TOKENS, TRUE_ROWS, MASKED_ROWS, RUNS_OWN, TAKES_COUNT)
+RUNS_OWN = "not_overridden"
+HELPER_NAMES = (KEPT_TOKENS, TRUE_ROWS, MASKED_ROWS, RUNS_OWN)
 
 HELPERS = {
     KEPT_TOKENS: '''
-def kept_tokens(x, mask, num_kept=None):
-    """x[mask[..., None].tile(1, mu_size, C)]; with num_kept per row, static shapes."""
-    B, N = mask.shape
+def kept_tokens(x, mask, mu_size, num_kept=None):
+    """x[mask[..., None].tile(1, mu_size, x.shape[2])]; given each row's kept count, in static shapes."""
     if num_kept is None:
-        return x[mask[..., None].tile(1, x.shape[1] // N, x.shape[2])]
+        return x[mask[..., None].tile(1, mu_size, x.shape[2])]
+    B, N = mask.shape
+    # token n is unit n % N at position n // N: (b, t, j) is row (b * mu_size + t) * N + j
     kept = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-    rows = torch.arange(0, B * x.shape[1], N, device=x.device).view(B, -1, 1)
-    return x.flatten(0, 1).index_select(0, (rows + kept[:, None]).flatten())
+    rows = torch.arange(B * mu_size, device=x.device).view(B, mu_size, 1) * N + kept[:, None]
+    return x.unflatten(1, (mu_size, N)).flatten(0, 2).index_select(0, rows.flatten())
 ''',
     TRUE_ROWS: '''
 def true_rows(mask, count):
@@ -55,17 +54,9 @@ def masked_rows(t, mask, count=None):
     return t.flatten(0, 1).index_select(0, true_rows(mask, count))
 ''',
     RUNS_OWN: '''
-def runs_own(model, cls, *names):
-    """Whether model's methods `names` are cls's own (an override: upstream's call)."""
-    return all(getattr(type(model), name) is getattr(cls, name) for name in names)
-''',
-    TAKES_COUNT: '''
-@torch.compiler.assume_constant_result
-def takes_kept_count(cls, owner, base):
-    """Whether owner's super().forward takes num_kept (and the mask is base's own)."""
-    rewritten = hasattr(base, "kept_mask_units")  # its hiera.py is rewritten too
-    own = rewritten and cls.get_random_mask is base.get_random_mask
-    return own and super(owner, cls).forward is base.forward
+def not_overridden(model, cls, *methods):
+    """Whether type(model) runs cls's own `methods` (cls: the caller's __class__)."""
+    return all(getattr(type(model), name) is getattr(cls, name) for name in methods)
 ''',
 }
 

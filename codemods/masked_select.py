@@ -281,7 +281,7 @@ def _own_or_upstream(
     new_code = "; ".join(code(s) for s in new.body)  # type: ignore[attr-defined]
     old_code = "; ".join(code(s) for s in stmt.body)
     quoted = ", ".join(f'"{n}"' for n in names)
-    head = f"if {RUNS_OWN}(self, {owner}, {quoted}):\n" + "".join(f"    {b}\n" for b in before) + f"    {new_code}\n"
+    head = f"if {RUNS_OWN}(self, __class__, {quoted}):\n" + "".join(f"    {b}\n" for b in before) + f"    {new_code}\n"
     if isinstance(stmt.body[-1], cst.Return) and not after:
         # the original return stays as it is, after the branch that returns with the count
         branch = ctx.statement(head, like=stmt, replaces=False)

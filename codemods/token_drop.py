@@ -31,18 +31,15 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import enclosing_function, enclosing_line
+from hiera_rewrite.flow import all_params, enclosing_function, enclosing_line, names_in, statement_names
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._match import code, int_value, is_name, method_call, positional, single_assign
-from ._random_mask import get_random_mask_call, kept_count, random_mask_guard
+from ._random_mask import PURE_CALLS, get_random_mask_call, kept_count, random_mask_guard
 from ._mask import (
-    COUNT_METHOD,
     KEPT_TOKENS,
     MASK_CONTRACT,
-    TAKES_COUNT,
     add_helper,
-    class_reference,
     name_taken,
     free_names,
     imports_module,
@@ -55,8 +52,7 @@ from ._mask import (
 )
 
 COUNT = "num_kept"
-TAKEN = "counted"  # whether the base's forward takes the count (takes_kept_count)
-ARGS = "kept"  # the MAE encoder's keyword arguments for super().forward: the count, or none
+RATIO = "random_mask_ratio"  # the encoder's new argument: the ratio get_random_mask drew the mask with
 
 
 @register
@@ -96,23 +92,18 @@ class EncoderTokenDrop(Rewrite):
     def plan(self, ctx: PlanContext) -> None:
         finder = _Finder()
         ctx.visit(finder)
+        gaining: Set[cst.FunctionDef] = set()  # functions whose drop takes RATIO
         for node, via in finder.drops + _drops_through_names(ctx, finder.tile_lines):
             if _in_helper(ctx, node):
                 continue  # kept_tokens' own fallback (this rewrite's output)
             edits = ctx.attempt(node, lambda: _token_drop(ctx, node, via))
             if edits is not None:
                 ctx.add_site(node, edits)
-                func = enclosing_function(ctx, node)
-                method = _count_method(ctx, func) if func is not None else None
-                if method is not None:
-                    ctx.add_site(
-                        method[0], method[1],
-                        f"get_random_mask: its kept count as a method, {COUNT_METHOD} (callers drop tokens with static shapes)",
-                    )
+                gaining.add(enclosing_function(ctx, node))  # type: ignore[arg-type]
         for call in finder.super_forwards:
-            edits = ctx.attempt(call, lambda: _mae_count(ctx, call))
+            edits = ctx.attempt(call, lambda: _mae_ratio(ctx, call, gaining))
             if edits is not None:
-                ctx.add_site(call, edits, "MAE encoder: pass the kept count of get_random_mask to the token drop (a Python int)")
+                ctx.add_site(call, edits, "MAE encoder: pass get_random_mask's ratio, so the token drop knows its kept count (static shapes)")
         for call in finder.submodule_masks:
             encoder = code(call.func.value)  # type: ignore[attr-defined]
             ctx.refuse(
@@ -215,7 +206,7 @@ def _token_drop(
     ctx: PlanContext, node: cst.Subscript, via: Optional[cst.SimpleStatementLine]
 ) -> Dict[cst.CSTNode, Replacement]:
     index = node.slice[0].slice.value  # type: ignore[attr-defined]
-    mask, _, _ = _unit_mask(index if via is None else single_assign(via)[1])  # type: ignore[misc, index]
+    mask, unit_size, _ = _unit_mask(index if via is None else single_assign(via)[1])  # type: ignore[misc, index]
     func = enclosing_function(ctx, node)
     line = enclosing_line(ctx, node)
     if func is None or line is None:
@@ -276,20 +267,29 @@ def _token_drop(
     written = written_in_place(ctx, func, mask)
     if written is not None:
         raise Refuse(f"{written}: how many units it keeps in each row is not proven")
-    clash = free_names(flow, COUNT)
+    clash = free_names(flow, COUNT, RATIO, "__class__")
     if clash:
         raise Refuse(f"the function already uses the name(s) {', '.join(clash)}")
     if not imports_module(ctx.module, "torch"):
         raise Refuse("the module does not `import torch`")
-    taken = name_taken(ctx, KEPT_TOKENS)
+    taken = name_taken(ctx, KEPT_TOKENS, "type")
     if taken:
         raise Refuse(f"the token drop needs the name {taken}, which the module binds itself")
+    if not isinstance(ctx.parent(line), cst.IndentedBlock):
+        raise Refuse("the token drop shares its line with a compound statement")
+    if names_in(ctx, unit_size) - {"self"} - flow.params:
+        raise Refuse(f"the unit size `{code(unit_size)}` reads local names: it is not passed to the helper")
+    formula = _random_count(ctx, func, mask)
 
     x = tokens.value  # type: ignore[attr-defined]
-    selected = cst.parse_expression(f"{KEPT_TOKENS}({x}, {mask}, {COUNT})")
+    selected = cst.parse_expression(f"{KEPT_TOKENS}({x}, {mask}, {code(unit_size)}, {COUNT})")
+    new_line = line_with(ctx, line, {node: selected})
+    counting = _count_lines(ctx, line, formula)
     edits: Dict[cst.CSTNode, Replacement] = {
-        line: line_with(ctx, line, {node: selected}),
-        func: with_keyword_param(ctx, func, COUNT, "Optional[int]" if imports_typing_optional(ctx.module) else None),
+        line: lambda updated: cst.FlattenSentinel(
+            [counting[0].with_changes(leading_lines=updated.leading_lines), counting[1], new_line.with_changes(leading_lines=[])]
+        ),
+        func: with_keyword_param(ctx, func, RATIO, "Optional[float]" if imports_typing_optional(ctx.module) else None),
     }
     if via is not None and len(flow.loads_of(index.value)) == 1:  # type: ignore[attr-defined]
         edits[via] = cst.RemovalSentinel.REMOVE  # the unit mask, now made by kept_tokens
@@ -298,148 +298,153 @@ def _token_drop(
     return edits
 
 
-def _count_method(ctx: PlanContext, forward: cst.FunctionDef) -> Optional[Tuple[cst.FunctionDef, Dict[cst.CSTNode, Replacement]]]:
-    """Where the class of ``forward`` (the token drop's) defines get_random_mask and its
-    body proves the count it keeps in every row (codemods/_random_mask.py), the count
-    becomes a method of its own, ``kept_mask_units``, which get_random_mask calls:
+def _random_count(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> str:
+    """The kept count of the get_random_mask that ``func``'s class defines, as an
+    expression of the mask it made and the ratio it was given (``RATIO``):
 
-        len_keep = self.kept_mask_units(x, mask_ratio)   # was: int(num_windows * (1 - mask_ratio))
+        len_keep = int(num_windows * (1 - mask_ratio))  ->  int(mask.shape[1] * (1 - random_mask_ratio))
 
-    A subclass that changes the count overrides it; an MAE passes it to the drop
-    (``takes_kept_count``).  A count that is not read is reported; the drop then
-    keeps the boolean path for the model's own masks."""
-    block = ctx.parent(forward)
+    num_windows is the mask's column count (codemods/_random_mask.py proves the body
+    makes a (B, num_windows) mask keeping the count in every row).  The count may read
+    nothing else (no attribute, no second evaluation of anything): else Refuse."""
+    block = ctx.parent(func)
     cls = ctx.parent(block) if block is not None else None
     if not isinstance(cls, cst.ClassDef):
-        return None
-    body = list(cls.body.body)  # type: ignore[union-attr]
-    func = next((s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == "get_random_mask"), None)
-    if func is None or any(isinstance(s, cst.FunctionDef) and s.name.value == COUNT_METHOD for s in body):
-        return None
+        raise Refuse(f"{func.name.value} is not a method of a class: no get_random_mask of its own gives the count")
+    maker = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "get_random_mask"), None)  # type: ignore[union-attr]
+    if maker is None:
+        raise Refuse(f"{cls.name.value} defines no get_random_mask: no kept count is known for its masks")
+    owner = ctx.skipped_by(maker)
+    if owner is not None:
+        raise Refuse(f"get_random_mask is left alone (`# hiera-rewrite: skip` on {owner}): its kept count is not read")
     try:
-        if ctx.skipped_by(func) is not None:
-            raise Refuse(f"left alone: `# hiera-rewrite: skip` on {ctx.skipped_by(func)}")
-        count = kept_count(ctx, func)
+        count = kept_count(ctx, maker)
     except Refuse as exc:
-        ctx.refuse(
-            func,
-            f"the kept count of {cls.name.value}.get_random_mask is not read: {exc.reason}; "
-            "token drops of its masks stay boolean indexing",
-        )
-        return None
-    edits: Dict[cst.CSTNode, Replacement] = {}
-    params = [p.name.value for p in func.params.params]
-    call = f"self.{COUNT_METHOD}({', '.join(params[1:])})"
-    flow = ctx.flow(func)
-    keep = count.keep_node
-    bound = [s for s in flow.assigning(code(keep))] if is_name(keep) else []
-    if len(bound) == 1 and single_assign(bound[0].line) is not None:
-        line = bound[0].line
-        edits[line] = ctx.statement(f"{code(keep)} = {call}\n", like=line)
-    else:
-        edits[keep] = cst.parse_expression(call)
-    statements, result = list(count.statements), count.keep
-    own = [st for st in statements if is_name(keep) and st.startswith(f"{code(keep)} = ")]
-    if own:
-        statements.remove(own[0])
-        result = own[0][len(f"{code(keep)} = "):]
-    method = ctx.statement(
-        f"def {COUNT_METHOD}({count.params}) -> int:\n"
-        + "".join(f"    {st}\n" for st in statements)
-        + f"    return {result}\n",
-        like=func,
-        replaces=False,
-    ).with_changes(leading_lines=[cst.EmptyLine(indent=False)])
-    edits[func] = lambda updated: cst.FlattenSentinel([updated, method])
-    reads = sorted({r[len("self."):] for st in [*statements, result] for r in _reads_of(cst.parse_expression(st.split(" = ", 1)[-1])) if r.startswith("self.")})
-    _python_ints(ctx, cls, reads, edits)
-    return func, edits
+        raise Refuse(f"the kept count of {cls.name.value}.get_random_mask is not read: {exc.reason}") from None
+    params = [p.name.value for p in maker.params.params]
+    if len(params) != 3 or maker.params.params[1].default is not None or maker.params.params[2].default is not None:
+        raise Refuse(f"{cls.name.value}.get_random_mask does not take (self, x, mask_ratio): its callers' ratio is not known")
+    ratio = params[2]
+    pure = {}
+    for line in count.statements:
+        name, value = line.split(" = ", 1)
+        pure[name] = cst.parse_expression(value)
+    windows = count.windows.replace(" ", "")
+    column = cst.parse_expression(f"{mask}.shape[1]")
 
+    class _Substitute(cst.CSTTransformer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.unknown: List[str] = []
 
-def _python_ints(ctx: PlanContext, cls: cst.ClassDef, reads: Sequence[str], edits: Dict[cst.CSTNode, Replacement]) -> None:
-    """The attributes the kept count reads (``self.mask_spatial_shape``), followed back
-    through the class's ``__init__``: a value made by numpy there (a fork's
-    ``mask_unit_size = tuple(np.prod(q_strides, axis=0))``) holds numpy integers, which
-    torch.compile traces as data, so the count is no static int and the step does not
-    compile fullgraph (the original's neither).  The fix is at the source: that
-    statement makes the same values as Python numbers (``.item()`` of each element:
-    exactly the numpy scalar's value).  Only ``tuple(<numpy call>)`` and ``list(...)``
-    are converted; any other numpy source is reported."""
-    init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)  # type: ignore[union-attr]
-    if init is None or not reads:
-        return
-    flow = ctx.flow(init)
-    seen: Set[str] = set()
-    todo = [f"self.{r}" for r in reads]
-    while todo:
-        target = todo.pop()
-        if target in seen:
-            continue
-        seen.add(target)
-        for stmt in flow.stmts:
-            assign = single_assign(stmt.line) if stmt.line.body else None
-            if assign is None:
-                continue
-            value = _value_for(assign, target)
-            if value is None:
-                continue
-            source = _numpy_call(ctx, value)
-            if source is not None:
-                wrapper = value.func.value if isinstance(value, cst.Call) and is_name(value.func) else None  # type: ignore[attr-defined]
-                if wrapper in ("tuple", "list") and len(value.args) == 1 and value.args[0].value is source and not name_taken(ctx, wrapper):  # type: ignore[attr-defined]
-                    made = f"{wrapper}(v.item() for v in {code(source)})" if wrapper == "tuple" else f"[v.item() for v in {code(source)}]"
-                    edits[stmt.line] = line_with(ctx, stmt.line, {value: cst.parse_expression(made)})
-                else:
-                    ctx.refuse(
-                        stmt.line,
-                        f"`{code(stmt.line)}` makes {target} with numpy: the kept count is traced as data under"
-                        " torch.compile (no fullgraph); make it Python numbers (`.tolist()`)",
-                    )
-                continue
-            todo += _reads_of(value)
+        def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+            name = original.value
+            if name == ratio:
+                return cst.Name(RATIO)
+            if name == windows or name in pure and code(pure[name]).replace(" ", "") == windows:
+                return column
+            if name in pure:
+                return cst.parse_expression(f"({code(pure[name].visit(self))})")
+            if name not in PURE_CALLS and name != "math":
+                self.unknown.append(name)
+            return updated
 
-
-def _value_for(assign, target: str) -> Optional[cst.BaseExpression]:
-    """The expression an assignment binds to ``target`` (`a, b = x, y` paired)."""
-    left, right = assign
-    if code(left) == target:
-        return right
-    if isinstance(left, cst.Tuple) and isinstance(right, cst.Tuple) and len(left.elements) == len(right.elements):
-        for l, r in zip(left.elements, right.elements):
-            if code(l.value) == target:
-                return r.value
-    return None
-
-
-def _numpy_call(ctx: PlanContext, value: cst.BaseExpression) -> Optional[cst.Call]:
-    """The numpy call making ``value``: the value itself or the one argument of a
-    ``tuple(...)``/``list(...)`` around it."""
-    inner = value.args[0].value if isinstance(value, cst.Call) and is_name(value.func) and value.func.value in ("tuple", "list") and len(value.args) == 1 else value  # type: ignore[attr-defined]
-    if isinstance(inner, cst.Call) and any(q.split(".")[0] == "numpy" for q in ctx.qualified_names(inner.func)):
-        return inner
-    return None
-
-
-def _reads_of(value: cst.BaseExpression) -> List[str]:
-    """The names and ``self.<attr>`` chains ``value`` reads."""
-    found: List[str] = []
-
-    class _Reads(cst.CSTVisitor):
         def visit_Attribute(self, node: cst.Attribute) -> bool:
-            if is_name(node.value, "self"):
-                found.append(code(node))
+            if is_name(node.value, "math"):
                 return False
-            return True
+            self.unknown.append(code(node))
+            return False
 
-        def visit_Name(self, node: cst.Name) -> None:
-            found.append(node.value)
+    visitor = _Substitute()
+    formula = cst.parse_expression(count.keep).visit(visitor)
+    if visitor.unknown:
+        raise Refuse(
+            f"the kept count of {cls.name.value}.get_random_mask, `{count.keep}`, reads {', '.join(dict.fromkeys(visitor.unknown))},"
+            " not only the mask's size and ratio: it would be evaluated a second time"
+        )
+    text = code(formula)
+    if text.startswith("(") and text.endswith(")"):
+        text = code(cst.parse_expression(text[1:-1]))
+    return text
 
-    value.visit(_Reads())
+
+def _count_lines(ctx: PlanContext, line: cst.SimpleStatementLine, formula: str) -> List[cst.BaseStatement]:
+    """The statements before the token drop that set its count."""
+    return [
+        ctx.statement(f"{COUNT} = None  # kept units per row, known for get_random_mask's masks\n", like=line, replaces=False),
+        ctx.statement(
+            f"if {RATIO} is not None and type(self).get_random_mask is __class__.get_random_mask:\n    {COUNT} = {formula}\n",
+            like=line, replaces=False,
+        ),
+    ]
+
+
+def _resolve(ctx: PlanContext, module: cst.Module, name: str, depth: int = 0) -> Optional[Tuple[cst.Module, cst.ClassDef]]:
+    """The class ``name`` refers to at the top level of ``module``: defined there, or
+    imported from a module beside the file (`from .hiera import Hiera`,
+    `from models.hiera import Hiera`); None when not known or bound again otherwise."""
+    if depth > 3:
+        return None
+    found: Optional[Tuple[cst.Module, cst.ClassDef]] = None
+    for stmt in module.body:
+        if isinstance(stmt, cst.ClassDef):
+            if stmt.name.value == name:
+                found = (module, stmt)
+            continue
+        imported = [
+            (small, alias) for small in (stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ())
+            if isinstance(small, cst.ImportFrom)
+            and small.module is not None and not isinstance(small.names, cst.ImportStar)
+            for alias in small.names  # type: ignore[union-attr]
+            if (alias.asname.name.value if alias.asname else code(alias.name)) == name  # type: ignore[union-attr]
+        ]
+        if imported:
+            small, alias = imported[-1]
+            sibling = ctx.sibling(code(small.module).split(".")[-1])  # type: ignore[arg-type]
+            found = _resolve(ctx, sibling, code(alias.name), depth + 1) if sibling is not None else None
+        elif module is ctx.module and (name in statement_names(ctx, stmt)[0] or "*" in statement_names(ctx, stmt)[0]):
+            found = None  # bound again by other code: not followed
     return found
 
 
-def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacement]:
-    """`super().forward(x, mask, ...)` after `if mask is None: mask = self.get_random_mask(x, r)`."""
+def _method_of(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: str, depth: int = 0):
+    """(module, class, function) defining ``method`` for ``cls``, following single bases
+    (a class with several bases that does not define it: None, not resolved)."""
+    for stmt in cls.body.body:  # type: ignore[union-attr]
+        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == method:
+            return module, cls, stmt
+        if not isinstance(stmt, cst.FunctionDef) and method in _names_bound(stmt):
+            return None
+    if depth > 8 or len(cls.bases) != 1 or not is_name(cls.bases[0].value) or cls.keywords:
+        return None
+    base = _resolve(ctx, module, cls.bases[0].value.value)  # type: ignore[attr-defined]
+    return _method_of(ctx, base[0], base[1], method, depth + 1) if base is not None else None
+
+
+def _names_bound(stmt: cst.CSTNode) -> Set[str]:
+    """Names a class-body statement binds (attributes of the class)."""
+    found: Set[str] = set()
+    if isinstance(stmt, cst.ClassDef):
+        found.add(stmt.name.value)
+    for node in _walk(stmt):
+        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)):
+            target = node.target
+            if isinstance(target, cst.Name):
+                found.add(target.value)
+    return found
+
+
+def _walk(node: cst.CSTNode):
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) -> Dict[cst.CSTNode, Replacement]:
+    """`super().forward(x, mask, ...)` after `if mask is None: mask = self.get_random_mask(x, r)`:
+    passes ``random_mask_ratio=r`` when the mask reaches the call untouched and the
+    forward super() reaches (followed through the file and the modules beside it) is
+    one whose token drop takes it."""
     func = enclosing_function(ctx, call)
     line = enclosing_line(ctx, call)
     if func is None or line is None or len(call.args) < 2:
@@ -448,19 +453,15 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     made_here = get_random_mask_call(ctx, func)
     if mask_arg.keyword is not None or mask_arg.star or not is_name(mask_arg.value):
         if made_here is not None and not mask_arg.star:
-            if mask_arg.keyword is not None:
-                passed = f"passes the mask as `{mask_arg.keyword.value}={code(mask_arg.value)}`, not as the second positional argument"
-            else:
-                passed = f"passes `{code(mask_arg.value)}` as the mask, not a plain name"
-            raise Refuse(
-                f"the encoder call {passed}: the kept count is not passed (the encoder counts the mask itself:"
-                " one host sync)"
+            passed = (
+                f"passes the mask as `{mask_arg.keyword.value}={code(mask_arg.value)}`, not as the second positional argument"
+                if mask_arg.keyword is not None else f"passes `{code(mask_arg.value)}` as the mask, not a plain name"
             )
+            raise Refuse(f"the encoder call {passed}: the kept count is not passed (the encoder counts the mask itself: one host sync)")
         raise NotThisIdiom()
     mask = mask_arg.value.value  # type: ignore[attr-defined]
-    if any(a.star or a.keyword is not None and a.keyword.value == COUNT for a in call.args):
-        raise NotThisIdiom()  # rewritten already (`**kept`)
-    flow = ctx.flow(func)
+    if any(a.star or a.keyword is not None and a.keyword.value == RATIO for a in call.args):
+        raise NotThisIdiom()  # rewritten already
     made = random_mask_guard(ctx, func, mask)
     if made is None and made_here is not None:
         made_line = enclosing_line(ctx, made_here)
@@ -472,35 +473,59 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
     if made is None or not is_name(made.owner, "self"):
         raise NotThisIdiom()
     guard = made.guard
-    if not made.once:
-        raise Refuse(f"{mask} is assigned elsewhere in {func.name.value}: the kept count may not be get_random_mask's")
-    written = written_in_place(ctx, func, mask)
-    if written is not None:
-        raise Refuse(f"{written}: the kept count may not be get_random_mask's; it is not passed")
-    if ctx.position(call).line <= ctx.position(guard).line:
-        raise Refuse("the encoder call does not come after the random mask is made")
-    cls = next((a for a in ctx.ancestors(func) if isinstance(a, cst.ClassDef)), None)
-    if cls is None or not cls.bases or not is_name(cls.bases[0].value) or ctx.parent(ctx.parent(func)) is not cls:
-        raise Refuse("the MAE's encoder base class is not a plain name")
-    base = cls.bases[0].value.value  # type: ignore[attr-defined]
-    if not imports_module(ctx.module, "torch"):
-        raise Refuse("the module does not `import torch`")
-    clash = free_names(flow, ARGS, TAKEN)
+    top = list(func.body.body)  # type: ignore[union-attr]
+    if line not in top or top.index(line) < top.index(guard):
+        raise Refuse("the encoder call is not a statement of the function after the random mask is made")
+    ratio = made.args[1]
+    if not is_name(ratio):
+        raise Refuse(
+            f"the mask ratio `{code(ratio)}` is not a plain name: passing it again would evaluate it a second"
+            " time (a property may draw another value); the kept count is not passed"
+        )
+    # Nothing between the mask's making and the call touches it (a call given it
+    # included): the mask the drop gets is get_random_mask's.
+    between = list(guard.body.body[1:]) + top[top.index(guard) + 1:top.index(line)]  # type: ignore[union-attr]
+    for stmt in between:
+        if mask in names_in(ctx, stmt) or ratio.value in statement_names(ctx, stmt)[0]:  # type: ignore[attr-defined]
+            # quote the statement itself (its first line), never the comments above it
+            first = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) else stmt
+            quoted = code(first.with_changes(leading_lines=[]) if hasattr(first, "leading_lines") else first)
+            raise Refuse(
+                f"`{quoted.strip().splitlines()[0]}` at line {ctx.position(first).line} touches {mask} or rebinds"
+                f" {code(ratio)} between get_random_mask and the encoder call: the kept count is not proven there;"
+                " it is not passed"
+            )
+    uses = [a for a in call.args[2:] if mask in names_in(ctx, a.value)] + [
+        a for a in (call.args[0],) if mask in names_in(ctx, a.value)
+    ]
+    if uses:
+        raise Refuse(f"the encoder call also passes {mask} in `{code(uses[0].value)}`: the kept count is not passed")
+    cls = ctx.parent(ctx.parent(func))
+    if not isinstance(cls, cst.ClassDef):
+        raise Refuse(f"{func.name.value} is not a method defined in a class body")
+    if len(cls.bases) != 1 or not is_name(cls.bases[0].value) or cls.keywords:
+        raise Refuse(f"{cls.name.value} does not have one plain base class: the forward super() reaches is not followed")
+    base = _resolve(ctx, ctx.module, cls.bases[0].value.value)  # type: ignore[attr-defined]
+    target = _method_of(ctx, base[0], base[1], "forward") if base is not None else None
+    if target is None:
+        raise Refuse(
+            f"the forward that `super().forward` reaches from {cls.name.value} is not found in this file or the"
+            " modules beside it: the kept count is not passed"
+        )
+    module, owner, forward = target
+    takes = forward in gaining if module is ctx.module else any(p.name.value == RATIO for p in all_params(forward.params))
+    if not takes:
+        raise Refuse(
+            f"{owner.name.value}.forward, which `super().forward` reaches, does not take {RATIO} (its token drop is not"
+            " rewritten there, or it is not its file's own): the kept count is not passed"
+        )
+    maker = _method_of(ctx, module, owner, "get_random_mask")
+    if maker is None or maker[1] is not owner:
+        raise Refuse(f"{owner.name.value} does not define the get_random_mask its count is read from")
+    flow = ctx.flow(func)
+    clash = free_names(flow, RATIO)
     if clash:
-        raise Refuse(f"{func.name.value} already uses the name(s) {', '.join(clash)}")
-
-    mask_args = made.args
-    if not all(
-        is_name(a) and a.value != mask or isinstance(a, cst.Attribute) and is_name(a.value, "self")  # type: ignore[attr-defined]
-        for a in mask_args
-    ):
-        raise Refuse("get_random_mask is not called on plain names or self's attributes: its count would evaluate them again")
-    owner = class_reference(ctx, cls)
-    if owner is None:
-        raise Refuse(f"the class name {cls.name.value} is bound again in the module: the encoder check needs it")
-    taken = name_taken(ctx, "type", "super", "hasattr", TAKES_COUNT)
-    if taken:
-        raise Refuse(f"the count needs the name {taken}, which the module binds itself")
+        raise Refuse(f"{func.name.value} already uses the name {RATIO}")
     assign = single_assign(line)
     if not (
         isinstance(line.body[0], cst.Return) and line.body[0].value is call
@@ -508,30 +533,14 @@ def _mae_count(ctx: PlanContext, call: cst.Call) -> Dict[cst.CSTNode, Replacemen
         or len(line.body) == 1 and isinstance(line.body[0], cst.Expr) and line.body[0].value is call
     ):
         raise Refuse("the encoder call is part of a larger expression")
-
-    args = ", ".join(code(a) for a in mask_args)  # type: ignore[union-attr]
-    # straight-line (no branch): what runs is the same whether or not the file's base
-    # is rewritten, so --verify of this file alone runs (and proves) each line
-    counted = [
-        ctx.statement(f"{TAKEN} = {TAKES_COUNT}(type(self), {owner}, {base})\n", like=guard.body.body[0], replaces=False),  # type: ignore[arg-type]
-        ctx.statement(
-            f'{ARGS} = {{"{COUNT}": self.{COUNT_METHOD}({args})}} if {TAKEN} else {{}}\n',
-            like=guard.body.body[0],  # type: ignore[arg-type]
-            replaces=False,
-        ),
-    ]
-    # right after the mask is made, from the values it was made with: the block may
-    # rebind them after (a fork logging the realised ratio)
     made_line, *rest = guard.body.body  # type: ignore[union-attr]
-    body = guard.body.with_changes(body=[made_line, *counted, *rest])  # type: ignore[union-attr]
+    given = ctx.statement(f"{RATIO} = {code(ratio)}\n", like=made_line, replaces=False)  # type: ignore[arg-type]
+    body = guard.body.with_changes(body=[made_line, given, *rest])  # type: ignore[union-attr]
     init = ctx.statement(
-        f"{ARGS} = {{}}  # the kept count, for {base}.forward's token drop (static shapes)\n",
+        f"{RATIO} = None  # set for get_random_mask's mask: a static-shape token drop\n",
         like=guard, replaces=False,
     ).with_changes(leading_lines=guard.leading_lines)
-    edits: Dict[cst.CSTNode, Replacement] = {
+    return {
         guard: cst.FlattenSentinel([init, guard.with_changes(body=body, leading_lines=[])]),
-        line: line_with(ctx, line, {call: with_argument(call, f"**{ARGS}")}),
+        line: line_with(ctx, line, {call: with_argument(call, f"{RATIO}={RATIO}")}),
     }
-    module, helper = add_helper(ctx, cls, TAKES_COUNT)
-    edits[module] = helper
-    return edits

@@ -15,7 +15,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -62,6 +62,7 @@ class FileResult:
     source: bytes
     output: bytes
     reports: List[Report]
+    consulted: Tuple[str, ...] = ()  # the sibling modules the plan read (``siblings``)
 
     @property
     def changed(self) -> bool:
@@ -103,8 +104,14 @@ def rewrite_bytes(
     *,
     codes: Optional[Sequence[str]] = None,
     line_length: int = DEFAULT_LINE_LENGTH,
+    siblings: Optional[Callable[[str], Optional[bytes]]] = None,
 ) -> FileResult:
-    """Rewrite one file's bytes.  Raises InputError or InternalError."""
+    """Rewrite one file's bytes.  Raises InputError or InternalError.
+
+    ``siblings(name)`` gives the bytes of the module ``name`` beside the file (as this
+    run leaves it), or None: a rewrite that proves a fact across files (the MAE's
+    encoder passing the kept count to hiera.py's forward) reads it; without it, it
+    refuses."""
     if codes is None:
         codes = selected_codes()
     if not data.strip():
@@ -113,12 +120,13 @@ def rewrite_bytes(
         index = _parse(data)
     except _LibcstOnly as exc:  # valid Python libcst cannot read: left as it is, said why
         return FileResult(data, data, [Report(UNREAD_CODE, exc.line, exc.col, f"skipped: {exc.message}", False)])
-    reports, new_module = _rewrite_module(index, codes, line_length)
+    consulted: Set[str] = set()
+    reports, new_module = _rewrite_module(index, codes, line_length, siblings, consulted)
     if new_module is None:
-        return FileResult(data, data, reports)
+        return FileResult(data, data, reports, tuple(sorted(consulted)))
     output, reparsed = _reparse(new_module)
-    _check_stable(reparsed, codes, line_length)
-    return FileResult(data, output, reports)
+    _check_stable(reparsed, codes, line_length, siblings)
+    return FileResult(data, output, reports, tuple(sorted(consulted)))
 
 
 def _parse(data: bytes) -> ModuleIndex:
@@ -187,7 +195,8 @@ def _compile(source: "str | bytes") -> None:
 
 
 def _rewrite_module(
-    index: ModuleIndex, codes: Sequence[str], line_length: int
+    index: ModuleIndex, codes: Sequence[str], line_length: int,
+    siblings: Optional[Callable[[str], Optional[bytes]]] = None, consulted: Optional[Set[str]] = None,
 ) -> "tuple[List[Report], Optional[cst.Module]]":
     sites: List[Site] = []
     refusals: List[Refusal] = []
@@ -196,7 +205,7 @@ def _rewrite_module(
         return _formatted_statement(source, max(20, line_length - indent))
 
     for code in codes:
-        ctx = PlanContext(index, code, format_statement, codes)
+        ctx = PlanContext(index, code, format_statement, codes, siblings, consulted)
         REGISTRY[code]().plan(ctx)
         sites.extend(ctx.sites)
         refusals.extend(ctx.refusals)
@@ -310,8 +319,8 @@ def _reparse(new: cst.Module) -> "tuple[bytes, ModuleIndex]":
         raise InternalError(f"rewritten code does not parse (line {exc.line}): {exc.message}") from None
 
 
-def _check_stable(index: ModuleIndex, codes: Sequence[str], line_length: int) -> None:
-    reports, again = _rewrite_module(index, codes, line_length)
+def _check_stable(index: ModuleIndex, codes: Sequence[str], line_length: int, siblings=None) -> None:
+    reports, again = _rewrite_module(index, codes, line_length, siblings)
     if again is not None:
         lines = ", ".join(f"{r.code} at line {r.line}" for r in reports if r.applied)
         raise InternalError(f"rewrite is not stable: a second pass changes the output again ({lines})")

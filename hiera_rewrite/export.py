@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
-from typing import List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from .engine import InputError, InternalError, rewrite_bytes
 
@@ -38,12 +38,20 @@ def export_upstream(target: Path, codes: Sequence[str], quiet: bool = False) -> 
         return 2
     files = sorted(source.glob("*.py"))
     outputs: List[bytes] = []
-    for path in files:
-        try:
-            result = rewrite_bytes(path.read_bytes(), codes=codes)
-        except (InputError, InternalError) as exc:
-            print(f"{path}: {exc}", file=sys.stderr)
-            return 2
+    done: Dict[str, bytes] = {}  # module name -> its rewritten bytes, for the files after it
+    results = []
+    for again in (False, True):
+        for i, path in enumerate(files):
+            if again and not any(s in done and done[s] != (source / f"{s}.py").read_bytes() for s in results[i].consulted):
+                continue
+            try:
+                result = rewrite_bytes(path.read_bytes(), codes=codes, siblings=lambda n: done.get(n) or _read(source / f"{n}.py"))
+            except (InputError, InternalError) as exc:
+                print(f"{path}: {exc}", file=sys.stderr)
+                return 2
+            done[path.stem] = result.output
+            results[i:i + 1] = [result]
+    for path, result in zip(files, results):
         outputs.append(result.output)
         if not quiet:
             for r in result.changes:
@@ -58,3 +66,10 @@ def export_upstream(target: Path, codes: Sequence[str], quiet: bool = False) -> 
         file=sys.stderr,
     )
     return 0
+
+
+def _read(path: Path) -> Optional[bytes]:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None

