@@ -27,7 +27,7 @@ nor is passed it.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import dataclasses
 
@@ -354,7 +354,7 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
             ] and latent.value not in flow.params:  # type: ignore[attr-defined]
                 continue
             changed = written_in_place(ctx, func, pred_mask.value)  # type: ignore[attr-defined]
-            unproven = _decoded_mask(ctx, decoder)
+            unproven = _decoded_mask(ctx, decoder) or _fills_the_latent(ctx, cls, decoder)
             if changed or unproven:
                 ctx.refuse(call[1], f"{changed or unproven}: the masked count is not passed")
                 continue
@@ -515,3 +515,75 @@ def _fills_units(ctx: PlanContext, decoder: cst.FunctionDef) -> bool:
 
     ctx.visit(_Fill(), decoder.body)
     return bool(found)
+
+
+def _fills_the_latent(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.FunctionDef) -> Optional[str]:
+    """None when the units ``decoder`` fills into the grid are its first argument's, row
+    for row: the fill's source is the argument itself or made from it only by
+    ``x = self.<name>(x)`` with ``self.<name> = nn.Linear(...)`` set once, in the
+    class's ``__init__`` (a Linear keeps every dimension but the last).  Then the
+    latent's ``shape[:-1]`` counts the tokens the fill keeps, and the rest of the
+    prediction grid is masked.  A fork slicing off a unit it added, or expanding one
+    vector per unit back to the unit's tokens, fills another count: why not."""
+    params = [p.name.value for p in decoder.params.params]
+    flow = ctx.flow(decoder)
+    fills = [
+        s for s in flow.stmts
+        if s.line.body and (assign := single_assign(s.line)) is not None and isinstance(assign[0], cst.Subscript)
+        and (m := method_call(assign[1], "flatten")) is not None and is_name(m[0])
+    ]
+    why = (
+        f"the units {decoder.name.value} fills are not its latent argument's (made from it only by a Linear):"
+        " how many tokens it masks is not read from the latent's shape"
+    )
+    if len(params) < 2 or len(fills) != 1:
+        return why
+    fill = fills[0]
+    source = method_call(single_assign(fill.line)[1], "flatten")[0].value  # type: ignore[index, union-attr]
+    if source != params[1] or flow.compound_assigned.get(source):
+        return why
+    linears = _linear_attributes(ctx, cls)
+    for stmt in flow.assigning(source):
+        assign = single_assign(stmt.line) if stmt.line.body else None
+        if stmt.index > fill.index:
+            continue
+        call = assign[1] if assign is not None and is_name(assign[0], source) else None
+        if not (
+            isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and is_name(call.func.value, "self")
+            and call.func.attr.value in linears and len(call.args) == 1 and is_name(call.args[0].value, source)
+            and call.args[0].keyword is None and not call.args[0].star
+        ):
+            return why
+    return None
+
+
+def _linear_attributes(ctx: PlanContext, cls: cst.ClassDef) -> Set[str]:
+    """``self.<name>`` the class sets once, in ``__init__``, to ``nn.Linear(...)``, and
+    nowhere else in the module."""
+    made: Dict[str, List[bool]] = {}
+
+    class _Stores(cst.CSTVisitor):
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            self.store(node.target, ctx.parent(node))
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            self.store(node.target, node)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            self.store(node.target, None)
+
+        def store(self, target: cst.CSTNode, assign: Optional[cst.CSTNode]) -> None:
+            for t in (target.elements if isinstance(target, (cst.Tuple, cst.List)) else [target]):  # type: ignore[attr-defined]
+                t = getattr(t, "value", t) if isinstance(t, cst.Element) else t
+                if isinstance(t, cst.Attribute) and is_name(t.value, "self"):
+                    func = next((a for a in ctx.ancestors(t) if isinstance(a, cst.FunctionDef)), None)
+                    value = getattr(assign, "value", None)
+                    linear = (
+                        isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(value, cst.Call)
+                        and func is not None and func.name.value == "__init__" and ctx.parent(ctx.parent(func)) is cls
+                        and any(q in ("torch.nn.Linear", "torch.nn.modules.linear.Linear") for q in ctx.qualified_names(value.func))
+                    )
+                    made.setdefault(t.attr.value, []).append(linear)
+
+    ctx.visit(_Stores())
+    return {name for name, kinds in made.items() if kinds == [True]}

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import all_params, enclosing_function, enclosing_line, names_in, statement_names
+from hiera_rewrite.flow import all_params, enclosing_function, enclosing_line, loaded_names, names_in, statement_names
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._match import code, int_value, is_name, method_call, positional, single_assign
@@ -279,7 +279,7 @@ def _token_drop(
         raise Refuse("the token drop shares its line with a compound statement")
     if names_in(ctx, unit_size) - {"self"} - flow.params:
         raise Refuse(f"the unit size `{code(unit_size)}` reads local names: it is not passed to the helper")
-    formula = _random_count(ctx, func, mask)
+    formula, maker, sources = _random_count(ctx, func, mask)
 
     x = tokens.value  # type: ignore[attr-defined]
     selected = cst.parse_expression(f"{KEPT_TOKENS}({x}, {mask}, {code(unit_size)}, {COUNT})")
@@ -291,6 +291,8 @@ def _token_drop(
         ),
         func: with_keyword_param(ctx, func, RATIO, "Optional[float]" if imports_typing_optional(ctx.module) else None),
     }
+    reads = sorted({r[len("self."):] for st in sources for r in _reads_of(cst.parse_expression(st.split(" = ", 1)[-1])) if r.startswith("self.")})
+    _python_ints(ctx, maker, reads, edits)
     if via is not None and len(flow.loads_of(index.value)) == 1:  # type: ignore[attr-defined]
         edits[via] = cst.RemovalSentinel.REMOVE  # the unit mask, now made by kept_tokens
     module, helper = add_helper(ctx, func, KEPT_TOKENS)
@@ -298,7 +300,7 @@ def _token_drop(
     return edits
 
 
-def _random_count(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> str:
+def _random_count(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Tuple[str, cst.ClassDef, List[str]]:
     """The kept count of the get_random_mask that ``func``'s class defines, as an
     expression of the mask it made and the ratio it was given (``RATIO``):
 
@@ -306,14 +308,17 @@ def _random_count(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> str:
 
     num_windows is the mask's column count (codemods/_random_mask.py proves the body
     makes a (B, num_windows) mask keeping the count in every row).  The count may read
-    nothing else (no attribute, no second evaluation of anything): else Refuse."""
+    nothing else (no attribute, no second evaluation of anything): else Refuse.
+    Returns it, the class defining that get_random_mask, and the code the mask's size
+    comes from there (`num_windows = math.prod(self.mask_spatial_shape)`)."""
     block = ctx.parent(func)
     cls = ctx.parent(block) if block is not None else None
     if not isinstance(cls, cst.ClassDef):
         raise Refuse(f"{func.name.value} is not a method of a class: no get_random_mask of its own gives the count")
-    maker = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "get_random_mask"), None)  # type: ignore[union-attr]
-    if maker is None:
-        raise Refuse(f"{cls.name.value} defines no get_random_mask: no kept count is known for its masks")
+    found = _method_of(ctx, ctx.module, cls, "get_random_mask")
+    if found is None or found[0] is not ctx.module:
+        raise Refuse(f"{cls.name.value} has no get_random_mask in this file: no kept count is known for its masks")
+    maker = found[2]
     owner = ctx.skipped_by(maker)
     if owner is not None:
         raise Refuse(f"get_random_mask is left alone (`# hiera-rewrite: skip` on {owner}): its kept count is not read")
@@ -337,11 +342,19 @@ def _random_count(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> str:
             super().__init__()
             self.unknown: List[str] = []
 
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            return not (isinstance(node, cst.BaseExpression) and code(node).replace(" ", "") == windows)
+
+        def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
+            if isinstance(original, cst.BaseExpression) and code(original).replace(" ", "") == windows:
+                return column
+            return super().on_leave(original, updated)
+
         def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
             name = original.value
             if name == ratio:
                 return cst.Name(RATIO)
-            if name == windows or name in pure and code(pure[name]).replace(" ", "") == windows:
+            if name in pure and code(pure[name]).replace(" ", "") == windows:
                 return column
             if name in pure:
                 return cst.parse_expression(f"({code(pure[name].visit(self))})")
@@ -365,7 +378,7 @@ def _random_count(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> str:
     text = code(formula)
     if text.startswith("(") and text.endswith(")"):
         text = code(cst.parse_expression(text[1:-1]))
-    return text
+    return text, found[1], [*count.statements, count.windows]
 
 
 def _count_lines(ctx: PlanContext, line: cst.SimpleStatementLine, formula: str) -> List[cst.BaseStatement]:
@@ -440,6 +453,35 @@ def _walk(node: cst.CSTNode):
         yield from _walk(child)
 
 
+# Tensor methods and attributes that read a mask without writing it or aliasing it
+# (each returns a new tensor, a number or metadata): a statement using the mask only
+# through them leaves get_random_mask's mask as it was.
+READ_ONLY = {
+    "float", "double", "half", "long", "int", "sum", "mean", "any", "all", "count_nonzero", "numel", "dim",
+    "size", "item", "tolist", "clone", "shape", "dtype", "device", "ndim", "is_cuda",
+}
+
+
+def _first(stmt: cst.CSTNode) -> cst.CSTNode:
+    return stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) else stmt  # type: ignore[attr-defined]
+
+
+def _touches(ctx: PlanContext, stmt: cst.CSTNode, mask: str) -> Optional[str]:
+    """The statement (its first line, never the comments above it) when it uses ``mask``
+    other than through READ_ONLY (`mask.float().mean()`, `mask.shape[1]`), else None."""
+    uses = [n for n in loaded_names(ctx, stmt) if n.value == mask]
+    bound = mask in statement_names(ctx, stmt)[0]  # type: ignore[arg-type]
+    for name in uses:
+        parent = ctx.parent(name)
+        if not (isinstance(parent, cst.Attribute) and parent.value is name and parent.attr.value in READ_ONLY):
+            bound = True
+    if not bound:
+        return None
+    first = _first(stmt)
+    quoted = code(first.with_changes(leading_lines=[]) if hasattr(first, "leading_lines") else first)
+    return quoted.strip().splitlines()[0]
+
+
 def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) -> Dict[cst.CSTNode, Replacement]:
     """`super().forward(x, mask, ...)` after `if mask is None: mask = self.get_random_mask(x, r)`:
     passes ``random_mask_ratio=r`` when the mask reaches the call untouched and the
@@ -477,23 +519,16 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
     if line not in top or top.index(line) < top.index(guard):
         raise Refuse("the encoder call is not a statement of the function after the random mask is made")
     ratio = made.args[1]
-    if not is_name(ratio):
-        raise Refuse(
-            f"the mask ratio `{code(ratio)}` is not a plain name: passing it again would evaluate it a second"
-            " time (a property may draw another value); the kept count is not passed"
-        )
-    # Nothing between the mask's making and the call touches it (a call given it
-    # included): the mask the drop gets is get_random_mask's.
+    # Nothing between the mask's making and the call writes it or makes an alias of it
+    # (a call given it included): the mask the drop gets is get_random_mask's.
     between = list(guard.body.body[1:]) + top[top.index(guard) + 1:top.index(line)]  # type: ignore[union-attr]
     for stmt in between:
-        if mask in names_in(ctx, stmt) or ratio.value in statement_names(ctx, stmt)[0]:  # type: ignore[attr-defined]
-            # quote the statement itself (its first line), never the comments above it
-            first = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) else stmt
-            quoted = code(first.with_changes(leading_lines=[]) if hasattr(first, "leading_lines") else first)
+        touching = _touches(ctx, stmt, mask)
+        if touching is not None:
             raise Refuse(
-                f"`{quoted.strip().splitlines()[0]}` at line {ctx.position(first).line} touches {mask} or rebinds"
-                f" {code(ratio)} between get_random_mask and the encoder call: the kept count is not proven there;"
-                " it is not passed"
+                f"`{touching}` at line {ctx.position(_first(stmt)).line} uses {mask} between get_random_mask and the"
+                " encoder call (it may write it, or keep an alias that is written): the kept count is not proven"
+                " there; it is not passed"
             )
     uses = [a for a in call.args[2:] if mask in names_in(ctx, a.value)] + [
         a for a in (call.args[0],) if mask in names_in(ctx, a.value)
@@ -535,7 +570,14 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
         raise Refuse("the encoder call is part of a larger expression")
     made_line, *rest = guard.body.body  # type: ignore[union-attr]
     given = ctx.statement(f"{RATIO} = {code(ratio)}\n", like=made_line, replaces=False)  # type: ignore[arg-type]
-    body = guard.body.with_changes(body=[made_line, given, *rest])  # type: ignore[union-attr]
+    if is_name(ratio):
+        body = guard.body.with_changes(body=[made_line, given, *rest])  # type: ignore[union-attr]
+    else:
+        # `self.get_random_mask(x, self.mask_ratio)`: the ratio is read once, before the
+        # call (where the call read it: x and the method lookup have no side effects)
+        given = given.with_changes(leading_lines=made_line.leading_lines)  # type: ignore[attr-defined]
+        remade = line_with(ctx, made_line, {ratio: cst.Name(RATIO)}).with_changes(leading_lines=[])  # type: ignore[arg-type]
+        body = guard.body.with_changes(body=[given, remade, *rest])  # type: ignore[union-attr]
     init = ctx.statement(
         f"{RATIO} = None  # set for get_random_mask's mask: a static-shape token drop\n",
         like=guard, replaces=False,
@@ -544,3 +586,85 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
         guard: cst.FlattenSentinel([init, guard.with_changes(body=body, leading_lines=[])]),
         line: line_with(ctx, line, {call: with_argument(call, f"{RATIO}={RATIO}")}),
     }
+
+
+def _python_ints(ctx: PlanContext, cls: cst.ClassDef, reads: Sequence[str], edits: Dict[cst.CSTNode, Replacement]) -> None:
+    """The attributes the kept count reads (``self.mask_spatial_shape``), followed back
+    through the class's ``__init__``: a value made by numpy there (a fork's
+    ``mask_unit_size = tuple(np.prod(q_strides, axis=0))``) holds numpy integers, which
+    torch.compile traces as data, so the count is no static int and the step does not
+    compile fullgraph (the original's neither).  The fix is at the source: that
+    statement makes the same values as Python numbers (``.item()`` of each element:
+    exactly the numpy scalar's value).  Only ``tuple(<numpy call>)`` and ``list(...)``
+    are converted; any other numpy source is reported."""
+    init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)  # type: ignore[union-attr]
+    if init is None or not reads:
+        return
+    flow = ctx.flow(init)
+    seen: Set[str] = set()
+    todo = [f"self.{r}" for r in reads]
+    while todo:
+        target = todo.pop()
+        if target in seen:
+            continue
+        seen.add(target)
+        for stmt in flow.stmts:
+            assign = single_assign(stmt.line) if stmt.line.body else None
+            if assign is None:
+                continue
+            value = _value_for(assign, target)
+            if value is None:
+                continue
+            source = _numpy_call(ctx, value)
+            if source is not None:
+                wrapper = value.func.value if isinstance(value, cst.Call) and is_name(value.func) else None  # type: ignore[attr-defined]
+                if wrapper in ("tuple", "list") and len(value.args) == 1 and value.args[0].value is source and not name_taken(ctx, wrapper):  # type: ignore[attr-defined]
+                    made = f"{wrapper}(v.item() for v in {code(source)})" if wrapper == "tuple" else f"[v.item() for v in {code(source)}]"
+                    edits[stmt.line] = line_with(ctx, stmt.line, {value: cst.parse_expression(made)})
+                else:
+                    ctx.refuse(
+                        stmt.line,
+                        f"`{code(stmt.line)}` makes {target} with numpy: the kept count is traced as data under"
+                        " torch.compile (no fullgraph); make it Python numbers (`.tolist()`)",
+                    )
+                continue
+            todo += _reads_of(value)
+
+
+def _value_for(assign, target: str) -> Optional[cst.BaseExpression]:
+    """The expression an assignment binds to ``target`` (`a, b = x, y` paired)."""
+    left, right = assign
+    if code(left) == target:
+        return right
+    if isinstance(left, cst.Tuple) and isinstance(right, cst.Tuple) and len(left.elements) == len(right.elements):
+        for l, r in zip(left.elements, right.elements):
+            if code(l.value) == target:
+                return r.value
+    return None
+
+
+def _numpy_call(ctx: PlanContext, value: cst.BaseExpression) -> Optional[cst.Call]:
+    """The numpy call making ``value``: the value itself or the one argument of a
+    ``tuple(...)``/``list(...)`` around it."""
+    inner = value.args[0].value if isinstance(value, cst.Call) and is_name(value.func) and value.func.value in ("tuple", "list") and len(value.args) == 1 else value  # type: ignore[attr-defined]
+    if isinstance(inner, cst.Call) and any(q.split(".")[0] == "numpy" for q in ctx.qualified_names(inner.func)):
+        return inner
+    return None
+
+
+def _reads_of(value: cst.BaseExpression) -> List[str]:
+    """The names and ``self.<attr>`` chains ``value`` reads."""
+    found: List[str] = []
+
+    class _Reads(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            if is_name(node.value, "self"):
+                found.append(code(node))
+                return False
+            return True
+
+        def visit_Name(self, node: cst.Name) -> None:
+            found.append(node.value)
+
+    value.visit(_Reads())
+    return found

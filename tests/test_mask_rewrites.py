@@ -16,12 +16,16 @@ MASK = Path(__file__).resolve().parent.parent / "golden" / "mask"
 
 def test_forward_with_kwargs_keeps_kwargs_last():
     source = (
-        b"import torch\n\n\nclass E:\n    def forward(self, x, mask=None, **kwargs):\n"
+        b"import torch\n\n\nclass E:\n"
+        + (MASK / "token_drop_split.in.py").read_bytes().split(b"    def get_random_mask")[1].split(b"\n\n")[0].join(
+            [b"    def get_random_mask", b"\n\n"]
+        )
+        + b"    def forward(self, x, mask=None, **kwargs):\n"
         b"        x = x[mask[..., None].tile(1, 2, x.shape[2])].view(x.shape[0], -1, x.shape[-1])\n"
         b"        return x\n"
     )
     result = rewrite_bytes(source)
-    assert b"def forward(self, x, mask=None, num_kept=None, **kwargs):" in result.output
+    assert b"def forward(self, x, mask=None, random_mask_ratio=None, **kwargs):" in result.output, result.reports
 
 
 # -- the one in-place rule (hiera_rewrite.flow), shared by HR002 and HR003-HR005 ---------

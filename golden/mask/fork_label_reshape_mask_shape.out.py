@@ -40,14 +40,15 @@ def undo_windowing(x: torch.Tensor, units: List[int], unit_shape: List[int]) -> 
     return x.permute(order).reshape(B, *[u * s for u, s in zip(units, unit_shape)], C)
 
 
-def kept_tokens(x, mask, num_kept=None):
-    """x[mask[..., None].tile(1, mu_size, C)]; with num_kept per row, static shapes."""
-    B, N = mask.shape
+def kept_tokens(x, mask, mu_size, num_kept=None):
+    """x[mask[..., None].tile(1, mu_size, x.shape[2])]; given each row's kept count, in static shapes."""
     if num_kept is None:
-        return x[mask[..., None].tile(1, x.shape[1] // N, x.shape[2])]
+        return x[mask[..., None].tile(1, mu_size, x.shape[2])]
+    B, N = mask.shape
+    # token n is unit n % N at position n // N: (b, t, j) is row (b * mu_size + t) * N + j
     kept = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-    rows = torch.arange(0, B * x.shape[1], N, device=x.device).view(B, -1, 1)
-    return x.flatten(0, 1).index_select(0, (rows + kept[:, None]).flatten())
+    rows = torch.arange(B * mu_size, device=x.device).view(B, mu_size, 1) * N + kept[:, None]
+    return x.unflatten(1, (mu_size, N)).flatten(0, 2).index_select(0, rows.flatten())
 
 
 class TinyHiera(nn.Module):
@@ -70,17 +71,13 @@ class TinyHiera(nn.Module):
         """A random (B, #units) mask, True = keep; the same count in every row."""
         B = x.shape[0]
         num_windows = math.prod(self.mask_spatial_shape)
-        len_keep = self.kept_mask_units(x, mask_ratio)
+        len_keep = int(num_windows * (1 - mask_ratio))
         noise = torch.rand(B, num_windows, device=x.device)
         rank = torch.argsort(torch.argsort(noise, dim=1), dim=1)
         keep = torch.zeros([B, num_windows], device=x.device)
         keep[:, :len_keep] = 1
         keep = torch.gather(keep, dim=1, index=rank)
         return keep.bool()
-
-    def kept_mask_units(self, x: torch.Tensor, mask_ratio: float) -> int:
-        num_windows = math.prod(self.mask_spatial_shape)
-        return int(num_windows * (1 - mask_ratio))
 
     def reroll(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T * kept, C) -> (B, kept, *unit_shape, C)."""
@@ -92,7 +89,7 @@ class TinyHiera(nn.Module):
         x: torch.Tensor,
         mask: Optional[torch.Tensor] = None,
         return_intermediates: bool = False,
-        num_kept: Optional[int] = None,
+        random_mask_ratio: Optional[float] = None,
     ):
         x = self.patch_embed(patchify(x, self.patch))
         x = x + self.pos_embed.view(1, *self.tokens_spatial_shape, -1)
@@ -100,7 +97,15 @@ class TinyHiera(nn.Module):
 
         # Discard masked tokens
         if mask is not None:
-            x = kept_tokens(x, mask, num_kept).view(x.shape[0], -1, x.shape[-1])
+            num_kept = None  # kept units per row, known for get_random_mask's masks
+            if (
+                random_mask_ratio is not None
+                and type(self).get_random_mask is __class__.get_random_mask
+            ):
+                num_kept = int(mask.shape[1] * (1 - random_mask_ratio))
+            x = kept_tokens(x, mask, self.mu_size, num_kept).view(
+                x.shape[0], -1, x.shape[-1]
+            )
 
         intermediates = []
         for blk in self.blocks:
@@ -112,14 +117,6 @@ class TinyHiera(nn.Module):
         if return_intermediates:
             return x, intermediates
         return x
-
-
-@torch.compiler.assume_constant_result
-def takes_kept_count(cls, owner, base):
-    """Whether owner's super().forward takes num_kept (and the mask is base's own)."""
-    rewritten = hasattr(base, "kept_mask_units")  # its hiera.py is rewritten too
-    own = rewritten and cls.get_random_mask is base.get_random_mask
-    return own and super(owner, cls).forward is base.forward
 
 
 def true_rows(mask, count):
@@ -134,9 +131,9 @@ def masked_rows(t, mask, count=None):
     return t.flatten(0, 1).index_select(0, true_rows(mask, count))
 
 
-def runs_own(model, cls, *names):
-    """Whether model's methods `names` are cls's own (an override: upstream's call)."""
-    return all(getattr(type(model), name) is getattr(cls, name) for name in names)
+def not_overridden(model, cls, *methods):
+    """Whether type(model) runs cls's own `methods` (cls: the caller's __class__)."""
+    return all(getattr(type(model), name) is getattr(cls, name) for name in methods)
 
 
 class TinyMAE(TinyHiera):
@@ -207,13 +204,16 @@ class TinyMAE(TinyHiera):
     def forward_encoder(
         self, x: torch.Tensor, mask_ratio: float, mask: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, torch.Tensor]:
-        kept = {}  # the kept count, for TinyHiera.forward's token drop (static shapes)
+        random_mask_ratio = (
+            None  # set for get_random_mask's mask: a static-shape token drop
+        )
         if mask is None:
             mask = self.get_random_mask(x, mask_ratio)  # [B, #units]
-            counted = takes_kept_count(type(self), TinyMAE, TinyHiera)
-            kept = {"num_kept": self.kept_mask_units(x, mask_ratio)} if counted else {}
+            random_mask_ratio = mask_ratio
 
-        _, intermediates = super().forward(x, mask, return_intermediates=True, **kept)
+        _, intermediates = super().forward(
+            x, mask, return_intermediates=True, random_mask_ratio=random_mask_ratio
+        )
         x = 0.0
         for interm in intermediates:
             x = x + self.fusion(interm)
@@ -245,7 +245,7 @@ class TinyMAE(TinyHiera):
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """mask: True is *masked*."""
         if len(self.q_stride) == 1:
-            if runs_own(self, TinyMAE, "get_pixel_label_1d"):
+            if not_overridden(self, __class__, "get_pixel_label_1d"):
                 label = self.get_pixel_label_1d(
                     x, mask, norm=self.norm_pix_loss, num_masked=num_masked
                 )
@@ -255,12 +255,12 @@ class TinyMAE(TinyHiera):
                     None,
                 )
         elif len(self.q_stride) == 2:
-            if runs_own(self, TinyMAE, "get_pixel_label_2d"):
+            if not_overridden(self, __class__, "get_pixel_label_2d"):
                 label = self.get_pixel_label_2d(x, mask, num_masked=num_masked)
             else:  # an override gets upstream's call, and may change mask
                 label, num_masked = self.get_pixel_label_2d(x, mask), None
         else:
-            if runs_own(self, TinyMAE, "get_pixel_label_3d"):
+            if not_overridden(self, __class__, "get_pixel_label_3d"):
                 label = self.get_pixel_label_3d(
                     x, mask, self.norm_pix_loss, num_masked=num_masked
                 )
@@ -280,7 +280,7 @@ class TinyMAE(TinyHiera):
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         latent, mask = self.forward_encoder(x, mask_ratio, mask=mask)
         pred, pred_mask = self.forward_decoder(latent, mask)
-        if runs_own(self, TinyMAE, "forward_decoder", "forward_loss"):
+        if not_overridden(self, __class__, "forward_decoder", "forward_loss"):
             # forward_decoder filled latent's units: the rest are masked (static shapes)
             num_masked = pred_mask.numel() - math.prod(latent.shape[:-1])
             return *self.forward_loss(x, pred, ~pred_mask, num_masked=num_masked), mask

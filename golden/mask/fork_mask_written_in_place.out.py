@@ -40,14 +40,15 @@ def undo_windowing(x: torch.Tensor, units: List[int], unit_shape: List[int]) -> 
     return x.permute(order).reshape(B, *[u * s for u, s in zip(units, unit_shape)], C)
 
 
-def kept_tokens(x, mask, num_kept=None):
-    """x[mask[..., None].tile(1, mu_size, C)]; with num_kept per row, static shapes."""
-    B, N = mask.shape
+def kept_tokens(x, mask, mu_size, num_kept=None):
+    """x[mask[..., None].tile(1, mu_size, x.shape[2])]; given each row's kept count, in static shapes."""
     if num_kept is None:
-        return x[mask[..., None].tile(1, x.shape[1] // N, x.shape[2])]
+        return x[mask[..., None].tile(1, mu_size, x.shape[2])]
+    B, N = mask.shape
+    # token n is unit n % N at position n // N: (b, t, j) is row (b * mu_size + t) * N + j
     kept = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-    rows = torch.arange(0, B * x.shape[1], N, device=x.device).view(B, -1, 1)
-    return x.flatten(0, 1).index_select(0, (rows + kept[:, None]).flatten())
+    rows = torch.arange(B * mu_size, device=x.device).view(B, mu_size, 1) * N + kept[:, None]
+    return x.unflatten(1, (mu_size, N)).flatten(0, 2).index_select(0, rows.flatten())
 
 
 class TinyHiera(nn.Module):
@@ -70,17 +71,13 @@ class TinyHiera(nn.Module):
         """A random (B, #units) mask, True = keep; the same count in every row."""
         B = x.shape[0]
         num_windows = math.prod(self.mask_spatial_shape)
-        len_keep = self.kept_mask_units(x, mask_ratio)
+        len_keep = int(num_windows * (1 - mask_ratio))
         noise = torch.rand(B, num_windows, device=x.device)
         rank = torch.argsort(torch.argsort(noise, dim=1), dim=1)
         keep = torch.zeros([B, num_windows], device=x.device)
         keep[:, :len_keep] = 1
         keep = torch.gather(keep, dim=1, index=rank)
         return keep.bool()
-
-    def kept_mask_units(self, x: torch.Tensor, mask_ratio: float) -> int:
-        num_windows = math.prod(self.mask_spatial_shape)
-        return int(num_windows * (1 - mask_ratio))
 
     def reroll(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T * kept, C) -> (B, kept, *unit_shape, C)."""
@@ -92,7 +89,7 @@ class TinyHiera(nn.Module):
         x: torch.Tensor,
         mask: Optional[torch.Tensor] = None,
         return_intermediates: bool = False,
-        num_kept: Optional[int] = None,
+        random_mask_ratio: Optional[float] = None,
     ):
         x = self.patch_embed(patchify(x, self.patch))
         x = x + self.pos_embed.view(1, *self.tokens_spatial_shape, -1)
@@ -100,7 +97,15 @@ class TinyHiera(nn.Module):
 
         # Discard masked tokens
         if mask is not None:
-            x = kept_tokens(x, mask, num_kept).view(x.shape[0], -1, x.shape[-1])
+            num_kept = None  # kept units per row, known for get_random_mask's masks
+            if (
+                random_mask_ratio is not None
+                and type(self).get_random_mask is __class__.get_random_mask
+            ):
+                num_kept = int(mask.shape[1] * (1 - random_mask_ratio))
+            x = kept_tokens(x, mask, self.mu_size, num_kept).view(
+                x.shape[0], -1, x.shape[-1]
+            )
 
         intermediates = []
         for blk in self.blocks:

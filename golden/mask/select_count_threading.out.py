@@ -29,9 +29,9 @@ class Other(nn.Module):
         return rows
 
 
-def runs_own(model, cls, *names):
-    """Whether model's methods `names` are cls's own (an override: upstream's call)."""
-    return all(getattr(type(model), name) is getattr(cls, name) for name in names)
+def not_overridden(model, cls, *methods):
+    """Whether type(model) runs cls's own `methods` (cls: the caller's __class__)."""
+    return all(getattr(type(model), name) is getattr(cls, name) for name in methods)
 
 
 class Loss(nn.Module):
@@ -60,7 +60,7 @@ class Loss(nn.Module):
     def forward_loss(
         self, x: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor, num_masked=None
     ):
-        if runs_own(self, Loss, "labels", "labels_skipped"):
+        if not_overridden(self, __class__, "labels", "labels_skipped"):
             label = self.labels(x, mask, num_masked=num_masked) + self.labels_skipped(
                 x, mask
             )
@@ -70,7 +70,7 @@ class Loss(nn.Module):
                 None,
             )
         visible = self.labels(x, ~mask, norm=False)
-        if runs_own(self, Loss, "weights"):
+        if not_overridden(self, __class__, "weights"):
             w = self.weights(x.sum(-1), mask=mask, num_masked=num_masked)
         else:  # an override gets upstream's call, and may change mask
             w, num_masked = self.weights(x.sum(-1), mask=mask), None

@@ -8,14 +8,15 @@ def random_unit_mask(batch, windows, kept):
     return torch.rand(batch, windows).argsort(dim=1).argsort(dim=1) < kept
 
 
-def kept_tokens(x, mask, num_kept=None):
-    """x[mask[..., None].tile(1, mu_size, C)]; with num_kept per row, static shapes."""
-    B, N = mask.shape
+def kept_tokens(x, mask, mu_size, num_kept=None):
+    """x[mask[..., None].tile(1, mu_size, x.shape[2])]; given each row's kept count, in static shapes."""
     if num_kept is None:
-        return x[mask[..., None].tile(1, x.shape[1] // N, x.shape[2])]
+        return x[mask[..., None].tile(1, mu_size, x.shape[2])]
+    B, N = mask.shape
+    # token n is unit n % N at position n // N: (b, t, j) is row (b * mu_size + t) * N + j
     kept = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-    rows = torch.arange(0, B * x.shape[1], N, device=x.device).view(B, -1, 1)
-    return x.flatten(0, 1).index_select(0, (rows + kept[:, None]).flatten())
+    rows = torch.arange(B * mu_size, device=x.device).view(B, mu_size, 1) * N + kept[:, None]
+    return x.unflatten(1, (mu_size, N)).flatten(0, 2).index_select(0, rows.flatten())
 
 
 class TinyHiera(nn.Module):
@@ -26,23 +27,50 @@ class TinyHiera(nn.Module):
         self.embed = nn.Linear(dim, dim)
         self.head = nn.Linear(dim, dim)
 
+    def get_random_mask(self, x: torch.Tensor, mask_ratio: float) -> torch.Tensor:
+        """A random (B, num_windows) unit mask, True = keep; the same count in every row."""
+        B = x.shape[0]
+        len_keep = int(self.num_windows * (1 - mask_ratio))
+        noise = torch.rand(B, self.num_windows, device=x.device)
+        rank = torch.argsort(torch.argsort(noise, dim=1), dim=1)
+        keep = torch.zeros([B, self.num_windows], device=x.device)
+        keep[:, :len_keep] = 1
+        keep = torch.gather(keep, dim=1, index=rank)
+        return keep.bool()
+
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor = None, num_kept=None
+        self, x: torch.Tensor, mask: torch.Tensor = None, random_mask_ratio=None
     ) -> torch.Tensor:
         x = self.embed(x)
 
         # Discard masked tokens
         if mask is not None:
-            x = kept_tokens(x, mask, num_kept).view(x.shape[0], -1, x.shape[-1])
+            num_kept = None  # kept units per row, known for get_random_mask's masks
+            if (
+                random_mask_ratio is not None
+                and type(self).get_random_mask is __class__.get_random_mask
+            ):
+                num_kept = int(mask.shape[1] * (1 - random_mask_ratio))
+            x = kept_tokens(x, mask, self.mu_size, num_kept).view(
+                x.shape[0], -1, x.shape[-1]
+            )
 
         return self.head(x).cumsum(dim=1)
 
 
 class OneLine(TinyHiera):
-    def forward(self, x, mask=None, num_kept=None):
+    def forward(self, x, mask=None, random_mask_ratio=None):
         x = self.embed(x)
         if mask is not None:
-            x = kept_tokens(x, mask, num_kept).view(x.shape[0], -1, x.shape[-1])
+            num_kept = None  # kept units per row, known for get_random_mask's masks
+            if (
+                random_mask_ratio is not None
+                and type(self).get_random_mask is __class__.get_random_mask
+            ):
+                num_kept = int(mask.shape[1] * (1 - random_mask_ratio))
+            x = kept_tokens(x, mask, self.mu_size, num_kept).view(
+                x.shape[0], -1, x.shape[-1]
+            )
         return self.head(x).cumsum(dim=1)
 
 

@@ -10,21 +10,34 @@ def random_unit_mask(batch, windows, kept):
     return torch.rand(batch, windows).argsort(dim=1).argsort(dim=1) < kept
 
 
-def kept_tokens(x, mask, num_kept=None):
-    """x[mask[..., None].tile(1, mu_size, C)]; with num_kept per row, static shapes."""
-    B, N = mask.shape
+def kept_tokens(x, mask, mu_size, num_kept=None):
+    """x[mask[..., None].tile(1, mu_size, x.shape[2])]; given each row's kept count, in static shapes."""
     if num_kept is None:
-        return x[mask[..., None].tile(1, x.shape[1] // N, x.shape[2])]
+        return x[mask[..., None].tile(1, mu_size, x.shape[2])]
+    B, N = mask.shape
+    # token n is unit n % N at position n // N: (b, t, j) is row (b * mu_size + t) * N + j
     kept = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-    rows = torch.arange(0, B * x.shape[1], N, device=x.device).view(B, -1, 1)
-    return x.flatten(0, 1).index_select(0, (rows + kept[:, None]).flatten())
+    rows = torch.arange(B * mu_size, device=x.device).view(B, mu_size, 1) * N + kept[:, None]
+    return x.unflatten(1, (mu_size, N)).flatten(0, 2).index_select(0, rows.flatten())
 
 
 class GeneralizedHiera(nn.Module):
-    def __init__(self, dim=4, mu_size=2):
+    def __init__(self, dim=4, mu_size=2, num_windows=4):
         super().__init__()
+        self.num_windows = num_windows
         self.mu_size = mu_size
         self.embed = nn.Linear(dim, dim)
+
+    def get_random_mask(self, x: torch.Tensor, mask_ratio: float) -> torch.Tensor:
+        """A random (B, num_windows) unit mask, True = keep; the same count in every row."""
+        B = x.shape[0]
+        len_keep = int(self.num_windows * (1 - mask_ratio))
+        noise = torch.rand(B, self.num_windows, device=x.device)
+        rank = torch.argsort(torch.argsort(noise, dim=1), dim=1)
+        keep = torch.zeros([B, self.num_windows], device=x.device)
+        keep[:, :len_keep] = 1
+        keep = torch.gather(keep, dim=1, index=rank)
+        return keep.bool()
 
     def forward(
         self,
@@ -33,11 +46,19 @@ class GeneralizedHiera(nn.Module):
         return_intermediates: bool = False,
         *,
         scale: float = 1.0,
-        num_kept: Optional[int] = None
+        random_mask_ratio: Optional[float] = None
     ) -> List[torch.Tensor]:
         x = self.embed(x) * scale
         if mask is not None:
-            x = kept_tokens(x, mask, num_kept).view(x.shape[0], -1, x.shape[-1])
+            num_kept = None  # kept units per row, known for get_random_mask's masks
+            if (
+                random_mask_ratio is not None
+                and type(self).get_random_mask is __class__.get_random_mask
+            ):
+                num_kept = int(mask.shape[1] * (1 - random_mask_ratio))
+            x = kept_tokens(x, mask, self.mu_size, num_kept).view(
+                x.shape[0], -1, x.shape[-1]
+            )
         outs = [x.cumsum(dim=1)]
         if return_intermediates:
             outs.append(x.sin())
@@ -46,12 +67,26 @@ class GeneralizedHiera(nn.Module):
 
 class SignHiera(GeneralizedHiera):
     def forward(
-        self, x, mask, *extra, sign=None, num_kept: Optional[int] = None, **kwargs
+        self,
+        x,
+        mask,
+        *extra,
+        sign=None,
+        random_mask_ratio: Optional[float] = None,
+        **kwargs
     ):
         x = self.embed(x)
         if sign is not None:
             x = x * sign
-        x = kept_tokens(x, mask, num_kept).view(x.shape[0], -1, x.shape[-1])
+        num_kept = None  # kept units per row, known for get_random_mask's masks
+        if (
+            random_mask_ratio is not None
+            and type(self).get_random_mask is __class__.get_random_mask
+        ):
+            num_kept = int(mask.shape[1] * (1 - random_mask_ratio))
+        x = kept_tokens(x, mask, self.mu_size, num_kept).view(
+            x.shape[0], -1, x.shape[-1]
+        )
         return [x.cumsum(dim=1), *extra]
 
 

@@ -9,10 +9,22 @@ def random_unit_mask(batch, windows, kept):
 
 
 class Unsqueezed(nn.Module):
-    def __init__(self, dim=4, mu_size=3):
+    def __init__(self, dim=4, mu_size=3, num_windows=4):
         super().__init__()
+        self.num_windows = num_windows
         self.mu_size = mu_size
         self.embed = nn.Linear(dim, dim)
+
+    def get_random_mask(self, x: torch.Tensor, mask_ratio: float) -> torch.Tensor:
+        """A random (B, num_windows) unit mask, True = keep; the same count in every row."""
+        B = x.shape[0]
+        len_keep = int(self.num_windows * (1 - mask_ratio))
+        noise = torch.rand(B, self.num_windows, device=x.device)
+        rank = torch.argsort(torch.argsort(noise, dim=1), dim=1)
+        keep = torch.zeros([B, self.num_windows], device=x.device)
+        keep[:, :len_keep] = 1
+        keep = torch.gather(keep, dim=1, index=rank)
+        return keep.bool()
 
     def forward(self, x, mask=None):
         x = self.embed(x)
