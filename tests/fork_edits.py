@@ -1,0 +1,597 @@
+"""Edit operators a fork author makes to copies of the installed upstream Hiera, and a
+builder of the edited packages, original and rewritten (issue 29's fork-edit fuzzer).
+
+An :class:`Operator` is a small realistic edit: text replacements anchored on upstream
+text (each anchor must occur exactly once when it is applied), code appended to a
+file, a class put between ``Hiera`` and the MAE, or a module of the user's own (a
+training script's subclass or rebinding) that imports the built package.  Operators
+compose: they are applied in catalogue order, anchors are kept by the operators that
+insert beside them, and intermediate classes chain (each derives from the MAE's base
+so far).  Third-party source never enters this repository: the upstream files are read
+from the installed package when a fork is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import itertools
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+
+from hiera_rewrite.engine import Report, rewrite_bytes
+from tests.parity_tools import default_dtype, skip_init
+from tests.test_mask_exactness import IMG16, MICRO
+from tests.upstream import REWRITABLE, upstream_dir
+
+# The MAE every fork builds: MICRO with upstream MAE's q_pool=2, so a mask unit is 2x2
+# tokens at the decoder (with q_pool=3 it is one token, and a count in units equals a
+# count in tokens: several wrong counts would go unseen).
+FORK_MAE = {**MICRO, "q_pool": 2}
+MASK_RATIO = 0.7  # 16 units: int(16 * 0.3) = 4 kept, round(...) = 5, ceil(...) = 5
+
+ENCODER_MASK = "  # [B, #MUs_all]\n"  # the end of forward_encoder's get_random_mask line
+BEFORE_ENCODER_CALL = "        # Get multi-scale representations from encoder\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class Edit:
+    file: str
+    old: str  # the anchor, replaced by ``new``; "" appends ``new`` to the file
+    new: str
+
+
+def insert_before(file: str, anchor: str, code: str) -> Edit:
+    return Edit(file, anchor, code + anchor)
+
+
+def insert_after(file: str, anchor: str, code: str) -> Edit:
+    return Edit(file, anchor, anchor + code)
+
+
+@dataclasses.dataclass(frozen=True)
+class Operator:
+    name: str
+    klass: str  # issue 29's class (1a, 5c...); "-" for support operators
+    doc: str
+    edits: Tuple[Edit, ...] = ()
+    # a class put between Hiera and the MAE: (file, class name, source with {base})
+    intermediate: Optional[Tuple[str, str, str]] = None
+    # a module of the user's own: source run after `from PKG import hiera, hiera_mae`
+    # with `Base` bound to the MAE class so far; it sets MODEL_CLASS
+    user: str = ""
+    requires: Tuple[str, ...] = ()
+
+
+def _code(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+def _indent(spaces: int, text: str) -> str:
+    return textwrap.indent(_code(text), " " * spaces)
+
+
+def _method(text: str) -> str:
+    return _indent(4, text) + "\n"
+
+
+# -- the catalogue -------------------------------------------------------------------
+
+OPERATORS: List[Operator] = []
+
+
+def _op(*args, **kwargs) -> Operator:
+    op = Operator(*args, **kwargs)
+    OPERATORS.append(op)
+    return op
+
+
+# 1a, 2a: intermediate classes in hiera.py (before those of hiera_mae.py: they chain)
+_op(
+    "rounded_hiera", "1a", "hiera.py: RoundedHiera(Hiera) keeps round(), not int(), units; the MAE derives from it",
+    intermediate=("hiera.py", "RoundedHiera", '''
+        class RoundedHiera({base}):
+            """Keeps round(), not int(), of the kept fraction: 30% of 16 units keeps 5."""
+
+            def get_random_mask(self, x, mask_ratio):
+                B = x.shape[0]
+                num_windows = math.prod(self.mask_spatial_shape)
+                len_keep = round(num_windows * (1 - mask_ratio))
+                noise = torch.rand(B, num_windows, device=x.device)
+                ids_restore = torch.argsort(torch.argsort(noise, dim=1), dim=1)
+                mask = torch.zeros([B, num_windows], device=x.device)
+                mask[:, :len_keep] = 1
+                return torch.gather(mask, dim=1, index=ids_restore).bool()
+    '''),
+)
+_op(
+    "feature_cache_hiera", "2a", "hiera.py: FeatureCacheHiera(Hiera) with upstream's forward signature caches its output",
+    intermediate=("hiera.py", "FeatureCacheHiera", '''
+        class FeatureCacheHiera({base}):
+            """Keeps the last forward's features, for a linear probe watching pretraining."""
+
+            def forward(self, x, mask=None, return_intermediates=False):
+                out = super().forward(x, mask, return_intermediates)
+                self.cached_features = (out[0] if return_intermediates else out).detach()
+                return out
+    '''),
+)
+_op(
+    "block_mask_hiera", "1b", "hiera_mae.py: BlockMaskHiera(Hiera) drops one rectangle of units, keeps >= 2",
+    intermediate=("hiera_mae.py", "BlockMaskHiera", '''
+        class BlockMaskHiera({base}):
+            """Block masking (BEiT-style): one random rectangle of mask units is dropped
+            per image, the same size for every image; at least 2 units are kept."""
+
+            def get_random_mask(self, x, mask_ratio):
+                B = x.shape[0]
+                rows, cols = self.mask_spatial_shape[-2:]
+                num_windows = math.prod(self.mask_spatial_shape)
+                area = int(num_windows * mask_ratio)
+                h = max(1, min(rows, int(math.sqrt(area))))
+                w = max(1, min(cols, area // h))
+                while num_windows - h * w < 2:
+                    w -= 1
+                top = torch.randint(0, rows - h + 1, (B, 1, 1), device=x.device)
+                left = torch.randint(0, cols - w + 1, (B, 1, 1), device=x.device)
+                r = torch.arange(rows, device=x.device)[None, :, None]
+                c = torch.arange(cols, device=x.device)[None, None, :]
+                block = (r >= top) & (r < top + h) & (c >= left) & (c < left + w)
+                return block.logical_not().flatten(1)
+    '''),
+)
+
+# 2b: timm-style split of Hiera.forward
+_FORWARD_DOC_END = "        Note: 1 in mask is *keep*, 0 is *remove*; mask.sum(dim=-1) should be the same across the batch.\n        \"\"\"\n"
+_op(
+    "forward_features_split", "2b", "hiera.py: Hiera.forward's body moved to forward_features(x, mask, return_intermediates)",
+    edits=(insert_after("hiera.py", _FORWARD_DOC_END, _indent(4, '''
+        return self.forward_features(x, mask, return_intermediates)
+
+    def forward_features(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor = None,
+        return_intermediates: bool = False,
+    ) -> torch.Tensor:
+    ''')),),
+)
+
+# 3: the mask written in place after get_random_mask
+_op(
+    "curriculum_reveal", "3", "hiera_mae.py: MAE.reveal_one_unit_(mask) un-masks one unit per row, in place, after get_random_mask",
+    edits=(
+        insert_before("hiera_mae.py", "    def forward_encoder(", _method('''
+            def reveal_one_unit_(self, mask: torch.Tensor) -> None:
+                """Curriculum: un-mask the first masked unit of each row (in place)."""
+                first_masked = mask.logical_not().byte().argmax(dim=1)
+                mask[torch.arange(mask.shape[0], device=mask.device), first_masked] = True
+        ''')),
+        insert_after("hiera_mae.py", ENCODER_MASK, "            self.reveal_one_unit_(mask)\n"),
+    ),
+)
+_op(
+    "curriculum_in_hiera", "3", "hiera.py: Hiera.reveal_units_(mask) (scatter_ in place), called by the MAE after get_random_mask",
+    edits=(
+        insert_before("hiera.py", "    def get_pos_embed(self)", _method('''
+            def reveal_units_(self, mask: torch.Tensor, count: int = 1) -> torch.Tensor:
+                """Curriculum: keep `count` more units per row (the first masked ones), in place."""
+                for _ in range(count):
+                    first = mask.logical_not().byte().argmax(dim=1, keepdim=True)
+                    mask.scatter_(1, first, True)
+                return mask
+        ''')),
+        insert_after("hiera_mae.py", ENCODER_MASK, "            self.reveal_units_(mask)\n"),
+    ),
+)
+
+# 4: the ratio read from a property drawing from torch's RNG
+_op(
+    "jittered_ratio_property", "4a", "hiera_mae.py: forward_encoder calls get_random_mask(x, self.jittered_mask_ratio), a property drawing torch.rand",
+    edits=(
+        insert_before("hiera_mae.py", "    def forward_encoder(", _method('''
+            @property
+            def jittered_mask_ratio(self) -> float:
+                """This batch's mask ratio: 0.6 to 0.8, drawn anew each step."""
+                return 0.6 + 0.2 * torch.rand(()).item()
+        ''')),
+        Edit("hiera_mae.py", "self.get_random_mask(x, mask_ratio)", "self.get_random_mask(x, self.jittered_mask_ratio)"),
+    ),
+)
+_op(
+    "ratio_jitter_in_hiera", "4b", "hiera.py: get_random_mask's len_keep reads self.mask_ratio_jitter, a property drawing torch.rand",
+    edits=(
+        insert_before("hiera.py", "    def get_random_mask(self, x: torch.Tensor", _method('''
+            @property
+            def mask_ratio_jitter(self) -> float:
+                """Per-batch jitter added to the mask ratio, in [-0.1, 0.1)."""
+                return 0.2 * torch.rand(()).item() - 0.1
+        ''')),
+        Edit(
+            "hiera.py",
+            "len_keep = int(num_windows * (1 - mask_ratio))",
+            "len_keep = int(num_windows * (1 - (mask_ratio + self.mask_ratio_jitter)))",
+        ),
+    ),
+)
+
+# 5: names the rewrite may add, already taken
+_op(
+    "hiera_kept_mask_units", "5a", "hiera.py: Hiera.kept_mask_units(x, ratio) = kept units of the whole batch, logged by get_random_mask",
+    edits=(
+        insert_before("hiera.py", "    def get_pos_embed(self)", _method('''
+            def kept_mask_units(self, x: torch.Tensor, mask_ratio: float) -> int:
+                """Mask units kept in the whole batch (throughput logging)."""
+                return x.shape[0] * int(math.prod(self.mask_spatial_shape) * (1 - mask_ratio))
+        ''')),
+        insert_before("hiera.py", "        return mask.bool()\n", "        self.kept_in_batch = self.kept_mask_units(x, mask_ratio)\n"),
+    ),
+)
+_op(
+    "mae_kept_mask_units", "5b", "hiera_mae.py: MAE.kept_mask_units(x, ratio) = kept tokens at the decoder's resolution, logged",
+    edits=(
+        insert_before("hiera_mae.py", "    def forward_encoder(", _method('''
+            def kept_mask_units(self, x: torch.Tensor, mask_ratio: float) -> int:
+                """Kept tokens per image at the decoder's resolution (logging)."""
+                units = int(math.prod(self.mask_spatial_shape) * (1 - mask_ratio))
+                return units * math.prod(self.mask_unit_spatial_shape_final)
+        ''')),
+        insert_before("hiera_mae.py", BEFORE_ENCODER_CALL, "        self.visible_tokens = self.kept_mask_units(x, mask_ratio)\n"),
+    ),
+)
+_op(
+    "user_subclass_names", "5c", "user module: MAE subclass with its own kept_mask_units, num_kept, num_masked, masked_rows, kept_tokens",
+    user='''
+        class TrackedMAE(Base):
+            """Training-loop bookkeeping on the model, names of our own."""
+
+            num_kept = 0
+            num_masked = 0
+
+            def __init__(self, **kwargs):
+                super().__init__(**kwargs)
+                self.kept_tokens = []  # visible tokens per step, for the logger
+
+            def kept_mask_units(self):
+                """Units kept at the last step, whole batch."""
+                return self.num_kept
+
+            def masked_rows(self, mask):
+                """Images with at least one masked unit."""
+                return mask.logical_not().any(dim=1).nonzero()[:, 0]
+
+            def forward(self, x, mask_ratio=0.6, mask=None):
+                loss, pred, label, mask = super().forward(x, mask_ratio, mask=mask)
+                self.num_kept = int(mask.sum())
+                self.num_masked = mask.numel() - self.num_kept
+                self.kept_tokens.append(self.kept_mask_units() * self.mu_size)
+                self.rows_with_masked = self.masked_rows(mask)
+                return loss, pred, label, mask
+
+
+        MODEL_CLASS = TrackedMAE
+    ''',
+)
+_MODULE_FUNCTIONS = {
+    "masked_rows": ('''
+        def masked_rows(mask: torch.Tensor) -> torch.Tensor:
+            """Indices of the images with at least one masked unit."""
+            return mask.logical_not().any(dim=1).nonzero()[:, 0]
+    ''', "self.rows_masked = masked_rows(mask)"),
+    "true_rows": ('''
+        def true_rows(mask: torch.Tensor) -> int:
+            """How many images keep at least one unit."""
+            return int(mask.any(dim=-1).sum())
+    ''', "self.rows_kept = true_rows(mask)"),
+    "kept_tokens": ('''
+        def kept_tokens(mask: torch.Tensor, tokens_per_unit: int) -> torch.Tensor:
+            """Visible tokens of each image."""
+            return mask.sum(dim=-1) * tokens_per_unit
+    ''', "self.visible_per_image = kept_tokens(mask, self.mu_size)"),
+}
+for _name, (_function, _use) in _MODULE_FUNCTIONS.items():
+    _op(
+        f"module_{_name}", "5d", f"hiera_mae.py: a module function {_name} of another meaning, used in forward_encoder",
+        edits=(
+            insert_before("hiera_mae.py", "def apply_fusion_head(", _code(_function) + "\n\n"),
+            insert_before("hiera_mae.py", BEFORE_ENCODER_CALL, f"        {_use}\n"),
+        ),
+    )
+_op(
+    "hiera_module_kept_tokens", "5d", "hiera.py: a module function kept_tokens(mask, tokens_per_unit), used in Hiera.forward",
+    edits=(
+        insert_before("hiera.py", "class MaskUnitAttention(", _code(_MODULE_FUNCTIONS["kept_tokens"][0]) + "\n\n"),
+        insert_before(
+            "hiera.py",
+            "        # Discard masked tokens\n",
+            "        self.tokens_kept = None if mask is None else kept_tokens(mask, self.mu_size)\n",
+        ),
+    ),
+)
+
+# 6: the module's class name rebound to a user subclass (built by the module's factory)
+_op(
+    "micro_factory", "-", "hiera_mae.py: a small-model factory mae_hiera_micro(**kwargs), like upstream's mae_hiera_*",
+    edits=(Edit("hiera_mae.py", "", "\n\n" + _code(f'''
+        def mae_hiera_micro(**kwargs):
+            """A small MAE for quick experiments."""
+            return MaskedAutoencoderHiera({", ".join(f"{k}={v!r}" for k, v in FORK_MAE.items())}, **kwargs)
+    ''')),),
+)
+_REBIND = "\n\nhiera_mae.MaskedAutoencoderHiera = MODEL_CLASS = {}\n"
+_USER_OVERRIDES = {
+    "rebind_forward_loss": ("6a", "forward_loss (variance-weighted loss, reimplemented)", '''
+        class WeightedLossMAE(Base):
+            def forward_loss(self, x, pred, mask):
+                label = self.get_pixel_label_2d(x, mask)
+                pred = pred[mask]
+                weight = 1.0 + label.var(dim=-1, keepdim=True)
+                loss = weight * (pred - label) ** 2
+                return loss.mean(), pred, label
+    '''),
+    "rebind_pixel_label": ("6b", "get_pixel_label_2d (raw pixels, via super)", '''
+        class RawPixelMAE(Base):
+            def get_pixel_label_2d(self, input_img, mask, norm=True):
+                return super().get_pixel_label_2d(input_img, mask, norm=False)
+    '''),
+    "rebind_forward_decoder": ("6c", "forward_decoder (bounded predictions, via super)", '''
+        class BoundedDecoderMAE(Base):
+            def forward_decoder(self, x, mask):
+                pred, pred_mask = super().forward_decoder(x, mask)
+                return 3.0 * torch.tanh(pred / 3.0), pred_mask
+    '''),
+    "rebind_get_random_mask": ("6d", "get_random_mask (ceil of the kept fraction, reimplemented)", '''
+        class CeilMaskMAE(Base):
+            def get_random_mask(self, x, mask_ratio):
+                B = x.shape[0]
+                num_windows = math.prod(self.mask_spatial_shape)
+                len_keep = math.ceil(num_windows * (1 - mask_ratio))
+                noise = torch.rand(B, num_windows, device=x.device)
+                ids_keep = torch.argsort(noise, dim=1)[:, :len_keep]
+                mask = torch.zeros(B, num_windows, dtype=torch.bool, device=x.device)
+                return mask.scatter(1, ids_keep, True)
+    '''),
+}
+for _name, (_klass, _what, _source) in _USER_OVERRIDES.items():
+    _class = _source.split("class ")[1].split("(")[0]
+    _op(
+        _name, _klass, f"user module: hiera_mae.MaskedAutoencoderHiera = a subclass overriding {_what}; built by the factory",
+        user=_code(_source) + _REBIND.format(_class), requires=("micro_factory",),
+    )
+_op(
+    "rebind_hiera", "6e", "user module: hiera.Hiera = hiera_mae.Hiera = MyHiera (get_random_mask keeps one more unit); MAE(Base, MyHiera)",
+    user='''
+        class MyHiera(hiera.Hiera):
+            def get_random_mask(self, x, mask_ratio):
+                mask = super().get_random_mask(x, mask_ratio)
+                first_masked = mask.logical_not().byte().argmax(dim=1, keepdim=True)
+                return mask.scatter(1, first_masked, True)
+
+
+        hiera.Hiera = hiera_mae.Hiera = MyHiera  # everywhere the name is bound
+
+
+        class MyMAE(Base, MyHiera):
+            pass
+
+
+        hiera_mae.MaskedAutoencoderHiera = MODEL_CLASS = MyMAE
+    ''',
+    requires=("micro_factory",),
+)
+
+# 7: the latent changes shape between the encoder and the decoder's fill
+_op(
+    "global_unit_token", "7a", "hiera_mae.py: the encoder appends a global unit (mean) after encoder_norm; the decoder slices it off",
+    edits=(
+        insert_after("hiera_mae.py", "        x = self.encoder_norm(x)\n", _indent(8, '''
+            # One global unit after the kept ones (the contrastive head reads it)
+            x = torch.cat([x, x.mean(dim=1, keepdim=True)], dim=1)
+        ''')),
+        insert_before("hiera_mae.py", "        # Embed tokens\n", "        x = x[:, :-1]  # drop the global unit\n"),
+    ),
+)
+_op(
+    "pooled_units", "7b", "hiera_mae.py: the encoder returns one pooled vector per unit; the decoder expands it back",
+    edits=(
+        insert_after(
+            "hiera_mae.py",
+            "        x = self.encoder_norm(x)\n",
+            "        x = x.mean(dim=tuple(range(2, x.dim() - 1)))  # one vector per unit: [B, #MUs, C]\n",
+        ),
+        insert_after("hiera_mae.py", "        x = self.decoder_embed(x)\n", _indent(8, '''
+            # Each unit's vector back to the unit's spatial shape
+            unit = self.mask_unit_spatial_shape_final
+            x = x.view(*x.shape[:2], *[1] * len(unit), x.shape[-1]).expand(*x.shape[:2], *unit, x.shape[-1])
+        ''')),
+    ),
+)
+
+BY_NAME: Dict[str, Operator] = {op.name: op for op in OPERATORS}
+ORDER = {op.name: i for i, op in enumerate(OPERATORS)}
+
+
+def closure(names: Iterable[str]) -> Tuple[str, ...]:
+    """The operators named and those they require, in catalogue order."""
+    chosen = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name not in chosen:
+            chosen.add(name)
+            todo.extend(BY_NAME[name].requires)
+    return tuple(sorted(chosen, key=ORDER.__getitem__))
+
+
+class AnchorError(AssertionError):
+    pass
+
+
+def apply(names: Sequence[str], texts: Dict[str, str]) -> Tuple[Dict[str, str], List[Operator]]:
+    """The package's files with the operators applied (catalogue order), and the user
+    modules' operators in the order they are imported."""
+    texts = dict(texts)
+    base = ("hiera.py", "Hiera")  # the MAE's base class: (file, name)
+    users = []
+    for name in closure(names):
+        op = BY_NAME[name]
+        edits = list(op.edits)
+        if op.intermediate:
+            file, cls, source = op.intermediate
+            if file == "hiera.py" and base[0] != file:
+                raise AnchorError(f"{name}: {cls} in hiera.py cannot derive from {base[1]} in {base[0]}")
+            code = _code(source).format(base=base[1])
+            if file == "hiera.py":
+                edits.append(Edit(file, "", "\n\n" + code))
+                edits.append(Edit("hiera_mae.py", "from .hiera import Hiera, HieraBlock", f"from .hiera import Hiera, HieraBlock, {cls}"))
+            else:
+                edits.append(insert_before(file, "class MaskedAutoencoderHiera(", code + "\n\n"))
+            edits.append(Edit("hiera_mae.py", f"class MaskedAutoencoderHiera({base[1]}):", f"class MaskedAutoencoderHiera({cls}):"))
+            base = (file, cls)
+        for edit in edits:
+            text = texts[edit.file]
+            if not edit.old:
+                texts[edit.file] = text.rstrip("\n") + "\n" + edit.new
+                continue
+            count = text.count(edit.old)
+            if count != 1:
+                raise AnchorError(f"{name}: {edit.file}: anchor found {count} times: {edit.old!r}")
+            texts[edit.file] = text.replace(edit.old, edit.new)
+        if op.user:
+            users.append(op)
+    return texts, users
+
+
+# -- rewriting the edited package, as one run of the tool over its folder -------------
+
+
+_REWRITES: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], object] = {}
+
+
+def rewrite_package(texts: Dict[str, str]) -> Dict[str, object]:
+    """Each rewritable file through rewrite_bytes (every default rewrite) beside the
+    package's other files, as one CLI run over the folder does: a file whose plan read a
+    sibling the run rewrites is planned again against the sibling's new bytes.  (A
+    rewrite_bytes without ``siblings`` is simply called on each file.)"""
+    takes_siblings = "siblings" in inspect.signature(rewrite_bytes).parameters
+
+    def run(name: str, current: Dict[str, bytes]):
+        key = (name, tuple(sorted((n, t.decode()) for n, t in current.items())))
+        if key not in _REWRITES:
+            data = current[name]
+            if takes_siblings:
+                _REWRITES[key] = rewrite_bytes(data, siblings=lambda module: current.get(f"{module}.py"))
+            else:
+                _REWRITES[key] = rewrite_bytes(data)
+        return _REWRITES[key]
+
+    original = {n: t.encode() for n, t in texts.items()}
+    results = {n: run(n, original) for n in REWRITABLE}
+    rewritten = {**original, **{n: r.output for n, r in results.items()}}
+    for n, result in results.items():
+        if any(rewritten.get(f"{s}.py") != original.get(f"{s}.py") for s in getattr(result, "consulted", ())):
+            results[n] = run(n, {**rewritten, n: original[n]})
+    return results
+
+
+# -- the builder -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Side:
+    package: types.ModuleType
+    users: List[types.ModuleType]
+
+    def mae_class(self) -> type:
+        """The class the user's code trains: its last module's MODEL_CLASS, or the name
+        hiera_mae binds."""
+        return self.users[-1].MODEL_CLASS if self.users else self.package.hiera_mae.MaskedAutoencoderHiera
+
+    def build_mae(self, torch):
+        """The MAE in float64 (no init: the caller randomizes it), through the fork's
+        factory where it has one and the class is the one hiera_mae binds."""
+        cls = self.mae_class()
+        factory = getattr(self.package.hiera_mae, "mae_hiera_micro", None)
+        with default_dtype(torch, torch.float64), skip_init(torch):
+            if factory is not None and cls is self.package.hiera_mae.MaskedAutoencoderHiera:
+                model = factory(input_size=IMG16)
+            else:
+                model = cls(input_size=IMG16, **FORK_MAE)
+        return model.train()
+
+
+@dataclasses.dataclass
+class Fork:
+    names: Tuple[str, ...]
+    original: Side
+    rewritten: Side
+    changes: Dict[str, List[Report]]  # the rewrites applied, per file
+
+    def describe(self) -> str:
+        applied = [f"{f}:{r.line} {r.code} {r.message.split(':')[0]}" for f, rs in self.changes.items() for r in rs]
+        return f"fork {'+'.join(self.names) or 'upstream'}; applied: " + ("; ".join(applied) or "none")
+
+
+class ForkBuilder:
+    """Builds (once per operator set) and imports the edited packages under ``root``:
+    ``forkN_orig`` (edited) and ``forkN_new`` (edited, then rewritten), with the user
+    modules ``forkN_orig_user0``... beside them."""
+
+    _serial = itertools.count()
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.source = upstream_dir()
+        self._forks: Dict[FrozenSet[str], Fork] = {}
+        if str(self.root) not in sys.path:
+            sys.path.insert(0, str(self.root))
+
+    def upstream_texts(self) -> Dict[str, str]:
+        return {p.name: p.read_text() for p in sorted(self.source.glob("*.py"))}
+
+    def fork(self, names: Iterable[str] = ()) -> Fork:
+        key = frozenset(closure(names))
+        if key not in self._forks:
+            self._forks[key] = self._build(key)
+        return self._forks[key]
+
+    def _build(self, key: FrozenSet[str]) -> Fork:
+        names = closure(key)
+        texts, users = apply(names, self.upstream_texts())
+        for file, text in texts.items():
+            compile(text, file, "exec")  # an operator's own mistake fails here, not as a model error
+        results = rewrite_package(texts)
+        serial = next(self._serial)
+        sides = []
+        for side in ("orig", "new"):
+            files = {n: t.encode() for n, t in texts.items()}
+            if side == "new":
+                files.update({n: r.output for n, r in results.items()})
+            sides.append(self._import(f"fork{serial}_{side}", files, users))
+        changes = {n: list(r.changes) for n, r in results.items()}
+        return Fork(names, sides[0], sides[1], changes)
+
+    def _import(self, package: str, files: Dict[str, bytes], users: Sequence[Operator]) -> Side:
+        if package in sys.modules:
+            raise RuntimeError(f"a module named {package!r} is already imported")
+        dest = self.root / package
+        dest.mkdir()
+        for name, data in files.items():
+            (dest / name).write_bytes(data)
+        modules = []
+        previous = None
+        for i, op in enumerate(users):
+            module = f"{package}_user{i}"
+            base = f"from {previous} import MODEL_CLASS as Base" if previous else "Base = hiera_mae.MaskedAutoencoderHiera"
+            header = f"# {op.name}: {op.doc}\nimport math\n\nimport torch\n\nfrom {package} import hiera, hiera_mae\n\n{base}\n\n\n"
+            (self.root / f"{module}.py").write_text(header + _code(op.user))
+            previous = module
+            modules.append(module)
+        importlib.invalidate_caches()
+        imported = importlib.import_module(package)
+        return Side(imported, [importlib.import_module(m) for m in modules])
