@@ -190,27 +190,23 @@ _op(
 )
 
 # 4: the ratio read from a property drawing from torch's RNG
+
+
+def _rng_property(file: str, before: str, name: str, doc: str, value: str) -> Edit:
+    return insert_before(file, before, f'    @property\n    def {name}(self) -> float:\n        """{doc}"""\n        return {value}\n\n')
+
+
 _op(
     "jittered_ratio_property", "4a", "hiera_mae.py: forward_encoder calls get_random_mask(x, self.jittered_mask_ratio), a property drawing torch.rand",
     edits=(
-        insert_before("hiera_mae.py", "    def forward_encoder(", _method('''
-            @property
-            def jittered_mask_ratio(self) -> float:
-                """This batch's mask ratio: 0.6 to 0.8, drawn anew each step."""
-                return 0.6 + 0.2 * torch.rand(()).item()
-        ''')),
+        _rng_property("hiera_mae.py", "    def forward_encoder(", "jittered_mask_ratio", "This batch's mask ratio: 0.6 to 0.8, drawn anew each step.", "0.6 + 0.2 * torch.rand(()).item()"),
         Edit("hiera_mae.py", "self.get_random_mask(x, mask_ratio)", "self.get_random_mask(x, self.jittered_mask_ratio)"),
     ),
 )
 _op(
     "ratio_jitter_in_hiera", "4b", "hiera.py: get_random_mask's len_keep reads self.mask_ratio_jitter, a property drawing torch.rand",
     edits=(
-        insert_before("hiera.py", "    def get_random_mask(self, x: torch.Tensor", _method('''
-            @property
-            def mask_ratio_jitter(self) -> float:
-                """Per-batch jitter added to the mask ratio, in [-0.1, 0.1)."""
-                return 0.2 * torch.rand(()).item() - 0.1
-        ''')),
+        _rng_property("hiera.py", "    def get_random_mask(self, x: torch.Tensor", "mask_ratio_jitter", "Per-batch jitter added to the mask ratio, in [-0.1, 0.1).", "0.2 * torch.rand(()).item() - 0.1"),
         Edit(
             "hiera.py",
             "len_keep = int(num_windows * (1 - mask_ratio))",

@@ -225,7 +225,7 @@ def test_operators_compose():
                 compile(text, f"{first.name}+{second.name}:{file}", "exec")
 
 
-FUZZ_EXAMPLES = 20
+FUZZ_EXAMPLES = 16
 
 
 @pytest.mark.slow
