@@ -16,7 +16,7 @@ What it emits:
     q = q.unflatten(2, (S, Tq)).max(dim=2).values        # the user's own reduction
     out = F.scaled_dot_product_attention(q, k, v, ...)
     y = out.transpose(1, 2).reshape(B, N, C)
-    # attn_mask=None if m is None else <m, a bool m as 0/-inf>[(None,) * (5 - m.dim())]
+    # attn_mask=None if m is None else <m in q's dtype, a bool m as 0/-inf>[(None,) * (5 - m.dim())]
     #     .expand(-1, H, nw, -1, -1).transpose(1, 2).flatten(1, 2)     (B, nw*H, Tq, Tk)
 
 Two shapes of control flow around it are understood (timm's MaskUnitAttention has
@@ -79,6 +79,8 @@ from ._match import (
 
 # SDPA keywords that mean the same on 4-D as on 5-D inputs.
 PASS_THROUGH_KEYWORDS = {"scale", "is_causal"}
+# Above the statement that calls SDPA with a converted attn_mask.
+MASK_NOTE = "# attn_mask in q's dtype (a bool one as 0/-inf): fused kernels misread other dtypes\n"
 
 
 @register
@@ -147,25 +149,41 @@ class MaskUnitAttention(Rewrite):
 
     An `attn_mask=m` (or `m if C else None`) in the 5-D layout, e.g. a padding mask
     `mask.reshape(B, -1, num_windows).permute(0, 2, 1)[:, None, :, None, :]`, is
-    brought to the 4-D layout at the call:
-    `m[(None,) * (5 - m.dim())].expand(-1, heads, num_windows, -1, -1).transpose(1, 2)
-    .flatten(1, 2)` (None stays None), a bool mask first made the additive mask
-    SDPA's math backend makes of it (0 where True, -inf where False, in q's dtype):
-    with a bool mask cuDNN fills fully masked rows with other values than the math
-    backend's zeros (H200, torch 2.11, bf16/fp16; with the additive mask both give
-    zeros, outputs and gradients equal to bf16 rounding).  SDPA broadcast the mask against (B, heads,
-    num_windows, Tq, Tk); the 4-D mask holds at (b, w*heads + h, i, j) the element
-    the 5-D call read at (b, h, w, i, j) for every broadcastable shape, bool or
-    float; batch, Tq and Tk keep the mask's own sizes.  It is a view where
-    num_windows is 1 (global attention) and otherwise a copy of (B,
-    num_windows*heads, 1, T) for a padding mask, small beside the attention.  A kept
-    manual fallback that adds the same mask to its logits gets the same layout
-    change (a bool mask stays bool there: it adds 0/1, as before).
-    Fully masked rows (a padded window): the 5-D original runs the math backend,
-    which returns zeros there on recent torch (its safe softmax, since 2.5; checked
-    on 2.14), as the 4-D call does; on older torch the math backend returned NaN
-    there, and such a row may then differ.  The manual fallback gives NaN there
-    before and after.
+    brought to the 4-D layout and to q's dtype at the call: `(m.to(q.dtype) if
+    m.is_floating_point() else q.new_zeros(m.shape).masked_fill(~m,
+    float("-inf")))[(None,) * (5 - m.dim())].expand(-1, heads, num_windows, -1, -1)
+    .transpose(1, 2).flatten(1, 2)` (None stays None).  SDPA broadcast the mask against
+    (B, heads, num_windows, Tq, Tk); the 4-D mask holds at (b, w*heads + h, i, j) the
+    element the 5-D call read at (b, h, w, i, j) for every broadcastable shape, bool
+    or float; batch, Tq and Tk keep the mask's own sizes.  It is a view where
+    num_windows is 1 (global attention) and otherwise a copy of (B, num_windows*heads,
+    1, T) for a padding mask, small beside the attention.  Why q's dtype: the 5-D call
+    always ran SDPA's math backend, which reads every mask SDPA accepts (bool,
+    float32, q's dtype) as its semantics say; the 4-D call reaches fused kernels,
+    which misread a floating mask of another dtype (measured: a float32 mask under
+    bf16/fp16 q on cuDNN, errors 0.37-1.3 and NaN in fp16 with -inf entries, H200,
+    torch 2.11; under float64 q on CPU's flash kernel, errors 1.6-4.4), and cuDNN
+    gives a bool mask's fully masked rows other values than the math backend's
+    zeros.  Bool masks and masks in q's dtype are right on every backend.  So a bool
+    mask becomes the additive mask the math backend makes of it (0 where True, -inf
+    where False, in q's dtype), exactly; a mask in q's dtype is passed as is; a
+    float32 mask under float64 q is widened, exactly as the math backend adds
+    it.  Under bf16/fp16 q the math backend (torch >= 2.5) adds a float32 mask to
+    float32 logits, the 4-D call adds it rounded to q's dtype: the logits move by the
+    mask's rounding (relative 2**-9 in bf16, 2**-11 in fp16, as q and k are rounded
+    themselves), but finite values beyond q's range (fp16: |mask| > 65504; bf16: only
+    float32's extremes, e.g. torch.finfo(torch.float32).min) become -inf, so a row
+    masked entirely by such values gets zeros where the original gave uniform
+    weights.  Under autocast nothing changes: SDPA's autocast kernel already casts the
+    mask to q's dtype (checked on CPU).  An integer mask raises before (SDPA) and after
+    (masked_fill); a floating mask of a third dtype, which SDPA refuses, is cast and
+    runs.  A kept manual fallback that adds the same mask to its logits gets the same
+    layout change only (a bool mask stays bool there: it adds 0/1, as before).  Fully
+    masked rows (a padded window): the 5-D original runs the math backend, which
+    returns zeros there on recent torch (its safe softmax, since 2.5; checked on
+    2.14), as the 4-D call does; on older torch the math backend returned NaN there,
+    and such a row may then differ.  The manual fallback gives NaN there before and
+    after.
 
     The unpack `q, k, v = qkv[0], qkv[1], qkv[2]` becomes `q, k, v = qkv.unbind(0)`:
     the same three views, and a backward of one `stack` instead of three
@@ -416,7 +434,10 @@ class _Match:
             self.not_reading(arg, changed_out, "the output reshape")
         receiver = call_code if restore.receiver is self.call else code(restore.receiver)
         clone = ".clone()" if self.restored_may_change(restore) else ""
+        # the statement that calls SDPA says why its attn_mask is cast
+        note = MASK_NOTE if self.mask_arg is not None else ""
         new_restore = ctx.statement(
+            f"{note if restore.receiver is self.call else ''}"
             f"{_restore_prefix(restore.line)} {receiver}.transpose(1, 2)"
             f".reshape({', '.join(code(a) for a in restore.args)}){clone}",
             like=restore.line,
@@ -427,7 +448,7 @@ class _Match:
                 self.no_reads_after(restore.statement, {region.out}, "SDPA's output changes layout")
         new_sdpa: Optional[cst.BaseStatement] = None
         if restore.line is not sdpa_line and (call_code != code(self.call) or _shape_annotation(sdpa_line)):
-            new_sdpa = ctx.statement(f"{_layout_target(sdpa_line)} {call_code}", like=sdpa_line)
+            new_sdpa = ctx.statement(f"{note}{_layout_target(sdpa_line)} {call_code}", like=sdpa_line)
         # Other annotations of q, k, v, qkv on the path (`q: Float[Tensor, "B H nw T D"]`)
         for item in items[permute_at + 1 :]:
             line = item.node
@@ -477,7 +498,8 @@ class _Match:
         additive: bool,
     ) -> str:
         """The expression that brings the mask (a name) to q's 4-D layout; with
-        ``additive``, a bool mask also becomes the float mask SDPA makes of it.
+        ``additive`` (SDPA's mask), also to q's dtype: a bool mask becomes the float
+        mask SDPA makes of it, a floating one is cast (see the explanation).
 
         SDPA broadcasts the mask against (B, heads, num_windows, Tq, Tk); the 4-D q is
         (B, num_windows*heads, Tq, Tk) with index w*heads + h.  Prepending dims up to
@@ -512,12 +534,18 @@ class _Match:
         if additive and shadowed_builtins(self.ctx, self.func, "float"):
             raise Refuse("SDPA's attn_mask needs float(\"-inf\") in the emitted code, but the file binds float")
         m = self.mask_name
-        # A bool mask becomes the additive mask SDPA's math backend makes of it (0 where
-        # True, -inf where False, in q's dtype): with a bool mask, cuDNN gives fully
-        # masked rows other values than the math backend's zeros (H200, bf16/fp16).
+        # The 4-D call hands the mask to fused kernels, which read it right only in q's
+        # dtype (a float32 mask under bf16/fp16 q on cuDNN, or under float64 q on CPU
+        # flash, is misread): a floating mask is cast to q's dtype, and a bool mask
+        # becomes the additive mask SDPA's math backend makes of it (0 where True, -inf
+        # where False, in q's dtype; with a bool mask, cuDNN gives fully masked rows
+        # other values than the math backend's zeros, H200, bf16/fp16).
         source = m
         if additive:
-            source = f"({m} if {m}.is_floating_point() else {q}.new_zeros({m}.shape).masked_fill(~{m}, float(\"-inf\")))"
+            source = (
+                f"({m}.to({q}.dtype) if {m}.is_floating_point()"
+                f" else {q}.new_zeros({m}.shape).masked_fill(~{m}, float(\"-inf\")))"
+            )
         return (
             f"None if {m} is None else {source}[(None,) * (5 - {m}.dim())]"
             f".expand(-1, {h}, {w}, -1, -1).transpose(1, 2).flatten(1, 2)"

@@ -37,6 +37,7 @@ class PaddedMaskUnitAttention(nn.Module):
         q, k, v = qkv.unbind(0)
         if self.q_stride > 1:
             q = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values
+        # attn_mask in q's dtype (a bool one as 0/-inf): fused kernels misread other dtypes
         x = F.scaled_dot_product_attention(
             q,
             k,
@@ -46,7 +47,7 @@ class PaddedMaskUnitAttention(nn.Module):
                     None
                     if attn_mask is None
                     else (
-                        attn_mask
+                        attn_mask.to(q.dtype)
                         if attn_mask.is_floating_point()
                         else q.new_zeros(attn_mask.shape).masked_fill(
                             ~attn_mask, float("-inf")
@@ -81,6 +82,7 @@ class EveryBlockMaskAttention(PaddedMaskUnitAttention):
         q, k, v = qkv.unbind(0)
         if self.q_stride > 1:
             q = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)
+        # attn_mask in q's dtype (a bool one as 0/-inf): fused kernels misread other dtypes
         x = F.scaled_dot_product_attention(
             q,
             k,
@@ -89,7 +91,7 @@ class EveryBlockMaskAttention(PaddedMaskUnitAttention):
                 None
                 if mask is None
                 else (
-                    mask
+                    mask.to(q.dtype)
                     if mask.is_floating_point()
                     else q.new_zeros(mask.shape).masked_fill(~mask, float("-inf"))
                 )[(None,) * (5 - mask.dim())]
@@ -121,6 +123,7 @@ class FusedFlagMaskAttention(PaddedMaskUnitAttention):
         )
         q, k, v = qkv.unbind(0)
         if self.fused:
+            # attn_mask in q's dtype (a bool one as 0/-inf): fused kernels misread other dtypes
             x = F.scaled_dot_product_attention(
                 q,
                 k,
@@ -129,7 +132,7 @@ class FusedFlagMaskAttention(PaddedMaskUnitAttention):
                     None
                     if bias is None
                     else (
-                        bias
+                        bias.to(q.dtype)
                         if bias.is_floating_point()
                         else q.new_zeros(bias.shape).masked_fill(~bias, float("-inf"))
                     )[(None,) * (5 - bias.dim())]
