@@ -181,6 +181,13 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
         like=reshape_stmt.line,  # type: ignore[union-attr]
         replaces=False,
     )
+    # The original raises when x's units are not the mask's True units in number; so
+    # does this (on the device: no host sync), instead of filling other units.
+    check_stmt = ctx.statement(
+        f"torch._assert_async({unit_mask}.sum() == len({INDEX}))  # x fills every True unit, as before\n",
+        like=reshape_stmt.line,  # type: ignore[union-attr]
+        replaces=False,
+    )
     fill = ctx.statement(
         f"{grid} = {grid}.flatten(0, 1).index_copy(0, {INDEX}, {units}.flatten(0, 1)).view_as({grid})\n", like=line
     )
@@ -189,7 +196,7 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
     return {
         anchor: lambda updated: cst.FlattenSentinel(
             [index_stmt.with_changes(leading_lines=[*updated.leading_lines, *index_stmt.leading_lines]),
-             updated.with_changes(leading_lines=[])]
+             check_stmt, updated.with_changes(leading_lines=[])]
         ),
         line: fill,
         module: helper,

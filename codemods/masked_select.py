@@ -33,7 +33,7 @@ import dataclasses
 
 import libcst as cst
 
-from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
+from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
 from ._match import code, is_name, method_call, single_assign, target_code
 from ._mask import (
@@ -109,6 +109,19 @@ class MaskedSelect(Rewrite):
             lines_of[func] = lines
         for cls, methods in gaining.items():
             owner = class_reference(ctx, cls)
+            # A method whose own site is refused gains no `num_masked`: no caller may pass
+            # it one (a module binding `masked_rows` itself refuses every site).  Refusing
+            # one may refuse its callers' sites: repeat until none more drops out.
+            while True:
+                failing = [
+                    name for name, method in methods.items()
+                    if not proves(lambda: _method_site(ctx, cls, owner, method, lines_of[method.func], methods))
+                ]
+                if not failing:
+                    break
+                for name in failing:
+                    method = methods.pop(name)
+                    ctx.attempt(lines_of[method.func], lambda: _method_site(ctx, cls, owner, method, lines_of[method.func], {**methods, name: method}))
             for method in methods.values():
                 lines = lines_of[method.func]
                 edits = ctx.attempt(lines, lambda: _method_site(ctx, cls, owner, method, lines, methods))

@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence
 
 from . import __version__
 from .engine import FileResult, InputError, InternalError, line_length_for, rewrite_bytes, selected_codes
-from .files import FileError, expand_paths, process_file, unified_diff, write_checked
+from .files import FileError, expand_paths, process_file, replan_with_siblings, unified_diff, write_checked
 from .output import FORMATS, make_output
 from .exit_codes import EXIT_CHANGED, EXIT_CLEAN, EXIT_ERROR
 from .rewrite import REGISTRY
@@ -199,14 +199,7 @@ class _Runner:
             outcomes = [outcome for _, outcome in sorted(zip(order, done), key=lambda pair: pair[0])]
         else:
             outcomes = [process_file(job) for job in jobs]
-        # A file whose plan read a sibling this run rewrites (hiera_mae.py reads
-        # hiera.py's forward) is planned again against the sibling's new bytes.
-        rewritten = {os.path.realpath(n): r.output for n, r, _, _ in outcomes if r is not None and r.changed}
-        for i, (name, result, _, _) in enumerate(outcomes):
-            if result is not None and any(
-                os.path.realpath(Path(name).parent / f"{s}.py") in rewritten for s in result.consulted
-            ):
-                outcomes[i] = process_file((*jobs[i], rewritten))
+        outcomes = replan_with_siblings(jobs, outcomes)
         for name, result, error, tb in outcomes:
             if error is not None:
                 self.error(error, tb)

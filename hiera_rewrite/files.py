@@ -105,6 +105,17 @@ def process_file(job: Job) -> Outcome:
     return name, result, None, None
 
 
+def replan_with_siblings(jobs: Sequence[Job], outcomes: List[Outcome]) -> List[Outcome]:
+    """``outcomes`` of ``jobs``, each file whose plan read a sibling this run rewrites
+    (hiera_mae.py reads hiera.py's forward) planned again against the sibling's new bytes."""
+    rewritten = {os.path.realpath(n): r.output for n, r, _, _ in outcomes if r is not None and r.changed}
+    outcomes = list(outcomes)
+    for i, (name, result, _, _) in enumerate(outcomes):
+        if result is not None and any(os.path.realpath(Path(name).parent / f"{s}.py") in rewritten for s in result.consulted):
+            outcomes[i] = process_file((*jobs[i][:4], rewritten))
+    return outcomes
+
+
 def write_checked(name: str, data: bytes) -> Optional[FileError]:
     """Write ``data`` over the file atomically; an error instead if it is read-only
     or the write fails."""

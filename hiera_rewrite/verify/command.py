@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from ..exit_codes import EXIT_CHANGED, EXIT_CLEAN, EXIT_ERROR, EXIT_VERIFY_FAILED
-from ..files import expand_paths, process_file, unified_diff, write_checked
+from ..files import expand_paths, process_file, replan_with_siblings, unified_diff, write_checked
 from .layout import group_files
 from .report import FAILED, NOT_PROVEN, PASSED
 from .runner import UsageError, verify_group
@@ -61,8 +61,8 @@ def run_cli(args, codes: List[str]) -> int:
     for message in missing:
         print(message, file=sys.stderr)
     results = []
-    for f in files:
-        name, result, message, tb = process_file((f, codes, args.line_length, args.traceback))
+    jobs = [(f, codes, args.line_length, args.traceback) for f in files]
+    for name, result, message, tb in replan_with_siblings(jobs, [process_file(job) for job in jobs]):
         if message is not None:
             if tb:
                 print(tb, file=sys.stderr, end="")

@@ -7,7 +7,8 @@ component: an attention, a block) gets the first of a few token sequences
 get values built from the model (token and mask-unit masks, values from their names),
 the first with which the original runs.  The cases: ``forward(x)``; with a mask from
 ``get_random_mask`` (and intermediates) where ``forward`` takes one; that case with the
-count ``get_random_mask`` states given to the rewritten ``forward`` (``num_kept``).
+ratio the mask was drawn with given to the rewritten ``forward`` (``random_mask_ratio``),
+as the rewritten MAE encoder passes it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ _SIZE_NAMES = ("input_size", "img_size", "image_size", "input_shape", "image_sha
 
 class _Made:
     """A ``forward`` argument each side makes from its own model inside the traced case
-    (``"random_mask"``: ``get_random_mask(x, 0.5)``; ``"num_kept"``: its stated count)."""
+    (``"random_mask"``: ``get_random_mask(x, 0.5)``; ``"random_mask_ratio"``: that 0.5)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -367,9 +368,9 @@ class Inputs:
                 label += ", return_intermediates=True"
             if not isinstance(base.get("mask"), _Made):
                 cases.append((label + ")", kw))
-            # the rewrite's static-count path: the rewritten forward gets the count that
-            # get_random_mask states (HR003), as a caller of the rewritten file would pass
-            cases.append((label + ", num_kept)", dict(kw, num_kept=_Made("num_kept"))))
+            # the rewrite's static-count path: the rewritten forward gets the ratio the
+            # mask was drawn with (HR003), as the rewritten MAE encoder passes it
+            cases.append((label + ", random_mask_ratio)", dict(kw, random_mask_ratio=_Made("random_mask_ratio"))))
         elif "return_intermediates" in params and "return_intermediates" not in base:
             cases.append((f"forward(x{named}, return_intermediates=True)", dict(base, return_intermediates=True)))
         return cases
@@ -405,11 +406,9 @@ class Inputs:
                 # changed the value the next run and the other side were given
                 value = value.to(device=x.device, dtype=x.dtype if value.is_floating_point() else value.dtype).clone()
             out[key] = value
-        made = out.get("num_kept")
-        if isinstance(made, _Made):
-            count = getattr(model, "kept_mask_units", None)  # HR003's, beside get_random_mask
-            if callable(count) and "num_kept" in Inputs._forward_params(model):
-                out["num_kept"] = count(x, _MASK_RATIO)
+        if isinstance(out.get("random_mask_ratio"), _Made):
+            if "random_mask_ratio" in Inputs._forward_params(model):  # the rewritten side
+                out["random_mask_ratio"] = _MASK_RATIO
             else:
-                del out["num_kept"]
+                del out["random_mask_ratio"]
         return out
