@@ -319,12 +319,14 @@ def test_verify_upstream_factories(upstream_copy: Path, capsys):
 def test_verify_upstream_mae_file_alone(upstream_copy: Path, capsys):
     """Issue 23: hiera_mae.py's rewrite stands alone.  Verified on its own over the
     original hiera.py, every site is exercised and equal (before: NOT PROVEN, 2/6; the
-    decoder and the loss got their counts only from a rewritten hiera.py)."""
+    decoder and the loss got their counts only from a rewritten hiera.py).  The encoder
+    passes no ratio there (hiera.py's forward does not take it: said, not emitted)."""
     code, out, err = run_cli(["--verify", "--check", upstream_copy / "hiera_mae.py"], capsys)
     assert code == cli.EXIT_CHANGED, out + err
-    assert "verify: PASSED (6/6 sites exercised, every comparison equal)" in out, out
+    assert "verify: PASSED (5/5 sites exercised, every comparison equal)" in out, out
     sites = [line for line in out.splitlines() if "hiera_mae.py:" in line and " HR00" in line]
-    assert len(sites) == 6 and all(line.rstrip().endswith("pass") for line in sites), out
+    assert len(sites) == 5 and all(line.rstrip().endswith("pass") for line in sites), out
+    assert "Hiera.forward, which `super().forward` reaches, does not take random_mask_ratio" in err, err
     # the fullgraph report (issue 22): the MAE over the original hiera.py still breaks the
     # graph at hiera.py's own token drop (boolean indexing), as the original MAE does
     graph = [line.strip() for line in out.splitlines() if "torch.compile(fullgraph=True)" in line]
@@ -344,7 +346,7 @@ def test_verify_upstream_folder_reports_fullgraph(upstream_copy: Path, capsys):
     graph = [line.strip() for line in out.splitlines() if "torch.compile(fullgraph=True)" in line]
     assert models and len(graph) == len(models), out
     assert set(graph) == {"torch.compile(fullgraph=True): compiles fullgraph"}, graph
-    assert "verify: PASSED (9/9 sites exercised" in out
+    assert "verify: PASSED (8/8 sites exercised" in out
 
 
 def test_verify_reports_the_forks_own_compile_blocker(upstream_copy: Path, capsys):

@@ -172,7 +172,7 @@ def test_a_rewrite_mixing_up_the_rows_masks_fails_on_a_two_unit_grid(tmp_path: P
     monkeypatch.setattr(files, "rewrite_bytes", wrong)
     code, out, err = verify(folder, capsys)
     assert code == EXIT_VERIFY_FAILED, out + err
-    failing = [line for line in out.splitlines() if "num_kept)" in line and "FAIL" in line]
+    failing = [line for line in out.splitlines() if "random_mask_ratio)" in line and "FAIL" in line]
     assert failing, out
     assert "verify: FAILED" in out
 

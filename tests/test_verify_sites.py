@@ -31,8 +31,8 @@ def test_fallback_branch_alone_does_not_prove_the_token_drop():
     helpers = [r for r in spec["regions"] if r["helper"]]
     assert len(helpers) == 1 and any("def kept_tokens" in ln for ln in lines[helpers[0]["new"][0] - 1 : helpers[0]["new"][1]])
     everything_before = set(range(1, before.count("\n") + 2))
-    call = _lines_with(after, "kept_tokens(x, mask, num_kept)")
+    call = _lines_with(after, "kept_tokens(x, mask, self.mu_size, num_kept)", "num_kept = None  #", "random_mask_ratio is not None")
     fallback_only = call | _lines_with(after, "    if num_kept is None:", "        return x[mask[..., None]")
     assert not all(regions_run(spec, everything_before, fallback_only))
-    static = call | _lines_with(after, "return x.flatten(0, 1).index_select(")
+    static = call | _lines_with(after, "num_kept = int(mask.shape[1]", "return x.unflatten(1, (mu_size, N))")
     assert all(regions_run(spec, everything_before, static))
