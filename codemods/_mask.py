@@ -4,8 +4,8 @@ Every mask rewrite turns a boolean selection into an index_select or index_copy 
 the indices of the True entries of a mask, taken in ascending order, with a count
 known as a Python int.  The emitted code calls small helpers the rewrites put above
 the first class that uses them (``HELPERS``): ``kept_tokens`` (hiera.py's token
-drop), ``true_rows`` and ``masked_rows`` (the selection), ``runs_own`` (a method is
-the class's own) and ``takes_kept_count`` (the MAE encoder's base takes the count).
+drop), ``true_rows`` and ``masked_rows`` (the selection) and ``not_overridden`` (a
+method is the calling class's own).
 """
 
 from __future__ import annotations
@@ -133,15 +133,18 @@ MASK_CONTRACT = """
     What the mask rewrites assume.  Exact (outputs, shapes, order, gradients,
     state_dicts loading both ways, RNG consumption) for: every input the original
     accepts, a mask a caller passes included; every subclass, in any module, that
-    overrides a method with upstream's signature, multiple inheritance included (the
-    override gets the original call); every edit inside the rewritten files (they are
-    read).  Out of contract: code elsewhere that reassigns the rewritten classes'
-    functions or an instance's attributes at run time (`Cls.forward_loss = f`,
-    `model.forward_decoder = f`), and a submodule whose forward writes in place the
-    mask tensor it is given.  `hiera-rewrite --verify` on your repo is the check for
-    those.  The emitted code checks one thing at run time: that a method given a
-    count is the class's own (`runs_own`, `takes_kept_count`); an override gets
-    upstream's call.
+    overrides a method with upstream's signature (the override gets the original
+    call); every edit inside the rewritten files (they are read, and a count crosses
+    only a path proven there).  Out of contract: code elsewhere that reassigns the
+    rewritten classes' functions or an instance's attributes at run time
+    (`Cls.forward_loss = f`, `model.forward_decoder = f`), a submodule whose forward
+    writes in place the mask tensor it is given, and a class in another module whose
+    multiple inheritance puts a forward override between the MAE and Hiera (it fails
+    loudly: `forward() got an unexpected keyword argument 'random_mask_ratio'`).
+    `hiera-rewrite --verify` on your repo is the check for those.  The emitted code
+    checks at run time only that a method given a count is not overridden
+    (`type(self).m is __class__.m`, `__class__` being the class defining the caller,
+    whatever the module's name for it is bound to later).
 """
 
 

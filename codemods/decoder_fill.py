@@ -10,6 +10,7 @@ It matches, in one function (names are followed, not assumed):
 and emits:
 
     kept = true_rows(mask, x.shape[0] * x.shape[1])            # before the reshape
+    torch._assert_async(mask.sum() == len(kept))               # x fills every True unit, as before
     mask = mask.reshape(...)                                   # unchanged
     mask = mask.expand(...).bool()                             # unchanged
     x_dec = x_dec.flatten(0, 1).index_copy(0, kept, x.flatten(0, 1)).view_as(x_dec)
@@ -17,7 +18,10 @@ and emits:
 with ``true_rows`` (codemods/_mask.py) put above the class: the flat indices of the
 True units, ascending.  The count needs no caller: `x_dec[mask] = x.flatten()` fills
 exactly as many units as x holds (else it raises), so it is exact for every mask the
-original accepts, ragged rows included, and each file's rewrite stands alone.
+original accepts, ragged rows included, and each file's rewrite stands alone.  Where the
+original raised (x's units and the mask's True units differ in number) the rewrite
+raises too, from a check on the device (no host sync; eager mode: torch.compile's
+inductor drops the assert, and the step then fills the first units).
 
 The blend with the mask token that follows is left as it is, so dtypes (autocast)
 behave exactly as before.
@@ -56,9 +60,11 @@ class DecoderFill(Rewrite):
     and copies x's units there with `index_copy` on x_dec flattened to units: the
     same values land in the same places, for the model's own masks and for a
     caller's, ragged rows included.  No count is passed in, so hiera_mae.py's
-    rewrite stands on its own.  The blend `~mask * mask_tokens + mask * x_dec` that
-    follows is left untouched, so dtype promotion (under autocast too) is exactly
-    as before.
+    rewrite stands on its own.  Where the original raised (x's units and the mask's
+    True units differ in number), `torch._assert_async(mask.sum() == len(kept))`
+    raises too, on the device (no host sync; under torch.compile inductor drops it).
+    The blend `~mask * mask_tokens + mask * x_dec` that follows is left untouched, so
+    dtype promotion (under autocast too) is exactly as before.
     """ + MASK_CONTRACT
 
     def plan(self, ctx: PlanContext) -> None:

@@ -17,7 +17,7 @@ same rows, in the same order, for every mask with that count (ragged rows includ
 The count comes from the data's shapes: an MAE ``forward`` whose class's own
 ``forward_decoder`` fills the grid (HR004's idiom, whose fill holds exactly
 ``latent``'s units) masks ``pred_mask.numel() - math.prod(latent.shape[:-1])``
-prediction tokens, and passes that to ``forward_loss`` while ``runs_own(self, Cls,
+prediction tokens, and passes that to ``forward_loss`` while ``not_overridden(self, __class__,
 "forward_decoder", "forward_loss")``.  A method passing the mask to another of the
 class's methods (forward_loss to get_pixel_label_2d) passes the count only to the
 class's own; an override gets upstream's call, and the count is dropped after it (it
@@ -80,10 +80,15 @@ class MaskedSelect(Rewrite):
 
     The count comes from the shapes the data already has, for the model's own masks
     and a caller's alike: the class's own forward_decoder fills exactly as many
-    units as the latent holds (its `x_dec[mask] = x.flatten()` raises otherwise), so
+    units as the latent holds (its `x_dec[mask] = x.flatten()` raises otherwise; proven
+    only where the fill's source is the latent argument itself or made from it by an
+    `nn.Linear` the class sets in __init__: a fork slicing off a unit it added, or
+    expanding pooled units, fills another count and keeps `t[mask]`), so
     the MAE's forward passes `pred_mask.numel() - math.prod(latent.shape[:-1])` to
     forward_loss, which passes it to get_pixel_label_2d/3d.  Each count goes only to
-    a method that is the class's own (`runs_own`, one helper): a subclass's override
+    a method that is not overridden (`not_overridden(self, __class__, ...)`, one
+    helper; `__class__` is the class defining the caller, whatever the module's name
+    for it is later bound to): a subclass's override
     of forward_decoder, forward_loss or the labels gets upstream's call, and the
     selections after it count the mask themselves.
     """ + MASK_CONTRACT
@@ -287,7 +292,7 @@ def _own_or_upstream(
     ctx: PlanContext, owner: str, stmt: cst.SimpleStatementLine, names: List[str], swaps: Dict[cst.CSTNode, Replacement],
     why: str, before: Sequence[str] = (), after: Sequence[str] = (),
 ) -> Replacement:
-    """``stmt`` as ``if runs_own(self, Owner, "m", ...): <before>; <stmt with swaps> else:
+    """``stmt`` as ``if not_overridden(self, __class__, "m", ...): <before>; <stmt with swaps> else:
     <stmt>; <after>``: the class's own methods get the count, an override upstream's call.
     A return is left as it is, after the branch (no else)."""
     new = line_with(ctx, stmt, swaps)
@@ -330,8 +335,8 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
     (its `x_dec[mask] = x.flatten()` raises otherwise) and returns that fill mask in
     token order (``_decoded_mask``), so ``~pred_mask`` selects
     ``pred_mask.numel() - math.prod(latent.shape[:-1])`` tokens: for every mask, the
-    model's own or a caller's, ragged rows included.  L becomes ``if runs_own(self,
-    Cls, "forward_decoder", "forward_loss"): <count>; <L with num_masked> else: <L>``."""
+    model's own or a caller's, ragged rows included.  L becomes ``if not_overridden(self,
+    __class__, "forward_decoder", "forward_loss"): <count>; <L with num_masked> else: <L>``."""
     if not imports_module(ctx.module, "math"):
         return []
     sites = []

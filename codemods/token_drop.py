@@ -1,28 +1,26 @@
 """HR003: encoder token drop by an index_select with a static kept count.
 
-In the encoder forward it matches
+In the encoder forward (a method of a class whose get_random_mask, in the file, keeps a
+count the tool reads) it matches
 
     x = x[mask[..., None].tile(1, MU, C)].view(B, -1, C)       # or mask.unsqueeze(-1), .repeat
 
-and emits (the function gains ``num_kept=None``; ``kept_tokens`` goes above the class):
+and emits (the method gains ``random_mask_ratio=None``; ``kept_tokens`` goes above the class):
 
-    x = kept_tokens(x, mask, num_kept).view(B, -1, C)
+    num_kept = None  # kept units per row, known for get_random_mask's masks
+    if random_mask_ratio is not None and type(self).get_random_mask is __class__.get_random_mask:
+        num_kept = int(mask.shape[1] * (1 - random_mask_ratio))     # get_random_mask's own formula
+    x = kept_tokens(x, mask, MU, num_kept).view(B, -1, C)
 
-``kept_tokens(x, mask, None)`` is the original boolean selection (a caller's mask, ragged
-rows allowed); with a count, an ``index_select`` of x's flat rows b*N + t*#MUs + j for
+``kept_tokens(x, mask, MU, None)`` is the original boolean selection (a caller's mask,
+ragged rows allowed); with a count, an ``index_select`` of x's rows (b*MU + t)*N + j for
 the kept units j of each row (a stable argsort of ``~mask`` sliced to the count): the
 same rows in the same order, and autograd saves only the int64 row index, not x.
 
-Where the same class defines upstream's ``get_random_mask`` (codemods/_random_mask.py
-proves the count its body keeps), the count becomes a method of its own that
-get_random_mask calls:
-
-    len_keep = self.kept_mask_units(x, mask_ratio)      # was int(num_windows * (1 - mask_ratio))
-
 An MAE's ``forward_encoder`` that makes the mask with ``self.get_random_mask(x, r)``
-passes ``num_kept=self.kept_mask_units(x, r)`` to ``super().forward`` when
-``takes_kept_count`` says the forward super() reaches is the base's, rewritten, and
-get_random_mask is the base's own: a subclass overriding either gets upstream's call.
+passes ``random_mask_ratio=r`` to ``super().forward`` when the mask reaches that call
+untouched and the forward super() reaches (followed through the file and the module
+beside it) is one whose drop takes it.
 """
 
 from __future__ import annotations
@@ -69,24 +67,34 @@ class EncoderTokenDrop(Rewrite):
 
     Token n of the unrolled (B, N, C) sequence belongs to mask unit n % #MUs at
     in-unit position n // #MUs, so with the kept units of each row in ascending
-    order, the rows b*N + t*#MUs + j of x flattened to (B*N, C) are exactly the
-    tokens, in exactly the order, of the boolean index.  The rewrite selects them
-    with `index_select` in a helper it puts above the class, `kept_tokens(x, mask,
-    num_kept)`, and keeps the original `.view(...)`.  The kept units come from a
-    stable argsort of `~mask`, sliced to `num_kept`, a Python int: every shape is
-    static.  Without a count (a mask from a caller, which may keep different counts
-    per row) the helper runs the original boolean selection.
+    order, the rows (b*mu_size + t)*#MUs + j of x are exactly the tokens, in exactly
+    the order, of the boolean index.  The rewrite selects them with `index_select` in
+    a helper it puts above the class, `kept_tokens(x, mask, mu_size, num_kept)`, and
+    keeps the original `.view(...)`.  The kept units come from a stable argsort of
+    `~mask`, sliced to `num_kept`, a Python int: every shape is static.  Without a
+    count (a mask from a caller, which may keep different counts per row) the helper
+    runs the original boolean selection.
 
-    The count is kept at its source: get_random_mask's `len_keep = ...` becomes
-    `len_keep = self.kept_mask_units(x, mask_ratio)`, an ordinary method made of the
-    statements of get_random_mask's own body that compute it (a fork's `round(...)`
-    included).  A subclass that changes the count overrides that method, and
-    get_random_mask follows.  The MAE's forward_encoder passes it to the token drop
-    only while `takes_kept_count(type(self), MAE, Hiera)` holds: Hiera's file is
-    rewritten too (hiera_mae.py's rewrite stands alone over an original hiera.py),
-    super().forward reaches Hiera.forward (no class between overrides it), and
-    get_random_mask is Hiera's own (an override may keep another count).  That check
-    is evaluated once per class, outside torch.compile's graph.
+    Where the count comes from, proven step by step (anything else keeps the boolean
+    drop, and the report quotes the statement that stopped the proof):
+    - the encoder forward gains `random_mask_ratio=None`.  Given it, and while
+      `type(self).get_random_mask is __class__.get_random_mask` (`__class__`: the class
+      defining the forward; an intermediate class or a subclass overriding
+      get_random_mask gets the boolean drop), the count is the file's own
+      get_random_mask formula (a fork's `round(...)` included), read from its body and
+      evaluated on the mask's column count and that ratio: nothing is evaluated twice.
+      A formula reading anything else (an attribute, the batch) is refused.
+    - the MAE's forward_encoder passes `random_mask_ratio=r` only for the mask it
+      draws itself with `self.get_random_mask(x, r)` (a ratio read from a property is
+      read once, before the call), when no statement between that call and
+      `super().forward(x, mask, ...)` uses the mask other than to read it (`.float()`,
+      `.sum()`, `.shape`...: a write, an alias or a call given it stops the proof), and
+      when the forward super() reaches, followed through this file and the module
+      beside it (`from .hiera import Hiera`: as on disk, or as the same run rewrites
+      it), takes the ratio.  A rewritten hiera_mae.py over an original hiera.py passes
+      nothing there and says so.
+
+    torch >= 2.0 (`argsort(stable=True)`, `unflatten`).
     """ + MASK_CONTRACT
 
     def plan(self, ctx: PlanContext) -> None:
