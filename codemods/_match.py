@@ -57,7 +57,10 @@ _EMPTY = cst.Module(body=[])
 
 
 def code(node: cst.CSTNode) -> str:
-    """Source of ``node`` on one line (black re-wraps what we emit)."""
+    """Source of ``node`` on one line (black re-wraps what we emit); a statement's
+    comment lines above it are not part of it."""
+    if getattr(node, "leading_lines", None):
+        node = node.with_changes(leading_lines=[])
     text = _EMPTY.code_for_node(node)
     if not any(c in text for c in "\n\r\\#"):
         return text.strip()  # no line break, continuation or comment: nothing to drop
