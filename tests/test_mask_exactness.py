@@ -306,12 +306,12 @@ FORK_EDITS = {
     "encoder_keeps_first_unit": (
         "            mask = self.get_random_mask(x, mask_ratio)  # [B, #MUs_all]\n",
         "            mask = self.get_random_mask(x, mask_ratio)  # [B, #MUs_all]\n            mask[:, 0] = True\n",
-        "`mask[:, 0] = True` at line 192 touches mask",
+        "`mask[:, 0] = True` at line 192 uses mask",
     ),
     "encoder_logical_or_": (
         _ENC,
         "        mask.logical_or_(torch.arange(mask.shape[1], device=mask.device) == 0)\n" + _ENC,
-        "`mask.logical_or_(torch.arange(mask.shape[1], device=mask.device) == 0)` at line 194 touches mask",
+        "`mask.logical_or_(torch.arange(mask.shape[1], device=mask.device) == 0)` at line 194 uses mask",
     ),
     "decoder_scores_every_token": (
         "        mask = mask.view(x.shape[0], -1)\n",
