@@ -269,10 +269,13 @@ def test_fork_loss_with_a_batch_flattened_mask(tmp_path):
     assert_parity_shared(model_a, model_b, lambda m, x: m(x, mask_ratio=0.6), (_image(),), torch, REL_TOL)
 
 
-@pytest.mark.parametrize("name", ["getattr", "type", "all", "hasattr", "super", "masked_rows", "true_rows", "runs_own", "kept_tokens", "takes_kept_count"])
+@pytest.mark.parametrize("name", ["getattr", "type", "all", "hasattr", "super", "masked_rows", "true_rows", "runs_own", "kept_tokens", "takes_kept_count", "not_overridden"])
 def test_inserted_code_never_calls_a_builtin_the_file_rebinds(name):
-    """The emitted code calls getattr, type and all (the own-method check, runs_own) and
-    hasattr and super (takes_kept_count): a file binding one of them gets no code calling it."""
+    """The emitted code calls getattr, type and all (HR005's own-method check,
+    not_overridden), type (HR003's `type(self).get_random_mask is __class__...`) and its
+    helpers masked_rows, true_rows and kept_tokens; hasattr, super, runs_own and
+    takes_kept_count were called by an earlier emission: a file binding one of them gets
+    no code calling it."""
     merged = (Path(__file__).resolve().parent.parent / "golden" / "mask" / "mae_merged.in.py").read_text()
     source = merged.replace("\nclass ", f"\ndef {name}(*args):\n    raise AssertionError\n\n\nclass ", 1)
     result = rewrite_bytes(source.encode())
