@@ -217,7 +217,11 @@ def test_export_the_installed_upstream(venv):
     assert upstream.resolve().is_relative_to(Path(venv["root"]).resolve())
     files = sorted(p.name for p in upstream.glob("*.py"))
     assert sorted(p.name for p in exported.glob("*.py")) == files and "hiera.py" in files
+    def sibling(module: str):  # hiera_mae.py is planned against the hiera.py the export writes
+        path = upstream / f"{module}.py"
+        return rewrite_bytes(path.read_bytes()).output if path.is_file() else None
+
     for name in files:  # the installed tool writes what this checkout's engine writes
-        assert (exported / name).read_bytes() == rewrite_bytes((upstream / name).read_bytes()).output, name
+        assert (exported / name).read_bytes() == rewrite_bytes((upstream / name).read_bytes(), siblings=sibling).output, name
     assert (exported / "hiera.py").read_bytes() != (upstream / "hiera.py").read_bytes()
     assert "hiera_fast/hiera.py:" in proc.stdout + proc.stderr and " HR001 " in proc.stdout + proc.stderr
