@@ -15,7 +15,7 @@ def kept_tokens(x, mask, mu_size, num_kept=None):
     B, N = mask.shape
     # token n is unit n % N at position n // N: (b, t, j) is row (b * mu_size + t) * N + j
     kept = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
-    rows = torch.arange(B * mu_size, device=x.device).view(B, mu_size, 1) * N + kept[:, None]
+    rows = torch.arange(0, B * mu_size * N, N, device=x.device).view(B, mu_size, 1) + kept[:, None]
     return x.unflatten(1, (mu_size, N)).flatten(0, 2).index_select(0, rows.flatten())
 
 
