@@ -10,7 +10,7 @@ It matches, in one function (names are followed, not assumed):
 and emits:
 
     kept = true_rows(mask, x.shape[0] * x.shape[1])            # before the reshape
-    torch._assert_async(mask.sum() == len(kept))               # x fills every True unit, as before
+    torch._assert_async(mask.sum() == len(kept))               # x fills all True units
     mask = mask.reshape(...)                                   # unchanged
     mask = mask.expand(...).bool()                             # unchanged
     x_dec = x_dec.flatten(0, 1).index_copy(0, kept, x.flatten(0, 1)).view_as(x_dec)
@@ -190,7 +190,7 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
     # The original raises when x's units are not the mask's True units in number; so
     # does this (on the device: no host sync), instead of filling other units.
     check_stmt = ctx.statement(
-        f"torch._assert_async({unit_mask}.sum() == len({INDEX}))  # x fills every True unit, as before\n",
+        f"torch._assert_async({unit_mask}.sum() == len({INDEX}))  # x fills all True units\n",
         like=reshape_stmt.line,  # type: ignore[union-attr]
         replaces=False,
     )

@@ -587,7 +587,7 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
         remade = line_with(ctx, made_line, {ratio: cst.Name(RATIO)}).with_changes(leading_lines=[])  # type: ignore[arg-type]
         body = guard.body.with_changes(body=[given, remade, *rest])  # type: ignore[union-attr]
     init = ctx.statement(
-        f"{RATIO} = None  # set for get_random_mask's mask: a static-shape token drop\n",
+        f"{RATIO} = None  # static token drop for get_random_mask's mask\n",
         like=guard, replaces=False,
     ).with_changes(leading_lines=guard.leading_lines)
     return {
