@@ -351,7 +351,9 @@ def _random_count(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Tuple[s
             self.unknown: List[str] = []
 
         def on_visit(self, node: cst.CSTNode) -> bool:
-            return not (isinstance(node, cst.BaseExpression) and code(node).replace(" ", "") == windows)
+            if isinstance(node, cst.BaseExpression) and code(node).replace(" ", "") == windows:
+                return False  # replaced whole in on_leave
+            return super().on_visit(node)  # visit_Attribute below
 
         def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
             if isinstance(original, cst.BaseExpression) and code(original).replace(" ", "") == windows:

@@ -28,6 +28,19 @@ def test_forward_with_kwargs_keeps_kwargs_last():
     assert b"def forward(self, x, mask=None, random_mask_ratio=None, **kwargs):" in result.output, result.reports
 
 
+def test_a_count_through_math_keeps_the_static_drop():
+    """`len_keep = math.floor(...)`: `math.*` is pure; the count is still read (before:
+    the attribute's name `floor` was taken for a read of something else and refused)."""
+    source = (MASK / "token_drop_split.in.py").read_text().replace(
+        "len_keep = int(self.num_windows * (1 - mask_ratio))", "len_keep = math.floor(self.num_windows * (1 - mask_ratio))"
+    )
+    result = rewrite_bytes(("import math\n" + source).encode())
+    assert b"num_kept = math.floor(mask.shape[1] * (1 - random_mask_ratio))" in result.output, result.reports
+    attribute = source.replace("self.num_windows * (1 - mask_ratio))", "self.num_windows * (1 - self.min_ratio))")
+    skips = [r.message for r in rewrite_bytes(("import math\n" + attribute).encode()).reports if not r.applied]
+    assert any("reads self.min_ratio" in m for m in skips), skips
+
+
 # -- the one in-place rule (hiera_rewrite.flow), shared by HR002 and HR003-HR005 ---------
 
 # PyTorch's naming: a trailing `_` is in place (private names too: `Tensor._coalesced_`,
