@@ -425,7 +425,7 @@ def _resolve(ctx: PlanContext, module: cst.Module, name: str, depth: int = 0) ->
             small, alias = imported[-1]
             sibling = ctx.sibling(code(small.module).split(".")[-1])  # type: ignore[arg-type]
             found = _resolve(ctx, sibling, code(alias.name), depth + 1) if sibling is not None else None
-        elif module is ctx.module and (name in statement_names(ctx, stmt)[0] or "*" in statement_names(ctx, stmt)[0]):
+        elif module is ctx.module and {name, "*"} & statement_names(ctx, stmt)[0]:
             found = None  # bound again by other code: not followed
     return found
 
@@ -487,9 +487,7 @@ def _touches(ctx: PlanContext, stmt: cst.CSTNode, mask: str) -> Optional[str]:
             bound = True
     if not bound:
         return None
-    first = _first(stmt)
-    quoted = code(first.with_changes(leading_lines=[]) if hasattr(first, "leading_lines") else first)
-    return quoted.strip().splitlines()[0]
+    return code(_first(stmt)).splitlines()[0]  # code() leaves out the comment lines above it
 
 
 def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) -> Dict[cst.CSTNode, Replacement]:
@@ -540,9 +538,7 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
                 " encoder call (it may write it, or keep an alias that is written): the kept count is not proven"
                 " there; it is not passed"
             )
-    uses = [a for a in call.args[2:] if mask in names_in(ctx, a.value)] + [
-        a for a in (call.args[0],) if mask in names_in(ctx, a.value)
-    ]
+    uses = [a for a in (call.args[0], *call.args[2:]) if mask in names_in(ctx, a.value)]
     if uses:
         raise Refuse(f"the encoder call also passes {mask} in `{code(uses[0].value)}`: the kept count is not passed")
     cls = ctx.parent(ctx.parent(func))

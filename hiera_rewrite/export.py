@@ -5,9 +5,10 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import List, Sequence
 
-from .engine import InputError, InternalError, rewrite_bytes
+from .engine import DEFAULT_LINE_LENGTH
+from .files import process_file, replan_with_siblings
 
 UPSTREAM_PACKAGE = "hiera"
 
@@ -37,20 +38,16 @@ def export_upstream(target: Path, codes: Sequence[str], quiet: bool = False) -> 
         print(f"hiera-rewrite: {target}: export folder exists and is not empty; choose a new folder", file=sys.stderr)
         return 2
     files = sorted(source.glob("*.py"))
-    outputs: List[bytes] = []
-    done: Dict[str, bytes] = {}  # module name -> its rewritten bytes, for the files after it
+    # as a CLI run over the folder does: a file whose plan read a sibling (hiera_mae.py
+    # reads hiera.py) is planned again against the sibling's rewritten bytes
+    jobs = [(str(path), codes, DEFAULT_LINE_LENGTH, False) for path in files]
     results = []
-    for again in (False, True):
-        for i, path in enumerate(files):
-            if again and not any(s in done and done[s] != (source / f"{s}.py").read_bytes() for s in results[i].consulted):
-                continue
-            try:
-                result = rewrite_bytes(path.read_bytes(), codes=codes, siblings=lambda n: done.get(n) or _read(source / f"{n}.py"))
-            except (InputError, InternalError) as exc:
-                print(f"{path}: {exc}", file=sys.stderr)
-                return 2
-            done[path.stem] = result.output
-            results[i:i + 1] = [result]
+    for _, result, error, _ in replan_with_siblings(jobs, [process_file(job) for job in jobs]):
+        if error is not None:
+            print(error, file=sys.stderr)
+            return 2
+        results.append(result)
+    outputs: List[bytes] = []
     for path, result in zip(files, results):
         outputs.append(result.output)
         if not quiet:
@@ -67,9 +64,3 @@ def export_upstream(target: Path, codes: Sequence[str], quiet: bool = False) -> 
     )
     return 0
 
-
-def _read(path: Path) -> Optional[bytes]:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None

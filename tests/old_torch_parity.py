@@ -5,7 +5,8 @@
 EXPORT_DIR is what `hiera-rewrite --export EXPORT_DIR` wrote (the rewritten copy of the
 installed `hiera` package).  CI produces it with the main venv and runs this script with a
 second venv that has an old torch (see .ci/run), so this file needs only torch, timm and
-the installed hiera-transformer: no pytest, no hiera_rewrite, nothing from tests/.
+the installed hiera-transformer: no pytest, no hiera_rewrite; of tests/ only
+parity_tools.py (stdlib imports only; run as a script, tests/ is on sys.path).
 
 Each case builds the original model and the exported one in float64 with the same
 weights, runs forward (the MAE makes its own random mask; both runs get the same seed),
@@ -23,6 +24,8 @@ import tempfile
 import traceback
 from pathlib import Path
 
+from parity_tools import flatten_outputs as flatten, max_rel_error, randomize_
+
 REL_TOL = 1e-10
 EXPORT_PACKAGE = "hiera_export"
 
@@ -32,38 +35,6 @@ VIDEO = dict(
     q_stride=(1, 2, 2), mask_unit_size=(1, 8, 8), patch_kernel=(3, 7, 7), patch_stride=(2, 4, 4),
     patch_padding=(1, 3, 3), sep_pos_embed=True,
 )
-
-
-def flatten(value) -> list:
-    if isinstance(value, (tuple, list)):
-        return [leaf for item in value for leaf in flatten(item)]
-    if isinstance(value, dict):
-        return [leaf for key in sorted(value) for leaf in flatten(value[key])]
-    return [value]
-
-
-def rel_error(torch, a, b) -> float:
-    if not a.numel():
-        return 0.0
-    a, b = a.detach().double(), b.detach().double()
-    return ((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item()
-
-
-def randomize_(torch, model, seed: int = 0) -> None:
-    """Seeded random weights (non-zero biases, norms around 1): more of the model is live
-    than with upstream's init."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
-            if not tensor.is_floating_point():
-                continue
-            noise = torch.randn(tensor.shape, generator=gen, dtype=torch.float64)
-            if tensor.dim() >= 2:
-                fan_in = tensor[0].numel() if tensor.shape[0] > 1 else tensor.shape[-1]
-                noise = noise / max(fan_in, 1) ** 0.5
-            else:
-                noise = noise * 0.5 + (1.0 if "norm" in name and name.endswith("weight") else 0.0)
-            tensor.copy_(noise.to(tensor.dtype))
 
 
 def build(torch, cls, kwargs):
@@ -106,7 +77,7 @@ def compare(torch, run_a, run_b) -> tuple:
         assert torch.is_tensor(b), f"output {i}: tensor vs {type(b).__name__}"
         assert a.shape == b.shape and a.dtype == b.dtype, f"output {i}: {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}"
         if a.is_floating_point():
-            err = rel_error(torch, a, b)
+            err = max_rel_error(a, b, torch)
             assert err <= REL_TOL, f"output {i}: relative error {err:.3e}"
             worst_out = max(worst_out, err)
         else:
@@ -117,7 +88,7 @@ def compare(torch, run_a, run_b) -> tuple:
     for (name, ga), gb in zip(pairs, others):
         assert (ga is None) == (gb is None), f"{name}: gradient on one side only"
         if ga is not None:
-            err = rel_error(torch, ga, gb)
+            err = max_rel_error(ga, gb, torch)
             assert err <= REL_TOL, f"{name}: gradient relative error {err:.3e}"
             worst_grad = max(worst_grad, err)
     return worst_out, worst_grad, len(pairs)
@@ -197,7 +168,7 @@ def main(argv) -> int:
         for name, cls_name, kwargs, shape, call in all_cases:
             try:
                 a = build(torch, getattr(original, cls_name), kwargs)
-                randomize_(torch, a)
+                randomize_(a, torch)
                 b = build(torch, getattr(export, cls_name), kwargs)
                 b.load_state_dict(a.state_dict(), strict=True)
                 x = torch.randn(*shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)

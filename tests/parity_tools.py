@@ -10,11 +10,11 @@ from typing import Any, Callable, Optional, Tuple
 REL_TOL = 1e-10
 
 
-def _flatten(value: Any) -> list:
+def flatten_outputs(value: Any) -> list:
     if isinstance(value, (tuple, list)):
-        return [leaf for item in value for leaf in _flatten(item)]
+        return [leaf for item in value for leaf in flatten_outputs(item)]
     if isinstance(value, dict):
-        return [leaf for key in sorted(value) for leaf in _flatten(value[key])]
+        return [leaf for key in sorted(value) for leaf in flatten_outputs(value[key])]
     return [value]
 
 
@@ -43,9 +43,9 @@ def assert_same_model_behaviour(
     model_a.load_state_dict(model_b.state_dict())
 
     torch.manual_seed(1)
-    out_a = _flatten(model_a(*inputs_a))
+    out_a = flatten_outputs(model_a(*inputs_a))
     torch.manual_seed(1)
-    out_b = _flatten(model_b(*inputs_b))
+    out_b = flatten_outputs(model_b(*inputs_b))
     assert len(out_a) == len(out_b)
     loss_a = 0.0
     loss_b = 0.0
@@ -124,7 +124,7 @@ def run_with_grads(model, call, inputs, torch, seed: int = 1, input_grad: bool =
         args.append(value)
     model.zero_grad(set_to_none=True)
     torch.manual_seed(seed)
-    outputs = _flatten(call(model, *args))
+    outputs = flatten_outputs(call(model, *args))
     loss = None
     for out in outputs:
         if torch.is_tensor(out) and out.is_floating_point() and out.requires_grad:
