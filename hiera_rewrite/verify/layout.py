@@ -10,7 +10,11 @@ as in the user's repo; module names are dotted paths below it.  It is the highes
   absolute imports from the repo root work too;
 * for each absolute import of a *local* name (``from models.hiera import Hiera``),
   the nearest folder from which that module resolves to a file of the repo (searched
-  up to the VCS root, else three levels up);
+  up to the repo root, else three levels up); the imports of the folder's files and of
+  the package ``__init__.py`` files above it (they run first);
+* the repo root (VCS root, else the folder holding ``pyproject.toml``, ``setup.py``...)
+  where the repo's own files import the folder through a plain folder there
+  (``from src.models.components.hiera import ...``, ``src/`` without ``__init__.py``);
 * an *installed* layout: an absolute import whose top-level name resolves nowhere
   in the repo but to an installed package whose folder is the repo folder (or above
   the files): ``from mypkg.models.backbones import ...`` with the files at the repo
@@ -45,14 +49,19 @@ class Layout:
     alias: Optional[str] = None  # "installed": the name the root folder is imported as
 
 
-def _evidence(folder: Path) -> Tuple[int, Set[str]]:
-    """(deepest relative-import level, absolute module names) of the folder's files."""
+def _evidence(folder: Path, extra: Sequence[Path] = ()) -> Tuple[int, Set[str]]:
+    """(deepest relative-import level, absolute module names) of the folder's files;
+    ``extra``: more files whose absolute imports count (their relative ones are their own)."""
     level = 0
     names: Set[str] = set()
-    for path in sorted(folder.glob("*.py")):
+    for path in [*sorted(folder.glob("*.py")), *extra]:
         try:
             tree = ast.parse(path.read_bytes())
         except (SyntaxError, ValueError, OSError):
+            continue
+        if path.parent != folder:
+            names.update(node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and not node.level and node.module)
+            names.update(a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names)
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
@@ -73,6 +82,22 @@ def relative_imports(folder: Path) -> bool:
 def vcs_root(folder: Path) -> Optional[Path]:
     for candidate in [folder, *folder.parents]:
         if any((candidate / v).exists() for v in _VCS):
+            return candidate
+    return None
+
+
+# files that mark a project's root where it is not a VCS checkout (an unpacked archive)
+_PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", "environment.yml", "environment.yaml")
+
+
+def repo_root(folder: Path) -> Optional[Path]:
+    """The repo the folder belongs to: its VCS root, else the nearest folder above holding
+    a project file (``pyproject.toml``, ``setup.py``, ``requirements.txt``...), else None."""
+    vcs = vcs_root(folder)
+    if vcs is not None:
+        return vcs
+    for candidate in folder.parents:
+        if any((candidate / f).is_file() for f in _PROJECT_FILES):
             return candidate
     return None
 
@@ -105,12 +130,15 @@ def installed_package(folder: Path, names: Set[str], limit: Sequence[Path]) -> O
     return None
 
 
-def clone_package(folder: Path, names: Set[str], limit: Sequence[Path], vcs: Optional[Path]) -> Optional[Path]:
+def clone_package(folder: Path, names: Set[str], limit: Sequence[Path], vcs: Optional[Path], repo: Optional[Path] = None) -> Optional[Path]:
     """A repo that is itself a package, not installed: the files import
     ``<repo>.models.hiera_utils`` and a folder holding them (the clone, named after the
     repo) bears that name, so Python resolves it from the folder above once the repo is
-    installed editable.  The folder, or None."""
+    installed editable.  The folder, or None.  Not a plain folder inside the repo root
+    (``repo``: ``src/`` without ``__init__.py``): that one imports from the repo root."""
     holders = [f for f in [folder, *folder.parents] if vcs is None or _above(vcs, f)]
+    if repo is not None:
+        holders = [f for f in holders if f == repo or not _above(repo, f) or (f / "__init__.py").is_file()]
     for name in sorted(names):
         top = name.split(".")[0]
         if any(_resolves(base, top) for base in limit):
@@ -130,18 +158,23 @@ def find_layout(path: Path) -> Layout:
         floor, kind = top.parent, "package"
     else:
         floor, kind = folder, "flat"
-    level, names = _evidence(folder)
+    # the __init__.py of each package above the folder runs first when the files import:
+    # its absolute imports name the root too (a lightning-hydra src/models/__init__.py
+    # importing `from src.models.module import ...` while src/ has no __init__.py)
+    inits = [f / "__init__.py" for f in folder.parents if _above(floor, f) and f != floor and (f / "__init__.py").is_file()]
+    level, names = _evidence(folder, inits)
     chain = [folder, *folder.parents]
     needed = chain[min(level, len(chain) - 1)]
     if level and not _above(floor, needed):
         floor, kind = needed, "namespace"
     vcs = vcs_root(folder)
+    repo = repo_root(folder)
     ups = [floor, *floor.parents]
-    limit = ups.index(vcs) + 1 if vcs is not None and vcs in ups else 4
+    limit = ups.index(repo) + 1 if repo is not None and repo in ups else 4
     installed = installed_package(folder, names, ups[:limit])
     if installed is not None:
         return Layout(installed[0], "installed", installed[1])
-    clone = clone_package(folder, names, ups[:limit], vcs)
+    clone = clone_package(folder, names, ups[:limit], vcs, repo)
     if clone is not None:
         return Layout(clone, "clone", clone.name)
     root = floor
@@ -153,6 +186,8 @@ def find_layout(path: Path) -> Layout:
                 break
     if root == floor and kind == "namespace" and vcs is not None and _above(vcs, floor):
         root = vcs
+    if repo is not None and root != repo and _above(repo, root) and _imported_from_repo_root(repo, folder):
+        root, kind = repo, "namespace"
     if root != floor and kind == "flat":
         kind = "namespace"
     # a namespace folder never takes a top-level name an installed distribution holds (a
@@ -166,6 +201,53 @@ def find_layout(path: Path) -> Layout:
             break
         root, kind = up, "namespace"
     return Layout(root, kind)
+
+
+MAX_REPO_FILES = 400
+
+
+def _imported_from_repo_root(repo: Path, folder: Path) -> bool:
+    """The repo's own Python files (its scripts, tests, other packages) import the files'
+    folder by a dotted name from the repo root whose top is a plain directory there (no
+    ``__init__.py``, a namespace package): ``from src.models.components.hiera import ...``
+    with the files in ``src/models/components/hiera/``.  Python, run from the repo root
+    as the repo runs, imports them under that name: the root is the repo root."""
+    try:
+        top = folder.relative_to(repo).parts[0]
+    except (ValueError, IndexError):
+        return False
+    if (repo / top / "__init__.py").is_file() or not (repo / top).is_dir() or top in _NOT_LOCAL:
+        return False
+    needle = top + "."
+    seen = 0
+    for base, dirs, names in os.walk(repo):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIP_WALK)
+        for name in sorted(names):
+            if not name.endswith(".py"):
+                continue
+            seen += 1
+            if seen > MAX_REPO_FILES:
+                return False
+            path = Path(base, name)
+            try:
+                data = path.read_bytes()
+                if needle.encode() not in data or len(data) > 1024 * 1024:
+                    continue
+                tree = ast.parse(data)
+            except (SyntaxError, ValueError, OSError):
+                continue
+            for node in ast.walk(tree):
+                dotted = [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                for module in dotted:
+                    if module.split(".")[0] != top or not _resolves(repo, module):
+                        continue
+                    target = repo.joinpath(*module.split("."))
+                    if _above(target, folder) or _above(folder, target):
+                        return True
+    return False
+
+
+_SKIP_WALK = {"__pycache__", "node_modules", "site-packages", "venv", "build", "dist", "wandb", "outputs", "checkpoints", "data"}
 
 
 def _installed_elsewhere(name: str, root: Path) -> bool:
