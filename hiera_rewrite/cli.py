@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--kwargs", metavar="JSON", help="with --verify: keyword arguments for every factory, e.g. '{\"q_pool\": 2}'")
     verify.add_argument("--input-shape", metavar="B,C,...", help="with --verify: input shape (default: derived from the model, shrunk)")
     verify.add_argument("--package-root", metavar="DIR", help="with --verify: the top-level package folder of the files (default: walk up while __init__.py exists)")
-    verify.add_argument("--verify-cuda", action="store_true", help="with --verify: also compare on CUDA in float32 and bfloat16, then time a training step (forward, loss, backward) of the original and the rewritten model in bfloat16 at the model's own size, interleaved rounds, and print both and the ratio")
+    verify.add_argument("--verify-cuda", action="store_true", help="with --verify: also compare on CUDA in float64, float32 and bfloat16 (or --verify-dtype), then time a training step (forward, loss, backward) of the original and the rewritten model in bfloat16 at the model's own size, interleaved rounds, and print both and the ratio")
+    verify.add_argument("--verify-dtype", metavar="DTYPES", help="with --verify: a comma list of bfloat16, float16, float32 (bf16, fp16, fp32): also run every case in these dtypes, on CPU, or with --verify-cuda on CUDA (there float32 always runs; default bfloat16), each side judged by its error against the original's float64 result on that device (rewritten <= 2 x original + 4 eps of the dtype), and print a parity table; an original that cannot run in a dtype on the device is reported 'not run'")
     verify.add_argument("--no-graph-report", action="store_true", help="with --verify: skip the torch.compile(fullgraph=True) report after parity (a few seconds a model; not part of the verdict)")
     verify.add_argument("--verify-budget", metavar="GIB,SECONDS", help="with --verify: the memory (GiB) the verification worker may use and the seconds one case may take; a case over budget stops and is reported 'too large to verify here' (default: half the machine's memory, at most 8 GiB, and 60 s)")
     verify.add_argument("--bench-size", metavar="H,W", help="with --verify-cuda: the input size to time at (default: the model's own input_size)")
@@ -133,7 +134,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.paths:
         parser.error("no PATH given (use '-' for stdin)")
 
-    verify_only = [f for f, v in (("--factory", args.factory), ("--kwargs", args.kwargs), ("--input-shape", args.input_shape), ("--package-root", args.package_root), ("--verify-cuda", args.verify_cuda), ("--verify-budget", args.verify_budget), ("--no-graph-report", args.no_graph_report)) if v]
+    verify_only = [f for f, v in (("--factory", args.factory), ("--kwargs", args.kwargs), ("--input-shape", args.input_shape), ("--package-root", args.package_root), ("--verify-cuda", args.verify_cuda), ("--verify-dtype", args.verify_dtype is not None), ("--verify-budget", args.verify_budget), ("--no-graph-report", args.no_graph_report)) if v]
     if verify_only and not args.verify:
         parser.error(f"{', '.join(verify_only)} only make sense with --verify")
     timing_only = [f for f, v in (("--bench-size", args.bench_size), ("--bench-batch", args.bench_batch is not None)) if v]
@@ -148,6 +149,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.error(f"--bench-modes: {exc}")
         if not (args.verify and args.verify_cuda):
             parser.error("--bench-modes only makes sense with --verify --verify-cuda")
+    if args.verify_dtype is not None:
+        from .verify.runner import parse_verify_dtypes  # torch-free
+
+        try:
+            args.verify_dtype = parse_verify_dtypes(args.verify_dtype)
+        except ValueError as exc:
+            parser.error(f"--verify-dtype: {exc}")
     if args.verify:
         from .verify.command import run_cli as run_verify
 

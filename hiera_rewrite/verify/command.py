@@ -98,6 +98,7 @@ def run_cli(args, codes: List[str]) -> int:
                 kwargs=kwargs,
                 input_shape=input_shape,
                 cuda=args.verify_cuda,
+                dtypes=getattr(args, "verify_dtype", None),  # parsed by the CLI (runner.parse_verify_dtypes)
                 bench=bench,
                 quiet=args.quiet,
                 budget=budget,

@@ -6,7 +6,7 @@ sum of the outputs, and every buffer after the case (running statistics)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .inputs import fed
 
@@ -107,19 +107,21 @@ class Comparison:
         rows = []
         ref_outs = dict(ref[0]) if ref else {}
 
-        def judge(name, a, b, rel, reference) -> Tuple[bool, str]:
-            if reference is None or not torch.is_tensor(reference):
-                return rel <= tol, f"rel err {rel:.2e}"
+        def judge(name, a, b, rel, reference) -> Tuple[bool, str, Optional[Tuple[float, float]]]:
+            """(ok, why, (original's error, rewritten's error) vs the float64 reference;
+            None for a direct comparison)."""
+            if reference is None or not torch.is_tensor(reference) or reference.shape != a.shape:
+                return rel <= tol, f"rel err {rel:.2e}", None
             e_orig = self._errs(reference, a, torch)[1]
             e_new = self._errs(reference, b, torch)[1]
             ok = e_new <= 2 * e_orig + tol
-            return ok, f"error vs float64 {e_new:.2e}, original's {e_orig:.2e}"
+            return ok, f"error vs float64 {e_new:.2e}, original's {e_orig:.2e}", (e_orig, e_new)
 
         if len(outs_a) != len(outs_b):
             rows.append({"config": config, "case": label, "what": "outputs", "shape": f"{len(outs_a)} vs {len(outs_b)}", "ok": False, "note": "different number of outputs"})
             return rows
         for (name, a), (name_b, b) in zip(outs_a, outs_b):
-            row = {"config": config, "case": label, "what": name, "ok": True}
+            row = {"config": config, "case": label, "kind": "outputs", "what": name, "ok": True}
             if name != name_b:  # a key or field renamed: the caller's out["logits"] breaks
                 row.update(shape="-", ok=False, note=f"the rewritten model returns {name_b} here")
             elif torch.is_tensor(a) and torch.is_tensor(b):
@@ -128,7 +130,9 @@ class Comparison:
                     row.update(ok=False, note=f"{tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}")
                 elif a.is_floating_point() or a.is_complex():
                     row["abs"], row["rel"] = self._errs(a, b, torch)
-                    row["ok"], why = judge(name, a, b, row["rel"], ref_outs.get(name) if ref else None)
+                    row["ok"], why, errs = judge(name, a, b, row["rel"], ref_outs.get(name) if ref else None)
+                    if errs is not None:  # the parity table's errors vs float64
+                        row["orig_err"], row["new_err"] = errs
                     if not row["ok"]:
                         row["note"] = why
                 else:
@@ -158,6 +162,7 @@ class Comparison:
             worst = (0.0, 0.0, "")
             bad: List[str] = []
             count = 0
+            vs_ref: List[Tuple[float, float, str]] = []  # (original's, rewritten's error vs float64, name)
             for name in [n for n in items_b if n not in items_a]:
                 bad.append(f"{name}: only in the rewrite")
             for name, ga in items_a.items():
@@ -176,22 +181,28 @@ class Comparison:
                         bad.append(f"{name}: values differ")
                     continue
                 abs_err, rel = self._errs(ga, gb, torch)
-                ok, why = judge(name, ga, gb, rel, refs.get(name) if ref else None)
+                ok, why, errs = judge(name, ga, gb, rel, refs.get(name) if ref else None)
+                if errs is not None:
+                    vs_ref.append((errs[0], errs[1], name))
                 if not ok:
                     bad.append(f"{name}: {why}")
                 if rel >= worst[1]:
                     worst = (abs_err, rel, name)
-            rows.append(
-                {
-                    "config": config,
-                    "case": label,
-                    # the inputs by name: "input grads (x, padding_mask)"
-                    "what": f"{kind} ({', '.join(items_a) if kind == 'input grads' else f'{count} {unit}'})",
-                    "shape": f"worst: {worst[2]}" if worst[2] else "-",
-                    "abs": worst[0] if count else None,
-                    "rel": worst[1] if count else None,
-                    "ok": not bad,
-                    "note": "; ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""),
-                }
-            )
+            row = {
+                "config": config,
+                "case": label,
+                "kind": kind,
+                # the inputs by name: "input grads (x, padding_mask)"
+                "what": f"{kind} ({', '.join(items_a) if kind == 'input grads' else f'{count} {unit}'})",
+                "shape": f"worst: {worst[2]}" if worst[2] else "-",
+                "abs": worst[0] if count else None,
+                "rel": worst[1] if count else None,
+                "ok": not bad,
+                "note": "; ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""),
+                "failing": [b.split(": ", 1)[0] for b in bad],  # the tensors by name (the parity table's)
+            }
+            if vs_ref:  # each side's worst error vs float64 (not always the same tensor)
+                row["orig_err"] = max(e[0] for e in vs_ref)
+                row["new_err"], _, row["new_worst"] = max(vs_ref, key=lambda e: (e[1], e[0]))
+            rows.append(row)
         return rows

@@ -136,6 +136,94 @@ def _hint(site: Dict[str, Any], report: Dict[str, Any]) -> str:
     return (f"{reason}; " if reason else "") + text
 
 
+def _ratio(orig: Optional[float], new: Optional[float]) -> Optional[float]:
+    if orig is None or new is None:
+        return None
+    if orig == 0:
+        return 1.0 if new == 0 else float("inf")
+    return new / orig
+
+
+def parity_rows(report: Dict[str, Any], verdicts: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One row per model x case x configuration (dtype and device): each side's worst
+    output error and worst parameter-gradient error against the original's float64
+    result on the same device (a float64 row is that reference: the rewritten's direct
+    error), the ratio new/orig of the worst errors (the larger of the two), ok or the
+    failing tensors (and the sites the case ran); a configuration the original could not
+    run in is a row 'not run'."""
+    out: List[Dict[str, Any]] = []
+    for model in report.get("models", []):
+        label = model["label"] if model.get("component") else model["label"].split(" ")[0]
+        by_key: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
+        for row in model.get("rows", []):
+            if row["case"] == "state_dict":
+                continue
+            by_key.setdefault((row["config"], row["case"]), []).append(row)
+        configs = list(model.get("configs") or [])
+        cases = list(dict.fromkeys(case for _, case in by_key))
+        # each case in every configuration, the reference first
+        order = sorted(by_key, key=lambda k: (cases.index(k[1]), configs.index(k[0]) if k[0] in configs else len(configs)))
+        for config, case in order:
+            rows = by_key[(config, case)]
+            # float64 (on CPU, and on CUDA with --verify-cuda): compared directly, the reference of the rest
+            entry: Dict[str, Any] = {"model": label, "case": case, "config": config, "reference": config.split(" ")[0] == "float64"}
+            for kind, key in (("outputs", "out"), ("grads", "grad")):
+                mine = [r for r in rows if r.get("kind") == kind]
+                if entry["reference"]:  # direct: the rewritten's error is its difference from the original
+                    errs = [r["rel"] for r in mine if r.get("rel") is not None]
+                    entry[f"{key}_orig"], entry[f"{key}_new"] = (0.0, max(errs)) if errs else (None, None)
+                else:
+                    pairs = [(r["orig_err"], r["new_err"]) for r in mine if "orig_err" in r]
+                    entry[f"{key}_orig"] = max(p[0] for p in pairs) if pairs else None
+                    entry[f"{key}_new"] = max(p[1] for p in pairs) if pairs else None
+            if not entry["reference"]:
+                ratios = [r for r in (_ratio(entry["out_orig"], entry["out_new"]), _ratio(entry["grad_orig"], entry["grad_new"])) if r is not None]
+                entry["ratio"] = max(ratios) if ratios else None
+            failing = [r for r in rows if not r["ok"]]
+            entry["ok"] = not failing
+            if failing:
+                what = []
+                for r in failing:
+                    names = r.get("failing")
+                    if r.get("kind") in (None, "outputs") or not names:  # an output, or the run itself
+                        what.append(r["what"] if r.get("kind") == "outputs" else f"{r['what']}: {r.get('note', '')}")
+                    else:  # "grads blocks.0.attn.qkv.weight, ... (+7 more)"
+                        what.append(f"{r['kind']} {', '.join(names[:3])}" + (f" (+{len(names) - 3} more)" if len(names) > 3 else ""))
+                sites = [f"{v['site']['path']}:{v['site']['line']} {v['site']['code']}" for v in verdicts if (model["label"], case) in v["cases"]]
+                entry["note"] = "; ".join(what) + (f" (sites this case ran: {', '.join(sites)})" if sites else "")
+            out.append(entry)
+        for config, why in (model.get("not_run") or {}).items():
+            out.append({"model": label, "case": "-", "config": config, "reference": False, "not_run": why, "ok": True})
+    return out
+
+
+def print_parity(rows: List[Dict[str, Any]], out) -> None:
+    from .runner import ULPS  # noqa: PLC0415 -- the bar, stated where it is used
+
+    print(f"parity (error vs the original's float64 result on the same device, max|err| / max|reference|; a lower precision passes when new <= 2 x orig + {ULPS} eps of its dtype)", file=out)
+    table = [("model", "case", "config", "out orig", "out new", "grad orig", "grad new", "new/orig", "result")]
+    for r in rows:
+        if r.get("not_run"):
+            table.append((r["model"], r["case"], r["config"], "-", "-", "-", "-", "-", f"not run: {r['not_run']}"))
+            continue
+        orig = lambda v: "ref" if r["reference"] and v is not None else _fmt(v)  # noqa: E731
+        ratio = r.get("ratio")
+        table.append(
+            (
+                r["model"],
+                r["case"],
+                r["config"],
+                orig(r["out_orig"]),
+                _fmt(r["out_new"]),
+                orig(r["grad_orig"]),
+                _fmt(r["grad_new"]),
+                "-" if ratio is None else "inf" if ratio == float("inf") else f"{ratio:.2f}",
+                "ok" if r["ok"] else f"FAILED: {r['note']}",
+            )
+        )
+    _table(table, out)
+
+
 def graph_line(graph: Dict[str, Any]) -> str:
     """The fullgraph report of one model (a report, not part of the verdict)."""
     new = graph.get("new")
@@ -188,6 +276,10 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> st
         print(f"  => {'PASS' if model_ok else 'FAIL'}  ({model.get('seconds', 0):.1f}s)", file=out)
         if "graph" in model:
             print(f"  {graph_line(model['graph'])}", file=out)
+    verdicts = site_verdicts(report, sites)
+    parity = parity_rows(report, verdicts)
+    if any(not r["reference"] for r in parity):  # a lower precision was run (or could not be)
+        print_parity(parity, out)
     for timing in report.get("timing", []):
         for line in timing["lines"]:
             print(line, file=out)
@@ -196,7 +288,6 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> st
     for note in report.get("notes", []):
         print(f"  note: {note}", file=out)
 
-    verdicts = site_verdicts(report, sites)
     # a model by its factory or class; a component by its constructor call
     short = {m["label"]: m["label"] if m.get("component") else m["label"].split(" ")[0] for m in report.get("models", [])}
     unproven = [v for v in verdicts if not v["exercised"] and not v["definition_only"] and not v["unreachable"]]

@@ -199,16 +199,17 @@ class Worker(Discovery, Building, Inputs, Comparison):
                         plan["notes"].extend(arg_notes)
                         if input_key(type(model)) is not None:  # forward(batch) reading batch["video"]
                             plan["notes"].append(f"forward takes a dict: {{{input_key(type(model))!r}: x}}")
-                    x = plan["x"].to(device=device, dtype=dtype)
-                    for case, kw in self.cases(model, x, torch, base):
-                        if i == 0 and "graph_case" not in plan:
-                            plan["graph_case"] = kw  # the model's first case: its fullgraph probe
-                        self.progress(f"running {label} {case} [{cname}] (original)")
-                        # every case starts from the built state, as on the rewritten side
-                        # (choosing the input ran the model: running statistics moved)
-                        model.load_state_dict(plan["state"])
-                        bucket = self.bucket("orig", label, case) if i == 0 else None
-                        plan["runs"][(cname, case)] = self.run_original(model, x, kw, torch, plan, bucket)
+                    if i == 0:
+                        self.run_config(model, plan, label, device, dtype, cname, base, torch, traced=True)
+                        continue
+                    try:  # a lower precision the original cannot run here (a CPU op without fp16): not run
+                        self.run_config(model, plan, label, device, dtype, cname, base, torch, traced=False)
+                    except (Exception, OverBudget) as exc:  # noqa: BLE001 -- the user's code may raise anything
+                        for key in [k for k in plan["runs"] if k[0] == cname]:
+                            del plan["runs"][key]
+                        why = f"the original raised {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+                        plan.setdefault("not_run", {})[cname] = why
+                        plan["notes"].append(f"{cname}: not run: {why}")
             except (Exception, OverBudget) as exc:  # noqa: BLE001
                 error = self.too_large_error(mode, exc) or {"error": f"the original model raised ({mode['how']}): {type(exc).__name__}: {exc}", "ran": True}
                 where = None if error.get("too_large") else self.raised_at(exc)
@@ -232,6 +233,20 @@ class Worker(Discovery, Building, Inputs, Comparison):
             plan["notes"][1:1] = [f"not built so: {e['error']}" for e in errors if not e.get("missing")]  # after "built from"
             return plan, errors
         return None, errors
+
+    def run_config(self, model, plan, label, device, dtype, cname, base, torch, traced: bool) -> None:
+        """Every case of one configuration (device, dtype) on the original side, into
+        ``plan["runs"]``; the reference configuration (the first) is ``traced``."""
+        x = plan["x"].to(device=device, dtype=dtype)
+        for case, kw in self.cases(model, x, torch, base):
+            if traced and "graph_case" not in plan:
+                plan["graph_case"] = kw  # the model's first case: its fullgraph probe
+            self.progress(f"running {label} {case} [{cname}] (original)")
+            # every case starts from the built state, as on the rewritten side
+            # (choosing the input ran the model: running statistics moved)
+            model.load_state_dict(plan["state"])
+            bucket = self.bucket("orig", label, case) if traced else None
+            plan["runs"][(cname, case)] = self.run_original(model, x, kw, torch, plan, bucket)
 
     def run_original(self, model, x, kw, torch, plan, bucket, train: bool = True):
         """One case of the original side (traced into ``bucket`` unless None): (kw, options,
@@ -501,6 +516,9 @@ class Worker(Discovery, Building, Inputs, Comparison):
     def run_new(self, plan, configs, ref_name, torch) -> None:
         label = plan["label"]
         entry = {"label": label, "input": plan["shape"], "rows": [], "notes": plan["notes"], "component": plan["component"]}
+        entry["configs"] = [c[3] for c in configs]  # the parity table's dtypes and devices
+        if plan.get("not_run"):  # configs the original could not run in (said, not compared)
+            entry["not_run"] = dict(plan["not_run"])
         t0 = time.time()
         self.report["models"].append(entry)
         try:
@@ -537,8 +555,10 @@ class Worker(Discovery, Building, Inputs, Comparison):
                         entry["rows"].append({"config": cname, "case": case, "what": "forward/backward", "shape": "-", "ok": False, "note": f"the rewritten model raised {type(exc).__name__}: {exc}"})
                         continue
                     ref = None
-                    if cname != ref_name:  # lower precision: judged by accuracy vs float64
-                        ref = plan["runs"].get((ref_name, case), (None, None, None))[2]
+                    if dtype != torch.float64:  # lower precision: judged by accuracy vs float64
+                        # on the same device where it ran (the same random draws), else CPU's
+                        same = next((c[3] for c in configs if c[0] == device and c[1] == torch.float64 and (c[3], case) in plan["runs"]), ref_name)
+                        ref = plan["runs"].get((same, case), (None, None, None))[2]
                     entry["rows"].extend(self.compare(cname, case, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=ref, buffers=(bufs_a, bufs_b), inputs=(dx_a, dx_b)))
             original = plan.get("orig_model")
             if original is not None and configs and "graph_case" in plan and self.spec.get("graph_report", True):
