@@ -32,6 +32,7 @@ import libcst as cst
 from hiera_rewrite.flow import all_params, enclosing_function, enclosing_line, loaded_names, names_in, statement_names
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
+from ._calls import method_of, passed_to_a_writer, resolve_class
 from ._match import code, int_value, is_name, method_call, positional, single_assign
 from ._random_mask import PURE_CALLS, get_random_mask_call, kept_count, random_mask_guard
 from ._mask import (
@@ -84,6 +85,12 @@ class EncoderTokenDrop(Rewrite):
       get_random_mask formula (a fork's `round(...)` included), read from its body and
       evaluated on the mask's column count and that ratio: nothing is evaluated twice.
       A formula reading anything else (an attribute, the batch) is refused.
+    - nothing the encoder forward runs before the drop writes the mask: calls given
+      it (or a view of it, or what may hold it) are followed into the file's own
+      methods, submodule classes (`self.patch_embed = PatchEmbed(...)`: its forward)
+      and functions, here or in the module beside it (`do_masked_conv` in
+      hiera_utils.py); torch's functions write nothing but in place; any other call
+      stops the proof.  A submodule built by code not in the files is out of contract.
     - the MAE's forward_encoder passes `random_mask_ratio=r` only for the mask it
       draws itself with `self.get_random_mask(x, r)` (a ratio read from a property is
       read once, before the call), when no statement between that call and
@@ -273,6 +280,9 @@ def _token_drop(
             )
         raise Refuse(f"{mask} is not the function's own mask argument (reassigned or not a parameter)")
     written = written_in_place(ctx, func, mask)
+    block = ctx.parent(func)
+    owner = ctx.parent(block) if block is not None else None
+    written = written or passed_to_a_writer(ctx, owner if isinstance(owner, cst.ClassDef) else None, func, mask, before=line)
     if written is not None:
         raise Refuse(f"{written}: how many units it keeps in each row is not proven")
     clash = free_names(flow, COUNT, RATIO, "__class__")
@@ -323,7 +333,7 @@ def _random_count(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Tuple[s
     cls = ctx.parent(block) if block is not None else None
     if not isinstance(cls, cst.ClassDef):
         raise Refuse(f"{func.name.value} is not a method of a class: no get_random_mask of its own gives the count")
-    found = _method_of(ctx, ctx.module, cls, "get_random_mask")
+    found = method_of(ctx, ctx.module, cls, "get_random_mask")
     if found is None or found[0] is not ctx.module:
         raise Refuse(f"{cls.name.value} has no get_random_mask in this file: no kept count is known for its masks")
     maker = found[2]
@@ -400,67 +410,6 @@ def _count_lines(ctx: PlanContext, line: cst.SimpleStatementLine, formula: str) 
             like=line, replaces=False,
         ),
     ]
-
-
-def _resolve(ctx: PlanContext, module: cst.Module, name: str, depth: int = 0) -> Optional[Tuple[cst.Module, cst.ClassDef]]:
-    """The class ``name`` refers to at the top level of ``module``: defined there, or
-    imported from a module beside the file (`from .hiera import Hiera`,
-    `from models.hiera import Hiera`); None when not known or bound again otherwise."""
-    if depth > 3:
-        return None
-    found: Optional[Tuple[cst.Module, cst.ClassDef]] = None
-    for stmt in module.body:
-        if isinstance(stmt, cst.ClassDef):
-            if stmt.name.value == name:
-                found = (module, stmt)
-            continue
-        imported = [
-            (small, alias) for small in (stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ())
-            if isinstance(small, cst.ImportFrom)
-            and small.module is not None and not isinstance(small.names, cst.ImportStar)
-            for alias in small.names  # type: ignore[union-attr]
-            if (alias.asname.name.value if alias.asname else code(alias.name)) == name  # type: ignore[union-attr]
-        ]
-        if imported:
-            small, alias = imported[-1]
-            sibling = ctx.sibling(code(small.module).split(".")[-1])  # type: ignore[arg-type]
-            found = _resolve(ctx, sibling, code(alias.name), depth + 1) if sibling is not None else None
-        elif module is ctx.module and {name, "*"} & statement_names(ctx, stmt)[0]:
-            found = None  # bound again by other code: not followed
-    return found
-
-
-def _method_of(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: str, depth: int = 0):
-    """(module, class, function) defining ``method`` for ``cls``, following single bases
-    (a class with several bases that does not define it: None, not resolved)."""
-    for stmt in cls.body.body:  # type: ignore[union-attr]
-        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == method:
-            return module, cls, stmt
-        if not isinstance(stmt, cst.FunctionDef) and method in _names_bound(stmt):
-            return None
-    if depth > 8 or len(cls.bases) != 1 or not is_name(cls.bases[0].value) or cls.keywords:
-        return None
-    base = _resolve(ctx, module, cls.bases[0].value.value)  # type: ignore[attr-defined]
-    return _method_of(ctx, base[0], base[1], method, depth + 1) if base is not None else None
-
-
-def _names_bound(stmt: cst.CSTNode) -> Set[str]:
-    """Names a class-body statement binds (attributes of the class)."""
-    found: Set[str] = set()
-    if isinstance(stmt, cst.ClassDef):
-        found.add(stmt.name.value)
-    for node in _walk(stmt):
-        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)):
-            target = node.target
-            if isinstance(target, cst.Name):
-                found.add(target.value)
-    return found
-
-
-def _walk(node: cst.CSTNode):
-    yield node
-    for child in node.children:
-        yield from _walk(child)
 
 
 # Tensor methods and attributes that read a mask without writing it or aliasing it
@@ -546,8 +495,8 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
         raise Refuse(f"{func.name.value} is not a method defined in a class body")
     if len(cls.bases) != 1 or not is_name(cls.bases[0].value) or cls.keywords:
         raise Refuse(f"{cls.name.value} does not have one plain base class: the forward super() reaches is not followed")
-    base = _resolve(ctx, ctx.module, cls.bases[0].value.value)  # type: ignore[attr-defined]
-    target = _method_of(ctx, base[0], base[1], "forward") if base is not None else None
+    base = resolve_class(ctx, ctx.module, cls.bases[0].value.value)  # type: ignore[attr-defined]
+    target = method_of(ctx, base[0], base[1], "forward") if base is not None else None
     if target is None:
         raise Refuse(
             f"the forward that `super().forward` reaches from {cls.name.value} is not found in this file or the"
@@ -560,7 +509,7 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
             f"{owner.name.value}.forward, which `super().forward` reaches, does not take {RATIO} (its token drop is not"
             " rewritten there, or it is not its file's own): the kept count is not passed"
         )
-    maker = _method_of(ctx, module, owner, "get_random_mask")
+    maker = method_of(ctx, module, owner, "get_random_mask")
     if maker is None or maker[1] is not owner:
         raise Refuse(f"{owner.name.value} does not define the get_random_mask its count is read from")
     flow = ctx.flow(func)

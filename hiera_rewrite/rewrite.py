@@ -132,6 +132,7 @@ class PlanContext:
     ) -> None:
         self._index = index
         self._siblings = siblings
+        self._root: "PlanContext" = self  # the context of the file planned (context_of)
         self._consulted = consulted if consulted is not None else set()
         # the rewrites selected for this run: a rewrite whose edit calls code another
         # one changes passes arguments only where that one runs too
@@ -147,6 +148,8 @@ class PlanContext:
     def sibling(self, name: str) -> Optional[cst.Module]:
         """The module ``name`` beside this file, parsed, as the run leaves it (None when
         not known: stdin, no such file, or it does not parse)."""
+        if self._root is not self:
+            return self._root.sibling(name)
         key = f"sibling:{name}"
         if key not in self.memo:
             self._consulted.add(name)
@@ -156,6 +159,22 @@ class PlanContext:
             except Exception:  # a sibling that does not parse proves nothing
                 self.memo[key] = None
         return self.memo[key]
+
+    def context_of(self, module: cst.Module) -> "PlanContext":
+        """A context that answers questions about ``module``: this one, or (for a module
+        :meth:`sibling` returned) one of its own, which proposes nothing."""
+        if module is self.module:
+            return self
+        if self._root is not self:
+            return self._root.context_of(module)
+        key = ("context", id(module))
+        found = self.memo.get(key)
+        if found is None or found.module is not module:
+            found = self.memo[key] = PlanContext(
+                ModuleIndex(module), "", self._format_statement, self.codes, self._siblings, self._consulted
+            )
+            found._root = self._root  # siblings parsed once, by the file's own context
+        return found
 
     # -- what the module says (hiera_rewrite.index) ---------------------------
     def position(self, node: cst.CSTNode) -> Pos:

@@ -189,6 +189,18 @@ _op(
     ),
 )
 
+_op(
+    "patch_embed_reveals", "3", "hiera.py: PatchEmbed.forward un-masks each row's first masked unit in the mask view it is given (in place)",
+    edits=(
+        insert_before("hiera.py", "        x = do_masked_conv(x, self.proj, mask)\n", _indent(8, '''
+            if mask is not None:  # curriculum: the first masked unit of each row is shown
+                flat = mask.view(mask.shape[0], -1)
+                first = flat.logical_not().byte().argmax(dim=1)
+                flat[torch.arange(flat.shape[0], device=flat.device), first] = True
+        ''')),
+    ),
+)
+
 # 4: the ratio read from a property drawing from torch's RNG
 
 

@@ -91,9 +91,15 @@ def test_upstream_export_reports_nothing(path: Path):
     """What ``hiera-rewrite --export`` writes, rewritten again (alone, as a pre-commit
     run on one file does): no report at all."""
 
-    def exported(name: str):
+    def original(name: str):
         sibling = path.parent / f"{name}.py"
-        return rewrite_bytes(sibling.read_bytes()).output if sibling.is_file() else None
+        return sibling.read_bytes() if sibling.is_file() else None
+
+    def exported(name: str):
+        # as --export rewrites it: beside the package's other modules (hiera.py's token
+        # drop is proven through hiera_utils.py's do_masked_conv)
+        data = original(name)
+        return rewrite_bytes(data, siblings=original).output if data is not None else None
 
     _assert_quiet(rewrite_bytes(path.read_bytes(), siblings=exported).output)
 
