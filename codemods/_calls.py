@@ -140,6 +140,11 @@ def _hands_on(ctx: PlanContext, expr: cst.CSTNode, holders: Dict[str, Pos]) -> b
     return False
 
 
+def hands_on(ctx: PlanContext, expr: cst.CSTNode, names: Set[str]) -> bool:
+    """:func:`_hands_on` for names that hold the tensor everywhere."""
+    return _hands_on(ctx, expr, {name: Pos(0, 0) for name in names})
+
+
 def _holders(ctx: PlanContext, func: cst.FunctionDef, name: str) -> Dict[str, Pos]:
     """``name`` (from the start) and every name of ``func`` bound to what may hold it
     (:func:`_hands_on`), transitively, each from the end of that binding on (from the

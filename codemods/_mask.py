@@ -18,6 +18,7 @@ from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
+from ._calls import hands_on
 from ._match import code, is_name, single_assign
 
 
@@ -241,7 +242,7 @@ def written_by_a_call(
     ctx.visit(_Calls(), func.body)
 
     def given(arg: cst.Arg) -> bool:
-        if tensor_root(arg.value) in aliases:
+        if tensor_root(arg.value) in aliases or hands_on(ctx, arg.value, aliases):
             return True
         if arg.star or isinstance(arg.value, (cst.List, cst.Tuple, cst.Set, cst.Dict)):
             found: List[str] = []

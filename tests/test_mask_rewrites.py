@@ -152,3 +152,19 @@ def test_bound_parameter(call):
     parsed = cst.parse_expression(call)
     (arg,) = [a for a in parsed.args if cst.ensure_type(a.value, cst.Name).value == "x"]
     assert (bound_parameter(func, parsed, arg), bound_parameter(func, parsed, arg, bound_self=True)) == BOUND[call]
+
+
+def test_loss_selection_refused_where_an_unknown_call_may_write_the_mask_given_conditionally():
+    """`log_units(mask if self.training else None)` hands the mask on (either branch may
+    be it): a call the file does not define may write it, so the loss selection's count
+    is not proven (before, only a name or view chain counted as given: the conditional
+    slipped through and the selection kept its count)."""
+    source = (Path(__file__).resolve().parent.parent / "golden" / "mask" / "mae_merged.in.py").read_text()
+    anchor = "        pred = pred[mask]\n"
+    edited = source.replace(anchor, "        log_units(mask if self.training else None)\n" + anchor, 1)
+    edited = edited.replace("import torch\n", "import torch\nfrom mylogging import log_units\n", 1)
+    assert edited != source
+    reports = [r for r in rewrite_bytes(edited.encode()).reports if r.code == "HR005"]
+    line = edited[: edited.index(anchor)].count("\n") + 1
+    at = [r for r in reports if r.line == line]
+    assert at and not at[0].applied and "log_units" in at[0].message, [(r.line, r.applied, r.message) for r in reports]
