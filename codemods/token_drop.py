@@ -114,7 +114,9 @@ class EncoderTokenDrop(Rewrite):
             edits = ctx.attempt(node, lambda: _token_drop(ctx, node, via))
             if edits is not None:
                 ctx.add_site(node, edits)
-                gaining.add(enclosing_function(ctx, node))  # type: ignore[arg-type]
+                func = enclosing_function(ctx, node)
+                if func in edits:  # it gained RATIO (not where it draws the mask itself)
+                    gaining.add(func)  # type: ignore[arg-type]
         for call in finder.super_forwards:
             edits = ctx.attempt(call, lambda: _mae_ratio(ctx, call, gaining))
             if edits is not None:
@@ -266,7 +268,10 @@ def _token_drop(
     if not is_name(tokens):
         raise Refuse("the tokens indexed by the mask are not a local name")
     casts = [st for st in flow.assigning(mask) if is_bool_cast(st.line, mask)]
+    drawn = None
     if mask not in flow.params or len(casts) != len(flow.assigning(mask)):
+        drawn = _drawn_here(ctx, func, mask, line)
+    if drawn is None and (mask not in flow.params or len(casts) != len(flow.assigning(mask))):
         here = flow.stmt_of(line).index
         bindings = [st for st in flow.assigning(mask) if st.index < here and st.line.body and st not in casts]
         if bindings:
@@ -307,8 +312,11 @@ def _token_drop(
         line: lambda updated: cst.FlattenSentinel(
             [counting[0].with_changes(leading_lines=updated.leading_lines), counting[1], new_line.with_changes(leading_lines=[])]
         ),
-        func: with_keyword_param(ctx, func, RATIO, "Optional[float]" if imports_typing_optional(ctx.module) else None),
     }
+    if drawn is None:
+        edits[func] = with_keyword_param(ctx, func, RATIO, "Optional[float]" if imports_typing_optional(ctx.module) else None)
+    else:
+        edits.update(_ratio_kept(ctx, *drawn))
     reads = sorted({r[len("self."):] for st in sources for r in _reads_of(cst.parse_expression(st.split(" = ", 1)[-1])) if r.startswith("self.")})
     _python_ints(ctx, maker, reads, edits)
     if via is not None and len(flow.loads_of(index.value)) == 1:  # type: ignore[attr-defined]
@@ -316,6 +324,51 @@ def _token_drop(
     module, helper = add_helper(ctx, func, KEPT_TOKENS)
     edits[module] = helper
     return edits
+
+
+def _drawn_here(ctx: PlanContext, func: cst.FunctionDef, mask: str, line: cst.SimpleStatementLine):
+    """(the statement, its ratio, the `if mask is None:` around it or None) where ``func``
+    draws the mask the drop uses itself -- its only binding before the drop:
+
+        mask = self.get_random_mask(x, ratio)                 # a top-level statement
+        if mask is None: mask = self.get_random_mask(x, ratio)  # mask a parameter
+
+    (a forward_encoder that drops the tokens itself, never calling Hiera.forward);
+    None for any other binding."""
+    flow = ctx.flow(func)
+    here = flow.stmt_of(line).index
+    bindings = [st for st in flow.assigning(mask) if st.index < here]
+    if len(bindings) != 1 or flow.compound_assigned.get(mask):
+        return None
+    made = bindings[0].line
+    assign = single_assign(made) if isinstance(made, cst.SimpleStatementLine) else None
+    found = method_call(assign[1], "get_random_mask") if assign is not None and is_name(assign[0], mask) else None
+    if found is None or not is_name(found[0], "self"):
+        return None
+    args = positional(found[1])
+    if args is None or len(args) != 2 or mask in names_in(ctx, args[1]):
+        return None
+    top = list(func.body.body)  # type: ignore[union-attr]
+    if made in top:
+        return made, args[1], None
+    guard = random_mask_guard(ctx, func, mask)
+    if guard is not None and guard.guard in top and guard.made.line is made and mask in flow.params:
+        return made, args[1], guard.guard
+    return None
+
+
+def _ratio_kept(
+    ctx: PlanContext, made: cst.SimpleStatementLine, ratio: cst.BaseExpression, guard: Optional[cst.If]
+) -> Dict[cst.CSTNode, Replacement]:
+    """The ratio the function draws its mask with, read once into ``RATIO`` before the
+    draw (None where the mask is the caller's)."""
+    given = ctx.statement(f"{RATIO} = {code(ratio)}\n", like=made, replaces=False).with_changes(leading_lines=made.leading_lines)
+    remade = line_with(ctx, made, {ratio: cst.Name(RATIO)}).with_changes(leading_lines=[])  # type: ignore[arg-type]
+    if guard is None:
+        return {made: cst.FlattenSentinel([given, remade])}
+    body = guard.body.with_changes(body=[given, remade, *guard.body.body[1:]])  # type: ignore[union-attr]
+    init = ctx.statement(f"{RATIO} = None  # the mask is the caller's\n", like=guard, replaces=False)
+    return {guard: cst.FlattenSentinel([init.with_changes(leading_lines=guard.leading_lines), guard.with_changes(body=body, leading_lines=[])])}
 
 
 def _random_count(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Tuple[str, cst.ClassDef, List[str]]:
