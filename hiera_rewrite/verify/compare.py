@@ -163,6 +163,7 @@ class Comparison:
             bad: List[str] = []
             count = 0
             vs_ref: List[Tuple[float, float, str]] = []  # (original's, rewritten's error vs float64, name)
+            failing_errs: Dict[str, List[float]] = {}  # name -> [original's, rewritten's] where over the bar
             for name in [n for n in items_b if n not in items_a]:
                 bad.append(f"{name}: only in the rewrite")
             for name, ga in items_a.items():
@@ -184,6 +185,8 @@ class Comparison:
                 ok, why, errs = judge(name, ga, gb, rel, refs.get(name) if ref else None)
                 if errs is not None:
                     vs_ref.append((errs[0], errs[1], name))
+                    if not ok:
+                        failing_errs[name] = list(errs)
                 if not ok:
                     bad.append(f"{name}: {why}")
                 if rel >= worst[1]:
@@ -200,6 +203,7 @@ class Comparison:
                 "ok": not bad,
                 "note": "; ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""),
                 "failing": [b.split(": ", 1)[0] for b in bad],  # the tensors by name (the parity table's)
+                "failing_errs": failing_errs,
             }
             if vs_ref:  # each side's worst error vs float64 (not always the same tensor)
                 row["orig_err"] = max(e[0] for e in vs_ref)

@@ -183,12 +183,19 @@ def parity_rows(report: Dict[str, Any], verdicts: List[Dict[str, Any]]) -> List[
             entry["ok"] = not failing
             if failing:
                 what = []
+
+                def named(name: str, errs) -> str:  # a tensor, with both errors where judged vs float64
+                    return f"{name} ({_fmt(errs[1])}, original's {_fmt(errs[0])})" if errs else name
+
                 for r in failing:
                     names = r.get("failing")
-                    if r.get("kind") in (None, "outputs") or not names:  # an output, or the run itself
-                        what.append(r["what"] if r.get("kind") == "outputs" else f"{r['what']}: {r.get('note', '')}")
-                    else:  # "grads blocks.0.attn.qkv.weight, ... (+7 more)"
-                        what.append(f"{r['kind']} {', '.join(names[:3])}" + (f" (+{len(names) - 3} more)" if len(names) > 3 else ""))
+                    if r.get("kind") == "outputs":
+                        what.append(named(r["what"], (r["orig_err"], r["new_err"]) if "orig_err" in r else None))
+                    elif r.get("kind") is None or not names:  # the run itself, or a count that differs
+                        what.append(f"{r['what']}: {r.get('note', '')}")
+                    else:  # "grads blocks.0.attn.qkv.weight (6.03e-02, original's 1.36e-02), ... (+7 more)"
+                        errs = r.get("failing_errs") or {}
+                        what.append(f"{r['kind']} {', '.join(named(n, errs.get(n)) for n in names[:3])}" + (f" (+{len(names) - 3} more)" if len(names) > 3 else ""))
                 sites = [f"{v['site']['path']}:{v['site']['line']} {v['site']['code']}" for v in verdicts if (model["label"], case) in v["cases"]]
                 entry["note"] = "; ".join(what) + (f" (sites this case ran: {', '.join(sites)})" if sites else "")
             out.append(entry)

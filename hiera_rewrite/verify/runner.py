@@ -42,18 +42,20 @@ TORCH_MISSING = f"--verify needs torch, which is not installed here: {INSTALL_HI
 # the same device (the same random draws: a MAE's mask drawn on CUDA is not CPU's), errors
 # relative to the reference's largest magnitude:
 #     err_new <= 2 * err_orig + ULPS * eps(dtype)
-# ULPS = 4 (as tests/test_attn_mask_dtypes.py's bar): measured on upstream's models (H200,
-# torch 2.11), a correct rewrite needed up to 2.2 eps in float32 (a LayerNorm gradient whose
-# original error was 0.4 eps, the rewritten's 3 eps: SDPA's math vs a fused kernel) and
-# 2.0 eps in bfloat16 (the video MAE's pos_embed_temporal gradient, 4.0e-2 vs the
-# original's 1.2e-2: over the 1e-2 floor of before); on CPU 0.5 and 0.9 eps.  The floor is
-# 4.8e-7 in float32 (1e-5 before), 3.1e-2 in bfloat16 (1e-2 before) and 3.9e-3 in
-# float16; the failures it is there to catch (a misread mask, a wrong layout) are of order
-# 0.1-1, or NaN.
+# ULPS = 8: each tensor's error is an extreme value (the largest over the tensor), so two
+# equally accurate computations differ by a few eps where the original happens to be
+# lucky on a small tensor.  Measured on upstream's models, a correct rewrite needed (error
+# over twice the original's) up to 5.5 eps in float32 and 4.2 eps in bfloat16 on a
+# device machine's CPU (torch 2.11: blocks.0.norm1.weight's gradient 1.5e-6 vs the
+# original's 4.3e-7; blocks.1.attn.qkv.weight's 6.0e-2 vs 1.4e-2), 2.2 and 2.0 eps on
+# an H200 (torch 2.11), 0.5 and 0.9 eps on this project's CPU (torch 2.14).  The floor
+# is 9.5e-7 in float32 (1e-5 before), 7.8e-3 in float16 and 6.3e-2 in bfloat16 (1e-2
+# before, which a correct rewrite overran on the H200 and on that CPU); the failures it
+# is there to catch (a misread mask, a wrong layout) are of order 0.1-1, or NaN.
 CPU_CONFIG = ("cpu", "float64", 1e-9)
 # torch.finfo(dtype).eps, torch-free (tests check them against torch)
 EPS = {"float32": 2.0**-23, "bfloat16": 2.0**-7, "float16": 2.0**-10}
-ULPS = 4
+ULPS = 8
 LOW_DTYPES = ("bfloat16", "float16", "float32")
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
 
