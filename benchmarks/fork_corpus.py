@@ -3,9 +3,10 @@
 The corpus is listed in ``benchmarks/fork_corpus.json``: one entry per repository,
 ``{repo, commit, hiera_files, verdict, seconds, cause, flag}``. The third-party code
 itself is never committed: it is laid out, on demand, from local git mirrors into
-``/work/corpus/<owner>+<name>/`` (outside this repository), each repository at its
-clone's paths: its ``.py`` files and its configs and scripts (``.json .yaml .yml .toml
-.cfg .txt .sh .ini``), files over 1 MiB left out (data, weights).
+``/work/corpus/<owner>+<name>/<name>/`` (outside this repository; the folder has the
+name a ``git clone`` gives it), each repository at its clone's paths: its ``.py`` files and its configs and scripts (``.json .yaml .yml .toml
+.cfg .txt .sh .ini``), files over 1 MiB left out (data, weights), and a stand-in ``.git``
+folder (verify finds a repo's root by its VCS folder).
 
 Mirrors are the bare git directories under ``/work/.mirror/<owner>+<name>/`` that the
 session tooling's ``fetch`` (source ``github:<owner>/<name>``) leaves; this script calls
@@ -13,7 +14,7 @@ nothing online itself: where a mirror is missing it prints the ``fetch`` source 
 
 Subcommands (stdlib only)::
 
-    python benchmarks/fork_corpus.py layout             # mirrors -> /work/corpus/<owner>+<name>/
+    python benchmarks/fork_corpus.py layout             # mirrors -> /work/corpus/<owner>+<name>/<name>/
     python benchmarks/fork_corpus.py discover           # hiera_files: `hiera-rewrite --check` on each repo folder
     python benchmarks/fork_corpus.py run                # verify every repo, update the JSON, write the table
     python benchmarks/fork_corpus.py run --only BehaveMAE   # one repo (owner/name, name, or a part of it)
@@ -78,7 +79,11 @@ def save(entries: List[Dict]) -> None:
 
 
 def folder(entry: Dict) -> Path:
-    return CORPUS / entry["repo"].replace("/", "+")
+    """The clone: ``/work/corpus/<owner>+<name>/<name>``, so the repo folder has the name a
+    ``git clone`` gives it (verify takes a package's name from its folder: a repo whose root
+    holds an ``__init__.py`` is imported under it)."""
+    owner, name = entry["repo"].split("/")
+    return CORPUS / f"{owner}+{name}" / name
 
 
 def select(entries: List[Dict], only: Optional[str]) -> List[Dict]:
@@ -125,8 +130,8 @@ def layout(entry: Dict) -> Optional[str]:
         if Path(path).suffix.lower() in KEEP_EXT:
             wanted.append((path, obj))
     dest = folder(entry)
-    if dest.exists():
-        shutil.rmtree(dest)
+    if dest.parent.exists():
+        shutil.rmtree(dest.parent)
     dest.mkdir(parents=True)
     # one `git cat-file --batch` for every blob
     proc = subprocess.run(
@@ -148,6 +153,11 @@ def layout(entry: Dict) -> Optional[str]:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(body)
+    # a clone has a .git folder, and verify takes the repo's root from it (the VCS root):
+    # a stand-in with the commit as a detached HEAD (no objects: nothing here runs git)
+    (dest / ".git" / "refs").mkdir(parents=True)
+    (dest / ".git" / "objects").mkdir()
+    (dest / ".git" / "HEAD").write_text(entry["commit"] + "\n")
     return None
 
 
