@@ -23,7 +23,7 @@ import pytest
 
 from hiera_rewrite import cli
 from hiera_rewrite.verify import EXIT_VERIFY_FAILED
-from tests.test_verify_layouts import assert_all_proven, classifier_fork, verify, write
+from tests.test_verify_layouts import _cut_factories, _model_name_fork, assert_all_proven, classifier_fork, sub, upstream_files, verify, write
 
 pytest.importorskip("torch")
 pytest.importorskip("timm")
@@ -84,3 +84,127 @@ def test_src_namespace_folder_named_by_the_repos_scripts(tmp_path: Path, capsys)
     out = assert_all_proven(folder, capsys)
     assert f"import root {tmp_path / 'repo'} (src)" in out, out
     assert "model src.models.components.hiera.hiera:Hiera (class)" in out, out
+
+
+# -- A: a required model_name the repo's own code names -----------------------------------------
+
+CHECK = '        assert model_name.startswith("hiera"), model_name\n'
+
+# the constructor picks its configuration by name; the smallest name it knows raises (no such
+# model in this fork): the next smallest is taken
+NAME_CHAIN = '''\
+        if model_name == "hiera_base_224":
+            stages = (2, 3, 16, 3)
+        elif model_name == "hiera_small_224":
+            stages = (1, 2, 11, 2)
+        elif model_name in ("hiera_tiny_224", "hiera_tiny_224_in21k"):
+            stages = (1, 2, 7, 2)
+        elif model_name == "hiera_nano_224":
+            raise NotImplementedError("hiera_nano_224 is not released")
+        else:
+            raise ValueError(f"unknown model {model_name}")
+'''
+
+BUILD_MODEL = '''
+
+HIERA_CONFIGS = {
+    "hiera_base_224": dict(embed_dim=96, num_heads=1, stages=(2, 3, 16, 3)),
+    "hiera_tiny_224": dict(embed_dim=96, num_heads=1, stages=(1, 2, 7, 2)),
+}
+
+
+def build_model(model_name: str, num_classes: int = 1000):
+    cfg = HIERA_CONFIGS[model_name]
+    model = Hiera(model_name=model_name, num_classes=num_classes, **cfg)
+    return model
+'''
+
+ARGPARSE_CHOICES = '''\
+import argparse
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--model_name", required=True, choices=["hiera_base_224", "hiera_tiny_224"])
+'''
+
+
+def model_name_repo(tmp_path: Path, source: str) -> Path:
+    """``Hiera(model_name: str, ...)`` with no default (factories cut: build_from_args reads
+    kwargs["model_name"]); the repo names the models in one place (``source``)."""
+    sources = _model_name_fork(partial_factory=False)
+    repo = tmp_path / "repo"
+    if source == "chain":
+        sources["hiera.py"] = sub(sources["hiera.py"], CHECK, NAME_CHAIN)
+    elif source == "registry":
+        sources["hiera.py"] += BUILD_MODEL
+    elif source == "test call":
+        sources["hiera.py"] += BUILD_MODEL.replace("HIERA_CONFIGS[model_name]", "{}")
+        write(repo / "tests", {"test_model.py": (
+            "from hiera.hiera import build_model\n\n\ndef test_build():\n"
+            '    model = build_model(model_name="hiera_tiny_224", num_classes=3)\n'
+            "    assert model is not None\n"
+        )})
+    elif source == "choices":
+        write(repo, {"train.py": ARGPARSE_CHOICES})
+    elif source == "smallest first":
+        write(repo / "scripts", {"train.sh": "python train.py --model_name hiera_base_224 --epochs 100\n"})
+        write(repo / "configs" / "model", {"hiera.yaml": "model_name: hiera_small_224\nlr: 0.001\n"})
+    return write(repo / "hiera", sources)
+
+
+@pytest.mark.parametrize("source, origin", [
+    ("chain", "model_name='hiera_tiny_224' (named in Hiera.__init__)"),
+    ("registry", "model_name='hiera_tiny_224' (a key of hiera.hiera.HIERA_CONFIGS)"),
+    ("test call", "model_name='hiera_tiny_224' (tests/test_model.py:5)"),
+    ("choices", "model_name='hiera_tiny_224' (train.py --model_name choices)"),
+    ("smallest first", "model_name='hiera_small_224' (configs/model/hiera.yaml)"),
+])
+def test_required_model_name_from_the_repos_own_names(tmp_path: Path, capsys, source: str, origin: str):
+    """Issue 31, class A: Hiera needs ``model_name`` and the repo names its models in its
+    constructor (an ``if model_name == ...`` chain), a registry a factory looks it up in, a
+    call in its tests, argparse ``choices``, or a YAML config beside a script giving a
+    larger one.  verify tries them, smallest model first, and a name the constructor rejects
+    gives way to the next (before: "needs model_name", NOT PROVEN, the message asking for
+    ``--kwargs '{"model_name": "..."}'``; or, for the last, the script's larger model)."""
+    out = assert_all_proven(model_name_repo(tmp_path, source), capsys)
+    assert origin in out, out
+
+
+MAE_CONFIGS = '''\
+GRID_2D = dict(input_size=(64, 64), q_stride=(2, 2), mask_unit_size=(8, 8), patch_kernel=(7, 7), patch_stride=(4, 4), patch_padding=(3, 3))
+MAE_CONFIGS = {
+    "mae_hiera_small_64": dict(GRID_2D, embed_dim=96, stages=(1, 2, 11, 2)),
+    "mae_hiera_tiny_64": dict(GRID_2D, embed_dim=96, stages=(1, 2, 7, 2)),
+    "mae_hiera_tiny_4x64": dict(
+        input_size=(4, 64, 64), q_stride=(1, 2, 2), mask_unit_size=(1, 8, 8), patch_kernel=(3, 7, 7),
+        patch_stride=(2, 4, 4), patch_padding=(1, 3, 3), embed_dim=96, stages=(1, 2, 7, 2),
+    ),
+}
+
+
+'''
+
+# the name picks the grid over what the caller gives (sizes the caller gives stay)
+MAE_PICK = '''\
+        picked = MAE_CONFIGS[model_name]
+        kwdargs.update({k: v for k, v in picked.items() if k not in ("embed_dim", "stages") or k not in kwdargs})
+        patch_stride = kwdargs.pop("patch_stride", patch_stride)
+'''
+
+
+def test_a_site_only_another_named_model_reaches(tmp_path: Path, capsys):
+    """Issue 31, class A: the MAE needs ``model_name`` and its registry holds a 2-D and a
+    video model; the name picks the grid over the caller's (so the 3-D build of the class
+    verify tries is 2-D again).  The 3-D label path runs only for ``mae_hiera_tiny_4x64``:
+    verify builds the smallest model of each other kind the repo names while a site is
+    unreached (before: NOT PROVEN, "reach it with --factory ...:'{...}'")."""
+    sources = upstream_files()
+    mae = _cut_factories(sources["hiera_mae.py"])
+    mae = sub(mae, "        self,\n        in_chans: int = 3,\n        patch_stride", "        self,\n        model_name: str,\n        in_chans: int = 3,\n        patch_stride")
+    mae = sub(mae, "        **kwdargs,\n    ):\n        super().__init__(\n", "        **kwdargs,\n    ):\n" + MAE_PICK + "        super().__init__(\n")
+    mae = sub(mae, "class MaskedAutoencoderHiera(Hiera):", MAE_CONFIGS + "class MaskedAutoencoderHiera(Hiera):")
+    sources["hiera_mae.py"] = mae
+    sources["__init__.py"] = "from .hiera import Hiera, hiera_tiny_224\nfrom .hiera_mae import MaskedAutoencoderHiera\n"
+    out = assert_all_proven(write(tmp_path / "x" / "hiera", sources), capsys)
+    assert "model_name='mae_hiera_tiny_64' (a key of hiera.hiera_mae.MAE_CONFIGS)" in out, out
+    assert "model hiera.hiera_mae:MaskedAutoencoderHiera (class) (model_name='mae_hiera_tiny_4x64': a key of hiera.hiera_mae.MAE_CONFIGS)  input (2, 3, 4, 64, 64)" in out, out
+    assert "mae_hiera_small_64" not in out  # the same kind as tiny_64, larger: not built

@@ -5,7 +5,9 @@ reads from ``**kwargs``, a key of a configuration object (``cfg.embed_dim``) -- 
 from the user's ``--kwargs``, a small value from the name for sizes, the repo's own
 values (its shell scripts' ``--name value`` arguments, its JSON/YAML configs, argparse
 defaults in its Python scripts; strings of integers as the sequences they stand for), else a small
-Hiera-consistent value from the name.  :class:`Building` builds a candidate small
+Hiera-consistent value from the name.  A name (``model_name``) gets each string the repo
+and the files' code name for it, smallest model first (:meth:`Building.choices`); a build
+that raises tries the next.  :class:`Building` builds a candidate small
 (few blocks, small dims, the smallest valid input size) and records how; a
 *component* (a class holding a site no model reached) as the files construct it, then
 with the branches its defaults switch off switched on.
@@ -327,13 +329,15 @@ def as_sequence(name: str, value: Any, like: Any = NO_DEFAULT) -> Any:
     return list(groups[0]) if isinstance(like, list) else groups[0]
 
 
-def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
+def repo_values(root: str, skip: Set[str], every: Optional[Dict[str, List[Tuple[Any, str]]]] = None) -> Dict[str, Tuple[Any, str]]:
     """{name: (value, where)}: the values the repo itself uses -- the ``--name value``
     arguments of the python command lines of its shell scripts (what it runs), keys of
     its JSON configs (YAML too where a YAML parser is importable here), argparse
     ``add_argument("--x", default=...)`` in its scripts (what it runs when a script gives
     none).  In that order, the first found wins; within a kind smaller model names
-    ("tiny") and shallower files first."""
+    ("tiny") and shallower files first.  ``every``, if given, gets each value found for
+    each name, in that order, argparse ``choices=[...]`` after the defaults."""
+    every = every if every is not None else {}
     try:
         import yaml  # noqa: PLC0415 -- the user's environment may lack it
     except Exception:  # noqa: BLE001
@@ -347,6 +351,8 @@ def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
     found.sort(key=lambda f: (f.suffix == ".py", f.suffix in _CONFIG_FILES, size_rank(f.stem), len(f.parts), str(f)))
     values: Dict[str, Tuple[Any, str]] = {}
     defaults: Dict[str, Tuple[Any, str]] = {}  # argparse: after the scripts and configs
+    choices: List[Tuple[str, Any, str]] = []  # argparse choices=[...]: after the defaults
+    found_defaults: List[Tuple[str, Any, str]] = []
     dests: Dict[str, str] = {}  # --option -> dest
     kinds: Dict[str, str] = {}  # dest -> its argparse type (int, float, str)
 
@@ -355,6 +361,7 @@ def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
             for key, value in data.items():
                 if isinstance(key, str):
                     values.setdefault(key, (value, where))
+                    every.setdefault(key, []).append((value, where))
                     take(value, where)
 
     texts: List[Tuple[Path, str, str]] = []
@@ -388,13 +395,22 @@ def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
                 if "default" in kw:
                     try:
                         defaults.setdefault(dest, (ast.literal_eval(kw["default"]), f"{where} --{dest}"))
+                        found_defaults.append((dest, ast.literal_eval(kw["default"]), f"{where} --{dest}"))
                     except (ValueError, SyntaxError, TypeError):
                         pass
+                if "choices" in kw:
+                    try:
+                        options = ast.literal_eval(kw["choices"])
+                    except (ValueError, SyntaxError, TypeError):
+                        options = ()
+                    if isinstance(options, (list, tuple, set)):
+                        choices.extend((dest, option, f"{where} --{dest} choices") for option in options)
     for path, text, where in texts:
         try:
             if path.suffix in _SCRIPT_FILES:
                 for dest, value in script_arguments(text, dests, kinds):
                     values.setdefault(dest, (value, f"{where} --{dest}"))
+                    every.setdefault(dest, []).append((value, f"{where} --{dest}"))
             elif path.suffix == ".json":
                 take(json.loads(text), where)
             elif path.suffix in (".yaml", ".yml"):
@@ -404,6 +420,8 @@ def repo_values(root: str, skip: Set[str]) -> Dict[str, Tuple[Any, str]]:
             continue
     for dest, found_value in defaults.items():
         values.setdefault(dest, found_value)
+    for dest, value, where in found_defaults + choices:
+        every.setdefault(dest, []).append((value, where))
     return values
 
 
@@ -569,6 +587,114 @@ def registry_key(ctor, name: str) -> Optional[Tuple[str, str]]:
     return None
 
 
+def _code_nodes(ctor) -> List[Tuple[ast.AST, Any, str]]:
+    """(syntax tree, module, qualified name) of what runs when ``ctor`` is called: a
+    function's body, or the ``__init__`` of a class and of its bases in the user's files
+    (not torch's)."""
+    out: List[Tuple[ast.AST, Any, str]] = []
+    if isinstance(ctor, type):
+        for klass in ctor.__mro__:
+            if "__init__" not in vars(klass) or klass.__module__.startswith(("torch.", "builtins")):
+                continue
+            node = _init_node(klass)
+            if node is not None:
+                out.append((node, sys.modules.get(klass.__module__), f"{klass.__name__}.__init__"))
+        return out
+    try:
+        node = ast.parse(textwrap.dedent(inspect.getsource(ctor)))
+    except (OSError, TypeError, SyntaxError):
+        return out
+    return [(node, sys.modules.get(getattr(ctor, "__module__", "") or ""), getattr(ctor, "__qualname__", "?"))]
+
+
+def _strings(node: ast.AST) -> List[str]:
+    """The string literals of a constant or of a tuple/list/set of constants."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
+
+
+def _table_keys(node: ast.AST, module) -> List[str]:
+    """The string keys of a module-level dict a name refers to (``MODEL_CONFIGS``)."""
+    if not isinstance(node, ast.Name) or module is None:
+        return []
+    found = vars(module).get(node.id)
+    if isinstance(found, dict) and found and all(isinstance(k, str) for k in found):
+        return list(found)
+    return []
+
+
+def code_values(ctor, name: str, depth: int = 0) -> List[Tuple[str, str]]:
+    """(value, where) of every string the code of ``ctor`` (:func:`_code_nodes`) names for
+    its argument ``name``: what it compares it with (``if model_name == "hiera_base_224":``,
+    ``model_name in ("a", "b")``, ``match model_name: case "a":``), the keys of a
+    module-level table it looks it up in or checks it against (``CONFIGS[model_name]``,
+    ``CONFIGS.get(model_name)``, ``model_name in CONFIGS``), the size-named factories of a
+    module it calls by that name (``getattr(zoo, model_name)``, ``globals()[model_name]``),
+    and the same in a function of its module it hands the name to (``get_config(model_name)``)."""
+    out: List[Tuple[str, str]] = []
+    if depth > 2:
+        return out
+
+    def named(node: ast.AST) -> bool:
+        """The argument itself: ``model_name``, or read from ``**kwargs`` (``kwargs["model_name"]``,
+        ``kwargs.get("model_name")``)."""
+        if isinstance(node, ast.Name):
+            return node.id == name
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+            return isinstance(node.slice, ast.Constant) and node.slice.value == name
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" and isinstance(node.func.value, ast.Name):
+            return bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == name
+        return False
+
+    for tree, module, qual in _code_nodes(ctor):
+        where = f"named in {qual}"
+        for sub in ast.walk(tree):
+            if isinstance(sub, ast.Compare) and len(sub.ops) == 1:
+                left, right = sub.left, sub.comparators[0]
+                if isinstance(sub.ops[0], (ast.Eq, ast.NotEq)):
+                    other = right if named(left) else left if named(right) else None
+                    out.extend((v, where) for v in (_strings(other) if other is not None and isinstance(other, ast.Constant) else []))
+                elif isinstance(sub.ops[0], (ast.In, ast.NotIn)) and named(left):
+                    out.extend((v, where) for v in _strings(right))
+                    keys = _table_keys(right, module)
+                    out.extend((k, f"a key of {getattr(module, '__name__', '?')}.{right.id}") for k in keys)  # type: ignore[attr-defined]
+            elif isinstance(sub, ast.Match) and named(sub.subject):
+                for case in sub.cases:
+                    for pattern in ast.walk(case.pattern):
+                        if isinstance(pattern, ast.MatchValue):
+                            out.extend((v, where) for v in _strings(pattern.value))
+            elif isinstance(sub, ast.Subscript) and named(sub.slice):
+                keys = _table_keys(sub.value, module)
+                out.extend((k, f"a key of {getattr(module, '__name__', '?')}.{sub.value.id}") for k in keys)  # type: ignore[attr-defined]
+            elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "get" and sub.args and named(sub.args[0]):
+                keys = _table_keys(sub.func.value, module)
+                out.extend((k, f"a key of {getattr(module, '__name__', '?')}.{sub.func.value.id}") for k in keys)  # type: ignore[attr-defined]
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and module is not None:
+                # a helper or class of its module given the name: get_config(model_name),
+                # Hiera(model_name=kwargs["model_name"]): what that one names for it
+                helper = vars(module).get(sub.func.id)
+                if not (inspect.isfunction(helper) or isinstance(helper, type)) or helper is ctor or getattr(helper, "__module__", "").startswith(("torch", "builtins")):
+                    continue
+                try:
+                    positional = [p.name for p in inspect.signature(helper).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+                except (TypeError, ValueError):
+                    continue
+                passed = [positional[i] for i, a in enumerate(sub.args) if named(a) and i < len(positional)]
+                passed += [k.arg for k in sub.keywords if k.arg and named(k.value)]
+                for param in passed:
+                    out.extend(code_values(helper, param, depth + 1))
+    found = registry_key(ctor, name)
+    if found is not None:  # getattr(zoo, model_name), globals()[...], a factory's kwargs[...] handed on
+        out.append(found)
+    unique: Dict[str, str] = {}
+    for value, where in out:
+        unique.setdefault(value, where)
+    return list(unique.items())
+
+
 def _init_node(cls) -> Optional[ast.FunctionDef]:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
@@ -667,10 +793,36 @@ class MissingKey(MissingArgs, AttributeError, KeyError):
         return self.names[0]
 
 
+MAX_CHOICES = 6
+
+
+def _has_size_word(value: str) -> bool:
+    return any(w in _SIZE_WORDS for w in re.split(r"[^a-z]+", value.lower()))
+
+
+def variant_key(value: Any) -> Any:
+    """A model name without its size words (``mae_hiera_tiny_224`` and ``mae_hiera_base_224``
+    are one kind, ``mae_hiera_base_16x224`` another); anything else as it is."""
+    if not isinstance(value, str):
+        return value
+    return "_".join(w for w in re.split(r"[^a-z0-9]+", value.lower()) if w not in _SIZE_WORDS)
+
+
 class Building:
     """Builds candidates small, filling what they need (a mixin of the worker)."""
 
     _inner: List[Any] = []  # the classes whose modes are being made for a module argument
+    _repo_every: Dict[str, List[Tuple[Any, str]]] = {}  # name -> every value the repo gives, in order
+
+    def scan_root(self) -> str:
+        """The folder whose scripts, configs and tests give values: the repo root (VCS
+        root, else the folder holding a project file) where the import root lies in it,
+        else the import root."""
+        from .layout import repo_root  # noqa: PLC0415
+
+        root = Path(self.spec["project_dir"])
+        repo = repo_root(root / "_")
+        return str(repo) if repo is not None and (repo == root or repo in root.parents) else str(root)
 
     @staticmethod
     def resolve(module_name: str, attr: str):
@@ -684,10 +836,74 @@ class Building:
         the files (``Hiera(model_name="hiera_tiny_224")``, :meth:`call_values`) first, then
         its argparse defaults and config files (:func:`repo_values`)."""
         if self._repo is None:
-            self._repo = dict(self.call_values())
-            for key, value in repo_values(self.spec["project_dir"], SCAN_SKIP).items():
+            every: Dict[str, List[Tuple[Any, str]]] = {}
+            self._repo = dict(self.call_values(every))
+            for key, value in repo_values(self.scan_root(), SCAN_SKIP, every).items():
                 self._repo.setdefault(key, value)
+            self._repo_every = every
         return self._repo
+
+    def choices(self, name: str, ctor: Any = None, like: Any = NO_DEFAULT) -> List[Tuple[Any, str]]:
+        """(value, where) of the strings the repo gives an argument, smallest model first
+        (``hiera_tiny_224`` before ``hiera_base_224``; otherwise in the order found): every
+        value its scripts pass to the models and factories, its shell scripts' and configs'
+        values, its argparse defaults and ``choices``, then the values the constructor's
+        own code names (:func:`code_values`).  At most :data:`MAX_CHOICES`."""
+        self.repo()
+        found = [(v, w) for v, w in self._repo_every.get(name, []) if isinstance(v, str) and isinstance(as_sequence(name, v, like), str)]
+        # the constructor's own code, then that of the other models and factories of the
+        # files taking an argument so named (a registry a sibling factory looks it up in)
+        others = [getattr(sys.modules.get(f["module"]), f["attr"], None) for f in getattr(self, "_factories", {}).values()]
+        others += list(getattr(self, "_model_classes", {}).values())
+        for code in [ctor, *(o for o in others if o is not None and o is not ctor)]:
+            if code is None:
+                continue
+            try:
+                takes = name in (init_params(code)[0] if isinstance(code, type) else inspect.signature(code).parameters)
+            except (TypeError, ValueError):
+                takes = False
+            if takes or code is ctor:
+                found += code_values(code, name)
+        unique: Dict[str, str] = {}
+        for value, where in found:
+            if value:
+                unique.setdefault(value, where)
+        ordered = sorted(unique.items(), key=lambda vw: size_rank(vw[0]) if _has_size_word(vw[0]) else len(_SIZE_WORDS))
+        return ordered[:MAX_CHOICES]
+
+    def chosen(self, mode: Dict[str, Any]) -> Dict[str, Any]:
+        """{name: value} of the arguments a mode's builds took from the repo's choices (the
+        first, smallest, of each) and its keyword arguments lack: what a ``--factory`` line
+        for that mode must give too."""
+        try:
+            ctor = self.resolve(mode["module"], mode["attr"])
+            params = set(init_params(ctor)[0]) if isinstance(ctor, type) else set(inspect.signature(ctor).parameters)
+        except Exception:  # noqa: BLE001
+            return {}
+        out: Dict[str, Any] = {}
+        for name, (values, _) in vars(self).get("_choice", {}).items():
+            if name in params and name not in mode.get("kwargs", {}) and values:
+                out[name] = values[0][0]
+        return out
+
+    def next_choice(self, kwargs: Dict[str, Any], filled: Dict[str, Any]) -> Optional[Tuple[str, Any, str]]:
+        """After a build raised: the next value to try of an argument that took the first of
+        its :meth:`choices` in this build (name, value, where), set in ``kwargs`` (or the
+        configuration object holding it) and ``filled``; None when none is left."""
+        for name in list(filled):
+            entry = vars(self).get("_choice", {}).get(name)
+            if entry is None or filled[name] != entry[0][entry[1]][0] or entry[1] + 1 >= len(entry[0]):
+                continue
+            index = entry[1] + 1
+            value, where = entry[0][index]
+            vars(self)["_choice"][name] = (entry[0], index)
+            holders = [kwargs] if name in kwargs else [v.values for v in kwargs.values() if isinstance(v, ConfigSpec) and name in v.values]
+            if not holders:
+                continue
+            holders[0][name] = filled[name] = value
+            self.origin[name] = where
+            return name, value, where
+        return None
 
     def fill(self, name: str, filled: Dict[str, Any], like: Any = NO_DEFAULT, ctor: Any = None, defaults: Tuple[Dict[str, Any], str] = ({}, "")) -> Any:
         """A value for an argument or configuration key nobody gave: the user's
@@ -716,7 +932,16 @@ class Building:
         if repo is not None and is_size(name) and isinstance(repo[0], (tuple, list)) and repo[0] and all(isinstance(v, int) for v in repo[0]):
             small = type(repo[0])(1 for _ in repo[0])  # as many stages as the repo's, one block each
         keyed = registry_key(ctor, name) if repo is None and small is None and ctor is not None else None
-        if repo is not None and (small is None or not is_size(name)):
+        # a name the repo gives as a string, or one nothing else gives: each string the repo
+        # and the constructor's code name for it, smallest model first (a build that raises
+        # tries the next: :meth:`next_choice`)
+        named: List[Tuple[Any, str]] = []
+        if (repo is None and small is None) or (repo is not None and isinstance(repo[0], str) and not (small is not None and is_size(name))):
+            named = self.choices(name, ctor, like)
+        if named:
+            value, self.origin[name] = named[0]
+            vars(self).setdefault("_choice", {})[name] = (named, 0)  # name -> (its choices, the one taken)
+        elif repo is not None and (small is None or not is_size(name)):
             value, self.origin[name] = repo
         elif keyed is not None:
             value, self.origin[name] = keyed
@@ -753,7 +978,8 @@ class Building:
                     specs[0].values[key] = kwargs.pop(key)
                 elif key in self.spec["kwargs"]:  # --kwargs go to the builds that take them
                     kwargs.pop(key)
-        for _ in range(12):
+        first: Optional[BaseException] = None
+        for _ in range(12 + MAX_CHOICES):
             torch.manual_seed(0)
             call = {k: (Config(v.values, lambda key, k=k: self.fill(key, filled, defaults=defaults.get(k, ({}, "")))) if isinstance(v, ConfigSpec)
                         else self.part(v, torch, filled) if isinstance(v, ModuleArg) else v)
@@ -762,19 +988,30 @@ class Building:
                 return ctor(**call)
             except MissingArgs:
                 raise
-            except TypeError as exc:
-                m = re.search(r"missing \d+ required (?:positional|keyword-only) arguments?: (.*)", str(exc))
-                if not m:
-                    raise
-                names = re.findall(r"'([^']+)'", m.group(1))
-            except KeyError as exc:
-                key = exc.args[0] if exc.args else None
-                if not isinstance(key, str) or key in kwargs:
-                    raise
-                names = [key]
+            except Exception as exc:  # noqa: BLE001 -- the user's code may raise anything
+                names = self._missing_names(exc, kwargs)
+                if names is None:
+                    # a value taken from the repo's choices (model_name="hiera_tiny_224") the
+                    # constructor rejects: the next one, else the first error
+                    first = first or exc
+                    if self.next_choice(kwargs, filled) is None:
+                        raise first from None
+                    continue
             for n in names:
                 kwargs[n] = self.fill(n, filled, ctor=ctor)
         raise RuntimeError("could not fill the required arguments")
+
+    @staticmethod
+    def _missing_names(exc: BaseException, kwargs: Dict[str, Any]) -> Optional[List[str]]:
+        """The arguments a constructor's error says it lacks (a TypeError "missing ...
+        required", a KeyError of a key nobody gave), else None."""
+        if isinstance(exc, TypeError):
+            m = re.search(r"missing \d+ required (?:positional|keyword-only) arguments?: (.*)", str(exc))
+            return re.findall(r"'([^']+)'", m.group(1)) if m else None
+        if isinstance(exc, KeyError):
+            key = exc.args[0] if exc.args else None
+            return [key] if isinstance(key, str) and key not in kwargs else None
+        return None
 
     def part(self, arg: ModuleArg, torch, filled: Dict[str, Any]):
         """The model a :class:`ModuleArg` stands for, from this side's copy of its module:
@@ -853,6 +1090,15 @@ class Building:
                 out[name] = None
         return out
 
+    def _ctor_of_cand(self, cand: Dict[str, Any]) -> Any:
+        """What a candidate is built with: its factory, else its class."""
+        if cand.get("factory"):
+            try:
+                return self.resolve(cand["module"], cand["attr"])
+            except Exception:  # noqa: BLE001
+                pass
+        return cand.get("cls")
+
     def modes(self, cand: Dict[str, Any]) -> List[Dict[str, Any]]:
         """The ways to build a candidate, smallest first."""
         user = dict(self.spec["kwargs"], **cand.get("kwargs", {}))
@@ -866,7 +1112,7 @@ class Building:
         for key, value in list(given.items()):
             if value is OPAQUE:  # the factory computes it: as if missing (fill), else the default
                 try:
-                    value = self.fill(key, {}, params.get(key, NO_DEFAULT))
+                    value = self.fill(key, {}, params.get(key, NO_DEFAULT), ctor=self._ctor_of_cand(cand))
                 except MissingArgs:
                     value = params[key] if params.get(key, NO_DEFAULT) is not NO_DEFAULT else None
                 if value is not None:

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from .arguments import MAX_SCAN_BYTES, MAX_SCAN_FILES, OPAQUE, SCAN_SKIP, SIZE_KNOBS, CallRef, ModuleArg, callee, init_params, literal, size_rank
+from .arguments import MAX_SCAN_BYTES, MAX_SCAN_FILES, OPAQUE, SCAN_SKIP, SIZE_KNOBS, CallRef, ModuleArg, callee, guess, init_params, literal, size_rank, variant_key
 
 
 _MODEL_ARGS = {"input_size", "in_chans", "img_size"}
@@ -206,6 +206,7 @@ class Discovery:
             video = self._video(cls, [f["recipe"] for f in own] + [c["recipe"] for c in cands])
             if video is not None:
                 cands.append(dict(cands[-1], label=f"{cls.__module__}:{cls.__qualname__} (class, 3-D)", recipe=video))
+            cands.extend(self._named_variants(cands[0]))
             first.append(dict(cands[0], later=False))
             self._first_cands[cls] = first[-1]
             later.extend(dict(c, later=True) for c in cands[1:])
@@ -288,7 +289,7 @@ class Discovery:
         OPAQUE (``args.classes``: only the script knows)."""
         if getattr(self, "_call_sites", None) is None:
             found: Dict[str, List[Tuple[str, List[Any], Dict[str, Any]]]] = {}
-            root = self.spec["project_dir"]
+            root = self.scan_root()
             skip = {os.path.realpath(t) for t in self.spec.get("targets", [])}
             paths: List[str] = []
             for folder, dirs, names in os.walk(root):
@@ -384,20 +385,65 @@ class Discovery:
                 out.append((where, recipe))
         return out
 
-    def call_values(self) -> Dict[str, Tuple[Any, str]]:
+    def call_values(self, every: Optional[Dict[str, List[Tuple[Any, str]]]] = None) -> Dict[str, Tuple[Any, str]]:
         """{argument: (literal, path:line)} that the repo's scripts pass to the models and
-        factories of the files (``Hiera(model_name="hiera_tiny_224", ...)``): first found wins."""
+        factories of the files (``Hiera(model_name="hiera_tiny_224", ...)``, a factory's own
+        arguments: ``build_model(model_name="hiera_tiny")``): first found wins; ``every``,
+        if given, gets every value found for each argument, in order."""
+        every = every if every is not None else {}
         values: Dict[str, Tuple[Any, str]] = {}
         targets = {**{n: f["cls"] for n, f in self._factories.items()}, **self._model_classes}
         for name, target in targets.items():
+            factory = None
+            if target is not self._model_classes.get(name):
+                f = self._factories[name]
+                factory = getattr(sys.modules.get(f["module"]), f["attr"], None)
             for where, args, kwargs in self.call_sites().get(name, []):
-                if target is not self._model_classes.get(name):  # a factory: its keywords only
+                bound: Dict[str, Any] = {}
+                if factory is not None:  # a factory: its own arguments, then its class's keywords
+                    try:
+                        own = set(inspect.signature(factory).parameters)
+                    except (TypeError, ValueError):
+                        own = set()
+                    bound = {k: v for k, v in self.bind_site(factory, args, kwargs).items() if k in own}
                     args = []
                 params = init_params(target)[0] if isinstance(target, type) else {}
-                for key, value in self.bind_site(target, args, kwargs).items():
-                    if not isinstance(value, ModuleArg) and key in params:
+                bound.update({k: v for k, v in self.bind_site(target, args, kwargs).items() if k in params and k not in bound})
+                for key, value in bound.items():
+                    if not isinstance(value, ModuleArg):
                         values.setdefault(key, (value, where))
+                        every.setdefault(key, []).append((value, where))
         return values
+
+    def _named_variants(self, cand: Dict[str, Any]) -> List[Dict[str, Any]]:
+        """The candidate again for each other kind of model the repo names for an argument it
+        needs as a string (``model_name``: ``mae_hiera_base_16x224`` beside
+        ``mae_hiera_tiny_224``, :meth:`choices`): the smallest of each kind (the name without
+        its size words), given as ``--kwargs`` would be.  Built only while a site is
+        unreached, as the other variants are."""
+        ctor = cand["cls"]
+        if cand["factory"]:
+            try:
+                ctor = self.resolve(cand["module"], cand["attr"])
+            except Exception:  # noqa: BLE001
+                return []
+        names = {k for k, v in cand["recipe"].items() if v is OPAQUE}
+        names |= {n for n in init_params(cand["cls"])[1] if n not in cand["recipe"]}
+        if cand["factory"]:
+            try:
+                names |= {p.name for p in inspect.signature(ctor).parameters.values() if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+            except (TypeError, ValueError):
+                pass
+        out: List[Dict[str, Any]] = []
+        for name in sorted(n for n in names if guess(n) is None and n not in self.spec["kwargs"]):
+            values = self.choices(name, ctor)
+            seen = {variant_key(values[0][0])} if values else set()
+            for value, where in values[1:]:
+                if variant_key(value) in seen or len(out) >= 3:
+                    continue
+                seen.add(variant_key(value))
+                out.append(dict(cand, kwargs={name: value}, label=f"{cand['label']} ({name}={value!r}: {where})"))
+        return out
 
     @staticmethod
     def _video(cls, recipes: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -446,10 +492,17 @@ class Discovery:
                 env[arg.arg] = literal(default, dict(vars(module)))
             except Exception:  # noqa: BLE001
                 pass
+        # model = Hiera(...) ... return model: the call bound to the name returned (the first)
+        bound = {}
         for sub in ast.walk(node):
-            if not (isinstance(sub, ast.Return) and isinstance(sub.value, ast.Call)):
+            if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Name) and isinstance(sub.value, ast.Call):
+                bound.setdefault(sub.targets[0].id, sub.value)
+        for sub in ast.walk(node):
+            if not isinstance(sub, ast.Return):
                 continue
-            call = sub.value
+            call = bound.get(sub.value.id) if isinstance(sub.value, ast.Name) else sub.value
+            if not isinstance(call, ast.Call):
+                continue
             obj, fname = callee(call.func, module)
             inner = None
             if is_module_class(obj) and getattr(obj, "__module__", None) and self.in_tree(sys.modules.get(obj.__module__)):

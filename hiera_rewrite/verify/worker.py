@@ -369,7 +369,8 @@ class Worker(Discovery, Building, Inputs, Comparison):
             tried = [e["mode"] for e in errors if e.get("mode")]
             last = next((m for m in tried if m["how"].startswith("its configuration")), tried[0] if tried else None)
             if last is not None:
-                failure["flag"] = f"--factory {last['module']}:{last['attr']}:'{json.dumps(self.json_kwargs(last['kwargs']))}'"
+                given = dict(self.json_kwargs(last["kwargs"]), **self.chosen(last))  # with the repo's values it took (model_name)
+                failure["flag"] = f"--factory {last['module']}:{last['attr']}:'{json.dumps(given)}'"
             raised = [e["raised"] for e in errors if e.get("raised")]
             every = all(e.get("raised") for e in errors if e.get("ran"))  # no build ran into another error
             if raised and every and len({r["where"] for r in raised}) == 1 and not any(e.get("missing") or e.get("too_large") for e in errors):
