@@ -289,6 +289,13 @@ def md_cell(text: str, limit: int = 260) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def cause_of(entry: Dict) -> str:
+    """The cause column: what stopped the proof; on a PASSED repo, a model verify could not
+    build is only a note (its sites were proven through the other models)."""
+    cause = entry.get("cause") or ""
+    return f"(note) {cause}" if cause and entry.get("verdict") == "PASSED" else cause
+
+
 def write_table(entries: List[Dict], rev_line: str, python: str) -> None:
     TABLE.parent.mkdir(parents=True, exist_ok=True)
     counts: Dict[str, int] = {}
@@ -312,7 +319,7 @@ def write_table(entries: List[Dict], rev_line: str, python: str) -> None:
         files = "<br>".join(e.get("hiera_files") or []) or "-"
         rows.append(
             f"| {e['repo']} | {(e.get('commit') or '')[:10]} | {files} | {e.get('verdict') or 'not run'} | "
-            f"{e.get('seconds', '')} | {md_cell(e.get('cause') or '')} |"
+            f"{e.get('seconds', '')} | {md_cell(cause_of(e))} |"
         )
     rows.append("")
     TABLE.write_text("\n".join(rows))
