@@ -17,6 +17,7 @@ failed:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,75 @@ def test_a_site_only_another_named_model_reaches(tmp_path: Path, capsys):
     assert "model_name='mae_hiera_tiny_64' (a key of hiera.hiera_mae.MAE_CONFIGS)" in out, out
     assert "model hiera.hiera_mae:MaskedAutoencoderHiera (class) (model_name='mae_hiera_tiny_4x64': a key of hiera.hiera_mae.MAE_CONFIGS)  input (2, 3, 4, 64, 64)" in out, out
     assert "mae_hiera_small_64" not in out  # the same kind as tiny_64, larger: not built
+
+
+# -- C: nets that refuse to build without the config object the repo's tests give ---------------
+
+
+def config_library(tmp_path: Path, how: str) -> Path:
+    """repo/mylib: a library whose ``Hiera(config=None)`` raises "must set config" and reads
+    every setting from ``self.config`` (a ``HieraConfig`` dataclass of mylib/config.py, with
+    a ``from_yaml``); tests/test_hiera.py builds it with a real config (``how``: inline, a
+    pytest fixture, or from configs/hiera_tiny.yaml).  Returns mylib/models/."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    sources = classifier_fork()
+    hiera = sources["hiera.py"]
+    head = "    @has_config\n    def __init__(\n        self,\n"
+    tail = "    ):\n        super().__init__()\n"
+    start = hiera.index(head)
+    end = hiera.index(tail, start)
+    fields, names = [], []
+    for line in hiera[start + len(head):end].splitlines():
+        m = re.match(r"\s+(\w+): (.+?) = (.+),$", line.split("#")[0].rstrip())
+        if m:
+            names.append(m.group(1))
+            fields.append(f"    {m.group(1)}: {'tuple' if m.group(2).startswith('Tuple') else 'object'} = {m.group(3)}")
+    assert "embed_dim" in names and "stages" in names
+    hiera = hiera[:start] + (
+        '    def __init__(self, config: Optional["HieraConfig"] = None):\n'
+        "        super().__init__()\n"
+        "        if config is None:\n"
+        '            raise ValueError("must set config")\n'
+        "        self.config = config\n"
+        "        c = self.config\n" + "".join(f"        {n} = c.{n}\n" for n in names)
+    ) + hiera[end + len(tail):]
+    hiera = sub(hiera, "class Hiera(nn.Module, PyTorchModelHubMixin):", "class Hiera(nn.Module):")
+    hiera = sub(hiera, "from .hfhub import has_config, PyTorchModelHubMixin\n", "from ..config import HieraConfig\n")
+    config = (
+        "from dataclasses import dataclass\n\nimport yaml\n\n\n@dataclass\nclass HieraConfig:\n" + "\n".join(fields) + "\n\n"
+        "    @classmethod\n    def from_yaml(cls, path):\n        with open(path) as f:\n"
+        "            return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in yaml.safe_load(f).items()})\n"
+    )
+    write(repo / "mylib", {"__init__.py": "", "config.py": config})
+    folder = write(repo / "mylib" / "models", {"__init__.py": "", "hiera.py": hiera, "hiera_utils.py": sources["hiera_utils.py"]})
+    made = "HieraConfig(input_size=(64, 64), embed_dim=96, num_heads=1, stages=(1, 2, 7, 2), q_pool=2, num_classes=10)"
+    test = "import pytest\nimport torch\n\nfrom mylib.config import HieraConfig\nfrom mylib.models.hiera import Hiera\n\n\n"
+    if how == "inline":
+        test += f"def test_forward():\n    net = Hiera(config={made})\n"
+    elif how == "fixture":
+        test += f"@pytest.fixture\ndef config():\n    return {made}\n\n\ndef test_forward(config):\n    net = Hiera(config=config)\n"
+    else:
+        write(repo / "configs", {"hiera_tiny.yaml": "input_size: [64, 64]\nembed_dim: 96\nnum_heads: 1\nstages: [1, 2, 7, 2]\nq_pool: 2\nnum_classes: 10\n"})
+        test += 'def test_forward():\n    net = Hiera(HieraConfig.from_yaml("configs/hiera_tiny.yaml"))\n'
+    test += "    assert net(torch.randn(2, 3, 64, 64)).shape == (2, 10)\n"
+    write(repo / "tests", {"test_hiera.py": test})
+    return folder
+
+
+@pytest.mark.parametrize("how, built", [
+    ("inline", "built from small: config.embed_dim=8, config.stages=(1, 1, 1, 1)"),
+    ("fixture", "built from small: config.embed_dim=8, config.stages=(1, 1, 1, 1)"),
+    ("yaml", "built from its configuration"),
+])
+def test_net_built_with_the_config_its_tests_give(tmp_path: Path, capsys, how: str, built: str):
+    """Issue 31, class C: ``Hiera(config=None)`` raises "must set config"; the repo's test
+    builds it with ``HieraConfig(...)`` (inline, through a pytest fixture, or
+    ``HieraConfig.from_yaml("configs/hiera_tiny.yaml")``, a path from the repo root).  verify
+    builds it as the test does, the config called again on each side from that side's copy
+    (its sizes small where it is a class taking them).  Before: the config argument was
+    dropped, "ValueError: must set config", NOT PROVEN."""
+    out = assert_all_proven(config_library(tmp_path, how), capsys)
+    assert "model mylib.models.hiera:Hiera (as at tests/test_hiera.py:" in out, out
+    assert built in out, out
+    assert "must set config" not in out

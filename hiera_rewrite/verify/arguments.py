@@ -66,10 +66,12 @@ OPAQUE = _Opaque()
 class CallRef:
     """A call in the repo's scripts passed as an argument (``encoder=Hiera(...)``, or a
     name bound to one: ``enc = hiera_tiny_224()``): the callee's name and its arguments
-    (literals, other CallRefs, OPAQUE)."""
+    (literals, other CallRefs, OPAQUE); ``qual``: (module, dotted attribute) the callee is
+    imported as in that script (``HieraConfig.from_yaml`` -> ("mylib.config",
+    "HieraConfig.from_yaml")), or None."""
 
-    def __init__(self, name: str, args: List[Any], kwargs: Dict[str, Any]) -> None:
-        self.name, self.args, self.kwargs = name, args, kwargs
+    def __init__(self, name: str, args: List[Any], kwargs: Dict[str, Any], qual: Optional[Tuple[str, str]] = None) -> None:
+        self.name, self.args, self.kwargs, self.qual = name, args, kwargs, qual
 
     def __repr__(self) -> str:
         return f"<call {self.name}>"
@@ -88,6 +90,72 @@ class ModuleArg:
 
     def __repr__(self) -> str:
         return f"<{self.cand['module']}:{self.cand['attr']}>"
+
+
+class ObjectArg:
+    """A constructor argument the repo's scripts or tests build with a call of the repo's own
+    code (``config=HieraConfig(embed_dim=96, ...)``, ``HieraConfig.from_yaml("configs/x.yaml")``)
+    or a configuration loader (``OmegaConf.load(...)``): called again on each side, from that
+    side's copy of its module, with the same literal arguments (nested ones built the same
+    way; a relative path that exists under the repo root given absolute)."""
+
+    def __init__(self, module: str, attr: str, args: List[Any], kwargs: Dict[str, Any], root: Optional[str] = None) -> None:
+        self.module, self.attr, self.args, self.kwargs, self.root = module, attr, list(args), dict(kwargs), root
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, ObjectArg) and (self.module, self.attr, self.args, self.kwargs) == (other.module, other.attr, other.args, other.kwargs)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def with_kwargs(self, **changes: Any) -> "ObjectArg":
+        return ObjectArg(self.module, self.attr, self.args, dict(self.kwargs, **changes), self.root)
+
+    def target(self):
+        obj: Any = importlib.import_module(self.module)
+        for part in self.attr.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def _value(self, value: Any) -> Any:
+        if isinstance(value, ObjectArg):
+            return value.make()
+        if isinstance(value, str) and self.root and value and not os.path.isabs(value) and os.sep + ".." not in os.sep + value:
+            path = os.path.join(self.root, value)
+            if os.path.exists(path):  # configs/hiera_tiny.yaml, as the tests open it from the repo root
+                return path
+        if isinstance(value, list):
+            return [self._value(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(self._value(v) for v in value)
+        return value
+
+    def make(self) -> Any:
+        return self.target()(*[self._value(a) for a in self.args], **{k: self._value(v) for k, v in self.kwargs.items()})
+
+    def accepts(self, key: str) -> bool:
+        """The callee takes ``key`` by name (a dataclass field, a keyword argument)."""
+        try:
+            target = self.target()
+            params = init_params(target)[0] if isinstance(target, type) else dict(inspect.signature(target).parameters)
+        except Exception:  # noqa: BLE001
+            return False
+        return key in params
+
+    def params(self) -> Dict[str, Any]:
+        """{name: default or NO_DEFAULT} of a class callee (a dataclass's fields), else {}."""
+        try:
+            target = self.target()
+        except Exception:  # noqa: BLE001
+            return {}
+        return init_params(target)[0] if isinstance(target, type) else {}
+
+    def __repr__(self) -> str:
+        shown = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{self.attr.rsplit('.', 1)[-1] if '.' not in self.attr else self.attr}({', '.join(shown)})"
+
+
+# modules whose functions load a configuration from a file the repo names (OmegaConf.load)
+CONFIG_LOADERS = {"omegaconf", "yaml", "json", "toml", "tomllib"}
 
 
 SCAN_SKIP = {"__pycache__", "node_modules", "site-packages", "venv", "build", "dist", "wandb", "outputs", "checkpoints", "data"}
@@ -938,6 +1006,8 @@ class Building:
         named: List[Tuple[Any, str]] = []
         if (repo is None and small is None) or (repo is not None and isinstance(repo[0], str) and not (small is not None and is_size(name))):
             named = self.choices(name, ctor, like)
+        elif repo is None and small is not None and not isinstance(small, str) and not is_size(name) and ctor is not None and code_values(ctor, name):
+            named = self.choices(name, ctor, like)  # model_size="tiny": the constructor compares it with strings
         if named:
             value, self.origin[name] = named[0]
             vars(self).setdefault("_choice", {})[name] = (named, 0)  # name -> (its choices, the one taken)
@@ -974,7 +1044,12 @@ class Building:
         accepted, var_kw = self._accepts(ctor)
         if not var_kw:
             for key in [k for k in kwargs if k not in accepted]:
-                if specs:  # keys the constructor does not take belong to its configuration object
+                # a key the constructor does not take, where the configuration object the
+                # repo's tests build takes it (input_size, made small): into that object
+                holder = next((k for k, v in kwargs.items() if isinstance(v, ObjectArg) and k in accepted and v.accepts(key)), None)
+                if holder is not None:
+                    kwargs[holder] = kwargs[holder].with_kwargs(**{key: kwargs.pop(key)})
+                elif specs:  # keys the constructor does not take belong to its configuration object
                     specs[0].values[key] = kwargs.pop(key)
                 elif key in self.spec["kwargs"]:  # --kwargs go to the builds that take them
                     kwargs.pop(key)
@@ -982,7 +1057,7 @@ class Building:
         for _ in range(12 + MAX_CHOICES):
             torch.manual_seed(0)
             call = {k: (Config(v.values, lambda key, k=k: self.fill(key, filled, defaults=defaults.get(k, ({}, "")))) if isinstance(v, ConfigSpec)
-                        else self.part(v, torch, filled) if isinstance(v, ModuleArg) else v)
+                        else self.part(v, torch, filled) if isinstance(v, ModuleArg) else v.make() if isinstance(v, ObjectArg) else v)
                     for k, v in kwargs.items()}
             try:
                 return ctor(**call)
@@ -1121,14 +1196,28 @@ class Building:
         given.update(off)
         if not cand["opaque"] and not any(v is OPAQUE for v in given.values()):
             small = self.shrink(params, given, user)
+            widths = {k: v for k, v in small.items() if k not in DEPTH_KNOBS}
+            shown = {k: f"{k}={v}" for k, v in small.items()}
+            shown_widths = dict(shown)
+            # a configuration object the repo's tests build (config=HieraConfig(embed_dim=96,
+            # ...)): its own sizes made small the same way
+            for key, value in given.items():
+                if isinstance(value, ObjectArg) and key not in user:
+                    inner = self.shrink(value.params(), value.kwargs, {})
+                    if inner:
+                        small[key] = value.with_kwargs(**inner)
+                        shown[key] = ", ".join(f"{key}.{k}={v}" for k, v in inner.items())
+                        inner_widths = {k: v for k, v in inner.items() if k not in DEPTH_KNOBS}
+                        if inner_widths:
+                            widths[key] = value.with_kwargs(**inner_widths)
+                            shown_widths[key] = ", ".join(f"{key}.{k}={v}" for k, v in inner_widths.items())
             if small:
-                out.append(dict(direct, kwargs=dict(given, **small), filled=computed, how="small: " + ", ".join(f"{k}={v}" for k, v in small.items())))
+                out.append(dict(direct, kwargs=dict(given, **small), filled=computed, how="small: " + ", ".join(shown.values())))
                 # where the small build raises in the original (a fork indexing its stage
                 # list or its blocks by position, a decoder taking stage outputs by index):
                 # shrink less -- the same stages and blocks, small widths; then that at the
                 # model's own input size; then its configuration
-                widths = {k: v for k, v in small.items() if k not in DEPTH_KNOBS}
-                how = "small widths: " + ", ".join(f"{k}={v}" for k, v in widths.items())
+                how = "small widths: " + ", ".join(shown_widths[k] for k in widths)
                 if widths and widths != small:
                     out.append(dict(direct, kwargs=dict(given, **widths), filled=computed, how=how))
                 if widths:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from .arguments import MAX_SCAN_BYTES, MAX_SCAN_FILES, OPAQUE, SCAN_SKIP, SIZE_KNOBS, CallRef, ModuleArg, callee, guess, init_params, literal, size_rank, variant_key
+from .arguments import CONFIG_LOADERS, MAX_SCAN_BYTES, MAX_SCAN_FILES, OPAQUE, SCAN_SKIP, SIZE_KNOBS, CallRef, ModuleArg, ObjectArg, callee, code_values, guess, init_params, literal, size_rank, variant_key
 
 
 _MODEL_ARGS = {"input_size", "in_chans", "img_size"}
@@ -70,10 +71,44 @@ def _literal(expr: ast.AST) -> Any:
         return OPAQUE
 
 
-def _site_value(expr: ast.AST, names: Dict[str, ast.expr], depth: int = 0) -> Any:
+def _imports(tree: ast.Module) -> Dict[str, Tuple[str, str]]:
+    """{local name: (module, attribute or "")} of a script's absolute imports
+    (``from mylib.config import HieraConfig as C`` -> C: ("mylib.config", "HieraConfig"))."""
+    out: Dict[str, Tuple[str, str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            for a in node.names:
+                if a.name != "*":
+                    out[a.asname or a.name] = (node.module, a.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    out[a.asname] = (a.name, "")
+                else:
+                    out[a.name.split(".")[0]] = (a.name.split(".")[0], "")
+    return out
+
+
+def _qual(func: ast.AST, imports: Optional[Dict[str, Tuple[str, str]]]) -> Optional[Tuple[str, str]]:
+    """(module, dotted attribute) a call's func names through the script's imports, or None."""
+    dotted: List[str] = []
+    while isinstance(func, ast.Attribute):
+        dotted.insert(0, func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name) or not imports or func.id not in imports:
+        return None
+    module, attr = imports[func.id]
+    parts = ([attr] if attr else []) + dotted
+    if not attr:  # import mylib.config [as m]: m.HieraConfig -> the longest module prefix is unknown here
+        return (module, ".".join(parts)) if parts else None
+    return module, ".".join(parts)
+
+
+def _site_value(expr: ast.AST, names: Dict[str, ast.expr], depth: int = 0, imports: Optional[Dict[str, Tuple[str, str]]] = None) -> Any:
     """A call site's argument: a literal (or a name bound to one in ``names``: ``cfg =
     {...}``), a ``dict(key=literal, ...)`` as a dict (its keys of other values left out), a
-    :class:`CallRef` (a call, or a name bound to one), else OPAQUE."""
+    :class:`CallRef` (a call, or a name bound to one; ``imports``: the script's, to tell
+    what it calls), else OPAQUE."""
     value = _literal(expr)
     if value is not OPAQUE:
         return value
@@ -88,8 +123,29 @@ def _site_value(expr: ast.AST, names: Dict[str, ast.expr], depth: int = 0) -> An
     if isinstance(expr, ast.Call) and depth < 3:
         name = _call_name(expr)
         if name and not any(isinstance(a, ast.Starred) for a in expr.args) and all(k.arg for k in expr.keywords):
-            return CallRef(name, [_site_value(a, names, depth + 1) for a in expr.args], {k.arg: _site_value(k.value, names, depth + 1) for k in expr.keywords})
+            return CallRef(name, [_site_value(a, names, depth + 1, imports) for a in expr.args],
+                           {k.arg: _site_value(k.value, names, depth + 1, imports) for k in expr.keywords}, _qual(expr.func, imports))
     return OPAQUE
+
+
+def _fixtures(tree: ast.Module) -> Dict[str, ast.expr]:
+    """{name: the call it returns} of the file's pytest fixtures (``@pytest.fixture def
+    config(): return HieraConfig(...)``, also through a name it binds to the call)."""
+    out: Dict[str, ast.expr] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        marks = [d.func if isinstance(d, ast.Call) else d for d in node.decorator_list]
+        if not any((isinstance(m, ast.Attribute) and m.attr == "fixture") or (isinstance(m, ast.Name) and m.id == "fixture") for m in marks):
+            continue
+        local = {n.targets[0].id: n.value for n in ast.walk(node) if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Call)}
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.Return, ast.Yield)) and sub.value is not None:
+                value = local.get(sub.value.id) if isinstance(sub.value, ast.Name) else sub.value
+                if isinstance(value, ast.Call):
+                    out[node.name] = value
+                    break
+    return out
 
 
 class Discovery:
@@ -307,10 +363,15 @@ class Discovery:
                 except (OSError, SyntaxError, ValueError):
                     continue
                 rel = os.path.relpath(path, root)
+                imports = _imports(tree)
+                fixtures = _fixtures(tree)
                 for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))]:
                     own = sorted(_own_nodes(scope), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
                     bound = [(n.lineno, n.targets[0].id, n.value) for n in own
                              if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, (ast.Call, ast.Dict))]
+                    # a test's arguments named after a pytest fixture of the file: what it returns
+                    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        bound = [(0, a.arg, fixtures[a.arg]) for a in scope.args.args if a.arg in fixtures and fixtures[a.arg] is not scope] + bound
                     for node in own:
                         if not isinstance(node, ast.Call) or not (node.args or node.keywords):
                             continue
@@ -318,15 +379,15 @@ class Discovery:
                         if name is None or any(isinstance(a, ast.Starred) for a in node.args):
                             continue
                         names = {b[1]: b[2] for b in bound if b[0] < node.lineno}
-                        args = [_site_value(a, names) for a in node.args]
+                        args = [_site_value(a, names, 0, imports) for a in node.args]
                         kwargs: Dict[str, Any] = {}
                         for k in node.keywords:
                             if k.arg is not None:
-                                kwargs[k.arg] = _site_value(k.value, names)
+                                kwargs[k.arg] = _site_value(k.value, names, 0, imports)
                                 continue
                             # **cfg: a dict the same scope bound (cfg = {...} or dict(...)) gives
                             # its literal keys; any other ** hides which keys it passes
-                            value = _site_value(k.value, names) if isinstance(k.value, (ast.Name, ast.Dict, ast.Call)) else OPAQUE
+                            value = _site_value(k.value, names, 0, imports) if isinstance(k.value, (ast.Name, ast.Dict, ast.Call)) else OPAQUE
                             if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
                                 kwargs = None
                                 break
@@ -369,12 +430,44 @@ class Discovery:
             return ModuleArg(cand)
         f = self._factories.get(ref.name)
         if f is None:
-            return OPAQUE
+            return self.object_arg(ref, depth)
         params = init_params(f["cls"])[0]
         extra = {k: v for k, v in self.bind_site(f["cls"], [], ref.kwargs, depth).items() if k in params}
         cand = {"module": f["module"], "attr": f["attr"], "cls": f["cls"], "factory": True, "opaque": f["opaque"] or bool(ref.args), "kwargs": {},
                 "recipe": dict(f["recipe"], **extra)}
         return ModuleArg(cand)
+
+    def object_arg(self, ref: CallRef, depth: int = 1) -> Any:
+        """The :class:`ObjectArg` calling what a call site passes, where the script imports
+        it from the repo's own code (a config class, its ``from_yaml``, a loader of the repo)
+        or from a configuration library (``OmegaConf.load``), and every argument it gives is
+        a literal or such a call; else OPAQUE."""
+        if ref.qual is None or depth > 3:
+            return OPAQUE
+        module, attr = ref.qual
+        if module.split(".")[0] not in CONFIG_LOADERS:
+            try:
+                spec = importlib.util.find_spec(module)
+            except (ImportError, ValueError):
+                spec = None
+            origin = getattr(spec, "origin", None) if spec is not None else None
+            places = [os.path.realpath(p) for p in [*self.path_entries[:-1], self.scan_root()]]
+            if not origin or not any(os.path.realpath(origin).startswith(p + os.sep) for p in places):
+                return OPAQUE  # not the repo's own code: torch.device(...), a dataset
+        values: List[Any] = []
+        for value in [*ref.args, *ref.kwargs.values()]:
+            if isinstance(value, CallRef):
+                value = self.object_arg(value, depth + 1)
+            if value is OPAQUE:
+                return OPAQUE
+            values.append(value)
+        args, kwargs = values[:len(ref.args)], dict(zip(ref.kwargs, values[len(ref.args):]))
+        obj = ObjectArg(module, attr, args, kwargs, self.scan_root())
+        try:
+            obj.target()
+        except Exception:  # noqa: BLE001 -- a module that does not import here: not given
+            return OPAQUE
+        return obj
 
     def site_recipes(self, cls) -> List[Tuple[str, Dict[str, Any]]]:
         """(where, arguments) of each call of ``cls`` in the repo's scripts that gives some."""
@@ -435,7 +528,7 @@ class Discovery:
             except (TypeError, ValueError):
                 pass
         out: List[Dict[str, Any]] = []
-        for name in sorted(n for n in names if guess(n) is None and n not in self.spec["kwargs"]):
+        for name in sorted(n for n in names if (guess(n) is None or code_values(ctor, n)) and n not in self.spec["kwargs"]):
             values = self.choices(name, ctor)
             seen = {variant_key(values[0][0])} if values else set()
             for value, where in values[1:]:
