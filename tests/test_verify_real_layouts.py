@@ -281,3 +281,98 @@ def test_net_built_with_the_config_its_tests_give(tmp_path: Path, capsys, how: s
     assert "model mylib.models.hiera:Hiera (as at tests/test_hiera.py:" in out, out
     assert built in out, out
     assert "must set config" not in out
+
+
+# -- D: a module that raises on import inside an installed library ------------------------------
+
+
+def _huggingface_hub_version():
+    hub = pytest.importorskip("huggingface_hub")
+    from packaging.version import Version
+
+    return Version(hub.__version__)
+
+
+def test_import_rejected_by_the_installed_huggingface_hub_is_named(tmp_path: Path, capsys):
+    """Issue 31, class D: a fork dropped ``@has_config`` (whose ``*args, **kwdargs`` hid the
+    signature from the hub mixin) and gave ``Hiera.__init__`` a dataclass *class* as a
+    default (``settings=HieraSettings``).  huggingface_hub >= 0.30 passes every dataclass
+    default to ``asdict()`` when a ``PyTorchModelHubMixin`` class is defined, so the module
+    cannot be imported here at all (0.29.3 imports it and verify PASSES: checked by hand in a
+    throwaway venv).  That is the environment, not verify: the message names the library, its
+    version, the statement and the way out (before: "TypeError: asdict() should be called on
+    dataclass instances", nothing more)."""
+    from packaging.version import Version
+
+    version = _huggingface_hub_version()
+    if version < Version("0.30"):
+        pytest.skip(f"huggingface_hub {version} accepts a dataclass class as a default")
+    sources = classifier_fork()
+    hiera = sub(sources["hiera.py"], "    @has_config\n    def __init__(\n        self,\n", "    # @has_config\n    def __init__(\n        self,\n        settings=HieraSettings,\n")
+    hiera = sub(hiera, "class Hiera(nn.Module, PyTorchModelHubMixin):", '@dataclass\nclass HieraSettings:\n    decoder: str = "hiera"\n\n\nclass Hiera(nn.Module, PyTorchModelHubMixin):')
+    sources["hiera.py"] = "from dataclasses import dataclass\n" + hiera
+    folder = write(tmp_path / "x" / "hiera", sources)
+    code, out, err = verify(folder, capsys)
+    assert code == EXIT_VERIFY_FAILED, out + err
+    verdict = [line for line in out.splitlines() if line.startswith("verify: NOT PROVEN")]
+    assert len(verdict) == 1, out
+    assert "asdict() should be called on dataclass instances, raised in huggingface" in verdict[0], out
+    assert f"hub {version} (hub_mixin.py __init_subclass__) by " in verdict[0], out
+    assert "hiera/hiera.py:" in verdict[0] and "`class Hiera(nn.Module, PyTorchModelHubMixin):`" in verdict[0], out
+    assert "Hiera.__init__(settings=HieraSettings) is a dataclass class, not an instance" in verdict[0], out
+    assert "install 'huggingface_hub<0.30'" in verdict[0], out
+    assert "mismatch" not in out and "=> FAIL" not in out
+
+
+FALLBACK = '''\
+import dataclasses
+
+import torch.nn as nn
+from huggingface_hub import PyTorchModelHubMixin
+
+
+@dataclasses.dataclass
+class Settings:
+    width: int = 8
+
+
+try:
+    class Net(nn.Module, PyTorchModelHubMixin):
+        def __init__(self, settings=Settings):
+            super().__init__()
+except TypeError:  # a huggingface_hub this code does not work with: no hub support
+    del PyTorchModelHubMixin
+
+    class Net(nn.Module, PyTorchModelHubMixin):
+        def __init__(self, settings=Settings):
+            super().__init__()
+'''
+
+
+def test_a_fallback_raising_while_handling_the_library_error_names_the_first(tmp_path: Path, monkeypatch):
+    """The error import raises is the fallback's ``NameError: PyTorchModelHubMixin``; the
+    error it was handling, raised inside huggingface_hub, is the cause named (then the
+    NameError), not the NameError alone."""
+    import importlib
+    import sys
+
+    from packaging.version import Version
+
+    from hiera_rewrite.verify.discovery import Discovery
+
+    if _huggingface_hub_version() < Version("0.30"):
+        pytest.skip("this huggingface_hub accepts a dataclass class as a default")
+    side = tmp_path / "orig"
+    write(side / "fallbackpkg", {"__init__.py": "", "net.py": FALLBACK})
+    monkeypatch.syspath_prepend(str(side))
+    with pytest.raises(NameError) as raised:
+        importlib.import_module("fallbackpkg.net")
+    sys.modules.pop("fallbackpkg", None)
+    finder = Discovery()
+    finder.spec = {"sides": {"orig": str(side)}, "traced": {"orig": {}}}
+    said = finder.environment_error(raised.value)
+    assert said is not None
+    assert said.startswith("TypeError: asdict() should be called on dataclass instances, raised in huggingface"), said
+    assert "by fallbackpkg/net.py:13 `class Net(nn.Module, PyTorchModelHubMixin):`" in said, said
+    assert "(then, handling it: NameError: name 'PyTorchModelHubMixin' is not defined)" in said, said
+    assert "Net.__init__(settings=Settings) is a dataclass class, not an instance" in said, said

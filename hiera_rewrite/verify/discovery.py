@@ -148,6 +148,51 @@ def _fixtures(tree: ast.Module) -> Dict[str, ast.expr]:
     return out
 
 
+def _distribution(top: str) -> Tuple[str, str]:
+    """(distribution name, version) of an installed top-level module, as well as known."""
+    import importlib.metadata as metadata  # noqa: PLC0415
+
+    try:
+        names = metadata.packages_distributions().get(top) or [top]
+    except Exception:  # noqa: BLE001
+        names = [top]
+    for name in names:
+        try:
+            return name, metadata.version(name)
+        except Exception:  # noqa: BLE001
+            continue
+    return top, "(version unknown)"
+
+
+def _known_incompatibility(dist: str, error: BaseException, frames) -> Optional[str]:
+    """The cause and the way out of a library incompatibility verify knows, else None.
+
+    huggingface_hub >= 0.30 takes a dataclass default of ``__init__`` for a configuration and
+    encodes it with ``asdict()`` when a ``ModelHubMixin`` class is *defined*; a default that
+    is the dataclass class itself (``settings=HieraSettings``) makes that raise "asdict()
+    should be called on dataclass instances".  Before 0.30 such defaults were skipped."""
+    import dataclasses  # noqa: PLC0415
+
+    if dist.replace("-", "_").lower() != "huggingface_hub" or "asdict() should be called on dataclass instances" not in str(error):
+        return None
+    culprits: List[str] = []
+    for frame, _ in frames:
+        cls = frame.f_locals.get("cls")
+        if isinstance(cls, type) and "__init__" in vars(cls):
+            try:
+                params = inspect.signature(cls.__init__).parameters.values()
+            except (TypeError, ValueError):
+                continue
+            culprits += [f"{cls.__name__}.__init__({p.name}={p.default.__name__})" for p in params
+                         if isinstance(p.default, type) and dataclasses.is_dataclass(p.default)]
+            if culprits:
+                break
+    which = culprits[0] if culprits else "a default of __init__"
+    return (f"{which} is a dataclass class, not an instance, and huggingface_hub >= 0.30 passes dataclass defaults to asdict() "
+            f"when a PyTorchModelHubMixin class is defined (earlier versions skip them): install 'huggingface_hub<0.30', "
+            f"or make the default an instance")
+
+
 class Discovery:
     """Finds the candidates on the original side (a mixin of the worker)."""
 
@@ -181,8 +226,11 @@ class Discovery:
             except Exception as exc:  # noqa: BLE001 -- the user's code may raise anything
                 missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
                 why = f"cannot import {missing} (not installed)" if missing and not missing.startswith(mod_name.split(".")[0]) else f"{type(exc).__name__}: {exc}"
+                environment = None if why.endswith("(not installed)") else self.environment_error(exc)
+                if environment is not None:  # an installed library rejects the repo's code: name it
+                    why = environment
                 self.report["notes"].append(f"cannot import {mod_name}: {why}")
-                self.report["imports"].append({"module": mod_name, "error": why, "missing": why.endswith("(not installed)")})
+                self.report["imports"].append({"module": mod_name, "error": why, "missing": why.endswith("(not installed)") or environment is not None})
                 return
             source_file = getattr(module, "__file__", None)
             if not source_file:
@@ -267,6 +315,60 @@ class Discovery:
             self._first_cands[cls] = first[-1]
             later.extend(dict(c, later=True) for c in cands[1:])
         return first + later
+
+    def _user_file(self, filename: str) -> Optional[str]:
+        """The user's name for a file of a side's copy (``hiera/hiera.py``), else None."""
+        real = os.path.realpath(filename)
+        for side, base in self.spec["sides"].items():
+            base = os.path.realpath(base)
+            if real.startswith(base + os.sep):
+                names = {os.path.realpath(c): u for c, u in self.spec["traced"].get(side, {}).items()}
+                return names.get(real) or os.path.relpath(real, base)
+        return None
+
+    def environment_error(self, exc: BaseException) -> Optional[str]:
+        """Where importing the user's files raised inside an installed library (the error, or
+        one it was raised while handling: a fallback's ``NameError`` after a library's
+        ``TypeError``), the error said as what it is: that library and its version, the
+        statement of the user's files that ran into it, and that it is the environment
+        (this library's version) and not the rewrite; else None."""
+        import linecache  # noqa: PLC0415
+        import traceback  # noqa: PLC0415
+
+        chain: List[BaseException] = []
+        seen: Set[int] = set()
+        current: Optional[BaseException] = exc
+        while current is not None and id(current) not in seen:
+            chain.append(current)
+            seen.add(id(current))
+            current = current.__cause__ or current.__context__
+        for error in reversed(chain):  # the first error raised, then what handling it raised
+            frames = list(traceback.walk_tb(error.__traceback__))
+            mine = [i for i, (f, _) in enumerate(frames) if self._user_file(f.f_code.co_filename) is not None]
+            if not mine:
+                continue
+            # the first frame of an installed library the user's last statement called into
+            # (hub_mixin's __init_subclass__, not the stdlib's asdict it ends in)
+            library = None
+            for f, _ in frames[mine[-1] + 1:]:
+                top = str(f.f_globals.get("__name__", "")).split(".")[0]
+                if top and top not in sys.stdlib_module_names and top not in ("builtins", "hiera_rewrite", "__main__"):
+                    library = (f, top)
+                    break
+            if library is None:
+                continue  # the user's own code, or the standard library, raised it
+            entry, top = library
+            dist, version = _distribution(top)
+            frame, line = frames[mine[-1]]
+            text = linecache.getline(frame.f_code.co_filename, line).strip()
+            what = f"{type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
+            said = (f"{what}, raised in {dist} {version} ({os.path.basename(entry.f_code.co_filename)} {entry.f_code.co_name}) "
+                    f"by {self._user_file(frame.f_code.co_filename)}:{line} `{text[:80]}`")
+            if error is not exc:
+                said += f" (then, handling it: {type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''})"
+            hint = _known_incompatibility(dist, error, frames) or f"verify where the repo's code imports, with the {dist} version it was written for"
+            return f"{said}: this environment's {dist} {version} rejects the repo's code, not the rewrite; {hint}"
+        return None
 
     def components(self, sites: List[Dict[str, Any]], torch, tried: Set[Any]) -> List[Dict[str, Any]]:
         """A candidate per class holding one of ``sites`` (the innermost ``nn.Module``
