@@ -18,6 +18,7 @@ Subcommands (stdlib only)::
     python benchmarks/fork_corpus.py discover           # hiera_files: `hiera-rewrite --check` on each repo folder
     python benchmarks/fork_corpus.py run                # verify every repo, update the JSON, write the table
     python benchmarks/fork_corpus.py run --only BehaveMAE   # one repo (owner/name, name, or a part of it)
+    python benchmarks/fork_corpus.py reparse            # verdicts, causes, flags again from the saved logs
     python benchmarks/fork_corpus.py table              # rewrite the markdown table from the JSON
 
 ``run`` executes, from the repository folder's root as a user would,
@@ -225,7 +226,7 @@ def discover(entry: Dict, python: str, tree: Path) -> str:
 
 
 CAUSE = re.compile(r"^\s*(not proven: .*|FAILED: .*|not built: .*|verify: NOT PROVEN: .*|verify: FAILED: .*)$")
-FLAG = re.compile(r"(--kwargs '[^']*'|--factory \S+(?: '[^']*')?|--package-root \S+|--input-shape \S+|--verify-budget \S+)")
+FLAG = re.compile(r"(--kwargs '[^']*'|--factory [^\s',;]+(?:'[^']*')?|--package-root \S+|--input-shape [\d,]+|--verify-budget \S+)")
 
 
 def parse(text: str, rc: Optional[int]) -> Dict[str, str]:
@@ -330,7 +331,7 @@ def write_table(entries: List[Dict], rev_line: str, python: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("layout", "discover", "run", "table"))
+    parser.add_argument("command", choices=("layout", "discover", "run", "reparse", "table"))
     parser.add_argument("--only", help="one repo: owner/name, name, or a part of it")
     parser.add_argument("--python", default=default_python(), help="interpreter that runs hiera-rewrite (default %(default)s)")
     parser.add_argument("--rev", default="HEAD", help="hiera-rewrite commit to run, or 'worktree' (default HEAD)")
@@ -345,6 +346,16 @@ def main() -> int:
             print(f"{e['repo']}: {problem or 'laid out at ' + e['commit'][:10]}", flush=True)
         save(entries)
         return 0
+    if args.command == "reparse":  # verdict, cause and flag again from the saved logs, nothing run
+        for e in picked:
+            log = CORPUS / ".logs" / (e["repo"].replace("/", "+") + ".log")
+            if log.is_file():
+                head, _, text = log.read_text().partition("\n")
+                code = re.match(r"# exit (-?\d+|None),", text)
+                rc = None if not code or code.group(1) == "None" else int(code.group(1))
+                e.update(parse(text.partition("\n")[2], rc))
+        save(entries)
+        args.command = "table"
     if args.command == "table":
         meta = json.loads((TABLE.parent / "run.json").read_text()) if (TABLE.parent / "run.json").is_file() else {}
         write_table(entries, meta.get("rev", "?"), meta.get("python", args.python))
