@@ -170,7 +170,13 @@ def tool_tree(rev: str) -> (Optional[Path], str):
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     if rev == "worktree":
         dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "hiera_rewrite", "codemods"], capture_output=True, text=True).stdout.strip()
-        return ROOT, head + (" (+ uncommitted changes)" if dirty else "")
+        # a fresh copy: the installed package holds codemods/ as hiera_rewrite.codemods
+        tree = CORPUS / ".hiera-rewrite" / "worktree"
+        shutil.rmtree(tree, ignore_errors=True)
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(ROOT / "hiera_rewrite", tree / "hiera_rewrite", ignore=ignore)
+        shutil.copytree(ROOT / "codemods", tree / "hiera_rewrite" / "codemods", ignore=ignore)
+        return tree, head + (" (+ uncommitted changes)" if dirty else "")
     sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", rev], capture_output=True, text=True, check=True).stdout.strip()
     tree = CORPUS / ".hiera-rewrite" / sha
     if not (tree / "hiera_rewrite" / "__init__.py").is_file():
