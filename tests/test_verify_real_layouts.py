@@ -87,6 +87,27 @@ def test_src_namespace_folder_named_by_the_repos_scripts(tmp_path: Path, capsys)
     assert "model src.models.components.hiera.hiera:Hiera (class)" in out, out
 
 
+
+def test_a_sibling_importing_the_tree_by_a_shorter_name_is_no_clone(tmp_path: Path, capsys):
+    """src/, src/models/, src/models/components/ are regular packages; hiera.py imports its
+    utilities as ``src.models.components.hiera_utils`` (run from the repo root), and another
+    file of the folder as ``models.components.hiera_utils`` (a script once run from src/).
+    The shorter name made src/models a repo-as-package clone imported as ``models``, where
+    hiera.py's ``src.`` import cannot resolve ("cannot import src (not installed)", every
+    site NOT PROVEN; seen in a real lightning-hydra repo).  The longer name, from the repo
+    root, wins."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    sources = classifier_fork()
+    sources["hiera.py"] = sub(sources["hiera.py"], "from .hiera_utils import", "from src.models.components.hiera_utils import")
+    sources["other.py"] = "from models.components.hiera_utils import conv_nd\n\nCONV = conv_nd(2)\n"
+    folder = write(repo / "src" / "models" / "components", sources)
+    write(repo / "src" / "models", {"__init__.py": ""})
+    write(repo / "src", {"__init__.py": ""})
+    out = assert_all_proven(folder, capsys)
+    assert f"package layout, import root {repo} (src)" in out, out
+    assert "model src.models.components.hiera:Hiera (class)" in out, out
+
 # -- A: a required model_name the repo's own code names -----------------------------------------
 
 CHECK = '        assert model_name.startswith("hiera"), model_name\n'

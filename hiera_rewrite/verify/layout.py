@@ -144,9 +144,23 @@ def clone_package(folder: Path, names: Set[str], limit: Sequence[Path], vcs: Opt
         if any(_resolves(base, top) for base in limit):
             continue
         for holder in holders:
-            if holder.name == top and _resolves(holder.parent, name):
+            if holder.name == top and _resolves(holder.parent, name) and not _named_from_above(holder, names, repo):
                 return holder
     return None
+
+
+def _named_from_above(holder: Path, names: Set[str], repo: Optional[Path]) -> bool:
+    """The files also import the holder's tree by a longer name from the repo root
+    (``src.models.components.utils`` beside ``models.components.utils``, with the files in
+    ``src/models/``): run from the repo root, as that name needs, the holder is no top-level
+    package; it is imported under the longer name."""
+    if repo is None or holder == repo or not _above(repo, holder):
+        return False
+    for name in names:
+        top = repo / name.split(".")[0]
+        if top != holder and _above(top, holder) and _resolves(repo, name):
+            return True
+    return False
 
 
 def find_layout(path: Path) -> Layout:
