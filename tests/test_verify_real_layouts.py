@@ -167,6 +167,12 @@ def model_name_repo(tmp_path: Path, source: str) -> Path:
         )})
     elif source == "choices":
         write(repo, {"train.py": ARGPARSE_CHOICES})
+    elif source == "factory names":  # a label only; the factories' names are the repo's model names
+        sources["hiera.py"] = sub(sources["hiera.py"], CHECK, "        self.model_name = model_name\n")
+        sources["hiera.py"] += (
+            "\n\nhiera_base_224 = partial(Hiera, embed_dim=96, num_heads=1, stages=(2, 3, 16, 3))\n"
+            "hiera_tiny_224 = partial(Hiera, embed_dim=96, num_heads=1, stages=(1, 2, 7, 2))\n"
+        )
     elif source == "smallest first":
         write(repo / "scripts", {"train.sh": "python train.py --model_name hiera_base_224 --epochs 100\n"})
         write(repo / "configs" / "model", {"hiera.yaml": "model_name: hiera_small_224\nlr: 0.001\n"})
@@ -179,12 +185,15 @@ def model_name_repo(tmp_path: Path, source: str) -> Path:
     ("test call", "model_name='hiera_tiny_224' (tests/test_model.py:5)"),
     ("choices", "model_name='hiera_tiny_224' (train.py --model_name choices)"),
     ("smallest first", "model_name='hiera_small_224' (configs/model/hiera.yaml)"),
+    ("factory names", "model_name='hiera_tiny_224' (the name of a factory of Hiera)"),
 ])
 def test_required_model_name_from_the_repos_own_names(tmp_path: Path, capsys, source: str, origin: str):
     """Issue 31, class A: Hiera needs ``model_name`` and the repo names its models in its
     constructor (an ``if model_name == ...`` chain), a registry a factory looks it up in, a
-    call in its tests, argparse ``choices``, or a YAML config beside a script giving a
-    larger one.  verify tries them, smallest model first, and a name the constructor rejects
+    call in its tests, argparse ``choices``, a YAML config beside a script giving a larger
+    one, or only by its factories' names (``hiera_tiny_224 = partial(Hiera, ...)``, the
+    name a label: a real fork's calculate_flops.py builds ``getattr(hiera,
+    name)(model_name=name)``).  verify tries them, smallest model first, and a name the constructor rejects
     gives way to the next (before: "needs model_name", NOT PROVEN, the message asking for
     ``--kwargs '{"model_name": "..."}'``; or, for the last, the script's larger model)."""
     out = assert_all_proven(model_name_repo(tmp_path, source), capsys)
