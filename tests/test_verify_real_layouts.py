@@ -108,6 +108,23 @@ def test_a_sibling_importing_the_tree_by_a_shorter_name_is_no_clone(tmp_path: Pa
     assert f"package layout, import root {repo} (src)" in out, out
     assert "model src.models.components.hiera:Hiera (class)" in out, out
 
+
+def test_a_plain_folder_named_like_an_installed_package_is_not_the_root(tmp_path: Path, capsys):
+    """A clone of upstream's repo inside the project: repo/hiera/ (setup.py, hubconf.py, no
+    __init__.py) holding the package repo/hiera/hiera/; the training script does ``from
+    hiera import hiera``.  Run from the repo root, ``hiera`` is the installed package (a
+    regular package wins over a plain folder), not repo/hiera/: the files import as the
+    package ``hiera`` from repo/hiera/ (before: the repo root, ``hiera.hiera.hiera``, "'hiera.hiera'
+    is not a package", every site NOT PROVEN; seen in two real forks)."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    folder = write(repo / "hiera" / "hiera", upstream_files())
+    write(repo / "hiera", {"setup.py": "from setuptools import setup\n\nsetup(name='hiera')\n", "hubconf.py": "from hiera import hiera_tiny_224\n"})
+    write(repo, {"train_mae.py": "from hiera import hiera\n\nmodel = hiera.hiera_tiny_224()\n"})
+    out = assert_all_proven(folder, capsys)
+    assert f"package layout, import root {repo / 'hiera'} (hiera)" in out, out
+    assert "model hiera.hiera:hiera_tiny_224 -> Hiera" in out, out
+
 # -- A: a required model_name the repo's own code names -----------------------------------------
 
 CHECK = '        assert model_name.startswith("hiera"), model_name\n'

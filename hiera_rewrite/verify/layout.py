@@ -232,6 +232,8 @@ def _imported_from_repo_root(repo: Path, folder: Path) -> bool:
         return False
     if (repo / top / "__init__.py").is_file() or not (repo / top).is_dir() or top in _NOT_LOCAL:
         return False
+    if _installed_elsewhere(top, repo):  # an installed regular package of that name wins over the plain folder
+        return False
     needle = top + "."
     seen = 0
     for base, dirs, names in os.walk(repo):
