@@ -35,6 +35,7 @@ import libcst as cst
 
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
+from ._calls import method_of
 from ._match import code, is_name, method_call, single_assign, target_code
 from ._mask import (
     MASK_CONTRACT,
@@ -112,6 +113,17 @@ class MaskedSelect(Rewrite):
                 continue
             gaining.setdefault(_class_of(ctx, func), {})[func.name.value] = method  # type: ignore[arg-type]
             lines_of[func] = lines
+        for cls, methods in list(gaining.items()):
+            if cls is None or all(method_of(ctx, ctx.module, cls, m) is None for m in ("forward_loss", "forward_decoder")):
+                # not an MAE (detectron2's ROIHeads indexing by matched ids): no count ever
+                # reaches it, and an edit would only select as before
+                for method in methods.values():
+                    ctx.refuse(
+                        lines_of[method.func][0],
+                        f"{cls.name.value if cls is not None else method.func.name.value} defines no forward_loss or forward_decoder"
+                        " (here or in a base class of the files): not an MAE's selection, no masked count reaches it",
+                    )
+                del gaining[cls]
         for cls, methods in gaining.items():
             owner = class_reference(ctx, cls)
             # A method whose own site is refused gains no `num_masked`: no caller may pass

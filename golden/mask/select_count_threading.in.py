@@ -1,6 +1,8 @@
 """Golden: which callees get the count.  forward_loss passes `num_masked` only to a
 method of its own class that gains it *and* receives the same mask: not to a
-skip-marked helper, not to one called with another mask, not to another class's."""
+skip-marked helper, not to one called with another mask, not to another class's.
+That other class defines no forward_loss or forward_decoder: not an MAE, so its own
+selection is left as it is (no count could reach it)."""
 import torch
 import torch.nn as nn
 
