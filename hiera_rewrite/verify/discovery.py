@@ -367,7 +367,7 @@ class Discovery:
             if error is not exc:
                 said += f" (then, handling it: {type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''})"
             hint = _known_incompatibility(dist, error, frames) or f"verify where the repo's code imports, with the {dist} version it was written for"
-            return f"{said}: this environment's {dist} {version} rejects the repo's code, not the rewrite; {hint}"
+            return f"{said}: an incompatibility of this environment ({dist} {version} with the repo's code or the libraries beside it), not of the rewrite; {hint}"
         return None
 
     def components(self, sites: List[Dict[str, Any]], torch, tried: Set[Any]) -> List[Dict[str, Any]]:
