@@ -284,7 +284,51 @@ MAX_SCAN_FILES = 400
 MAX_SCAN_BYTES = 1024 * 1024
 
 
-_SHELL_OPERATORS = {"&&", "||", "|", ";", "&", ";;", "(", ")"}
+class Option:
+    """What the repo's argparse does with an option's words: ``convert`` (its ``type=``,
+    :func:`argtypes.converter`; None: not known), ``nargs``, ``action`` and ``const``."""
+
+    def __init__(self, convert: Optional[Callable[[str], Any]] = None, nargs: Any = None, action: Optional[str] = None, const: Any = None) -> None:
+        self.convert, self.nargs, self.action, self.const = convert, nargs, action, const
+
+    def takes(self) -> Optional[Tuple[int, Optional[int]]]:
+        """(least, most) words the option takes (most None: any number), or None when not known."""
+        if self.action in ("store_true", "store_false", "store_const", "count", "help", "version"):
+            return 0, 0
+        if self.nargs == "+":
+            return 1, None
+        if self.nargs in ("*", "..."):
+            return 0, None
+        if self.nargs == "?":
+            return 0, 1
+        if isinstance(self.nargs, int):
+            return self.nargs, self.nargs
+        if self.nargs is None and self.action in ("store", "append") :
+            return 1, 1
+        return None
+
+    def value(self, words: List[str]) -> Any:
+        """The value argparse gives for these words (a list where ``nargs`` makes one)."""
+        if self.action == "store_true":
+            return True
+        if self.action == "store_false":
+            return False
+        if self.action == "store_const":
+            return self.const
+        items = [self.word(w) for w in words]
+        if self.nargs in ("+", "*") or isinstance(self.nargs, int):
+            return items
+        if not items:
+            return True if self.nargs != "?" else self.const
+        return items[0] if len(items) == 1 else items
+
+    def word(self, text: str) -> Any:
+        if self.convert is not None:
+            try:
+                return self.convert(text)
+            except Exception:  # noqa: BLE001 -- the repo's own function rejected it: read as before
+                pass
+        return _scalar(text, None)
 
 
 def _scalar(text: str, kind: Optional[str]) -> Any:
@@ -307,67 +351,77 @@ def _scalar(text: str, kind: Optional[str]) -> Any:
     return {"True": True, "False": False, "true": True, "false": False}.get(text, text)
 
 
-def script_arguments(text: str, dests: Dict[str, str], kinds: Dict[str, str]) -> List[Tuple[str, Any]]:
-    """(dest, value) of every ``--name value`` of the python command lines of a shell
-    script (``python main.py``, ``torchrun ... main.py``, ``python -m pkg.main``): several
-    words are a list (``nargs``), none True (a flag); ``$VAR`` from the script's own
-    ``VAR=value`` lines; an argument whose value is still a variable is skipped.
-    ``dests``/``kinds``: the repo's argparse option -> dest and dest -> type."""
-    import shlex  # noqa: PLC0415
+def _option(kind: Any) -> Option:
+    if isinstance(kind, Option):
+        return kind
+    return Option({"int": int, "float": float, "str": str}.get(kind) if isinstance(kind, str) else None)
 
-    env: Dict[str, str] = {}
-    out: List[Tuple[str, Any]] = []
-    for line in re.sub(r"\\\r?\n", " ", text).splitlines():
-        line = line.strip()
-        assign = re.fullmatch(r"(?:export\s+)?([A-Za-z_]\w*)=(\"[^\"]*\"|'[^']*'|\S*)", line)
-        if assign:
-            env[assign.group(1)] = assign.group(2).strip("\"'")
+
+_REDIRECT = re.compile(r"\d*[<>]|&>")
+
+
+def _command_args(command: List[str], dests: Dict[str, str], kinds: Dict[str, Any],
+                  parser_of: Optional[Callable[[str], Tuple[Dict[str, str], Dict[str, Any]]]] = None) -> Optional[Tuple[str, List[Tuple[str, Any]]]]:
+    """(the script it runs, [(dest, value)]) of one command's words, or None where it runs
+    no python script (see :func:`command_lines`)."""
+    runs = [i for i, w in enumerate(command) if w.endswith(".py") and not w.startswith("-")]
+    mod = [i + 1 for i, w in enumerate(command[:-1]) if w == "-m" and i and re.search(r"python[\d.]*$", command[i - 1])]
+    begin = (runs or mod or [None])[0]
+    if begin is None:
+        return None
+    script = command[begin] if runs and begin == runs[0] else command[begin].replace(".", "/") + ".py"
+    if parser_of is not None:
+        dests, kinds = parser_of(script)[:2]
+    args = command[begin + 1:]
+    # a redirection (2>&1, > log) ends the arguments
+    args = args[:next((i for i, w in enumerate(args) if _REDIRECT.match(w)), len(args))]
+    found: List[Tuple[str, Any]] = []
+    i = 0
+    while i < len(args):
+        word = args[i]
+        i += 1
+        if not word.startswith("--") or len(word) < 3:
             continue
-        line = re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: env.get(m.group(1), m.group(0)), line)
-        try:
-            lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
-            lexer.whitespace_split = True
-            lexer.commenters = "#"
-            words = list(lexer)
-        except ValueError:
+        option, eq, inline = word.partition("=")
+        dest = dests.get(option, option[2:].replace("-", "_"))
+        spec = _option(kinds.get(dest))
+        words_of: List[str] = [inline] if eq else []
+        if not eq:
+            most = (spec.takes() or (0, None))[1]
+            while (most is None or len(words_of) < most) and i < len(args) and not (args[i].startswith("-") and not re.match(r"-\.?\d", args[i])):
+                words_of.append(args[i])
+                i += 1
+        if any("$" in w for w in words_of):
             continue
-        command: List[str] = []
-        for word in words + [";"]:
-            if word not in _SHELL_OPERATORS:
-                command.append(word)
-                continue
-            runs = [i for i, w in enumerate(command) if w.endswith(".py")]
-            mod = [i + 1 for i, w in enumerate(command[:-1]) if w == "-m" and i and re.search(r"python[\d.]*$", command[i - 1])]
-            begin = (runs or mod or [None])[0]
-            if begin is not None:
-                args = command[begin + 1:]
-                # a redirection (2>&1, > log) and the descriptor before it end the arguments
-                cut = next((i for i, w in enumerate(args) if w[:1] in "<>"), len(args))
-                args = args[:cut - 1] if cut < len(args) and cut and args[cut - 1].isdigit() else args[:cut]
-                i = 0
-                while i < len(args):
-                    word = args[i]
-                    i += 1
-                    if not word.startswith("--") or len(word) < 3:
-                        continue
-                    option, _, inline = word.partition("=")
-                    words_of: List[str] = [inline] if inline else []
-                    while not inline and i < len(args) and not (args[i].startswith("-") and not re.match(r"-\d", args[i])):
-                        words_of.append(args[i])
-                        i += 1
-                    dest = dests.get(option, option[2:].replace("-", "_"))
-                    if any("$" in w for w in words_of):
-                        continue
-                    kind = kinds.get(dest)
-                    if not words_of:
-                        value: Any = True
-                    elif len(words_of) == 1:
-                        value = _scalar(words_of[0], kind)
-                    else:
-                        value = [_scalar(w, kind) for w in words_of]
-                    out.append((dest, value))
-            command = []
+        found.append((dest, spec.value(words_of)))
+    return script, found
+
+
+def command_lines(text: str, dests: Dict[str, str], kinds: Dict[str, Any],
+                  parser_of: Optional[Callable[[str], Tuple[Dict[str, str], Dict[str, Any]]]] = None) -> List[Tuple[str, List[Tuple[str, Any]]]]:
+    """(the script it runs, [(dest, value)]) of each python command line of a shell script
+    (``python main.py``, ``torchrun ... main.py``, ``python -m pkg.main``), the script read
+    as bash does (:func:`shell.commands`: ``$VAR`` from the script's own assignments, split
+    into words but never into commands; quotes over several lines): its ``--name value``
+    arguments, as many words as the option takes (``nargs``, a flag's action; unknown: up
+    to the next option), converted as the repo's argparse would (``kinds``: dest ->
+    :class:`Option`, or a type name; ``parser_of``: the script run -> its own (dests,
+    kinds)); no words True (a flag); an argument whose value the script computes at run
+    time (still holding ``$``) is skipped.  ``dests``: the repo's option -> dest."""
+    from .shell import commands  # noqa: PLC0415
+
+    out: List[Tuple[str, List[Tuple[str, Any]]]] = []
+    for command in commands(text):
+        run = _command_args(command, dests, kinds, parser_of)
+        if run is not None:
+            out.append(run)
     return out
+
+
+def script_arguments(text: str, dests: Dict[str, str], kinds: Dict[str, Any]) -> List[Tuple[str, Any]]:
+    """(dest, value) of every ``--name value`` of the python command lines of a shell
+    script, in order (:func:`command_lines`)."""
+    return [pair for _, found in command_lines(text, dests, kinds) for pair in found]
 
 
 _INT_LIST = re.compile(r"\s*-?\d+(\s*,\s*-?\d+)*\s*(;\s*-?\d+(\s*,\s*-?\d+)*\s*)*;?\s*")
@@ -397,15 +451,135 @@ def as_sequence(name: str, value: Any, like: Any = NO_DEFAULT) -> Any:
     return list(groups[0]) if isinstance(like, list) else groups[0]
 
 
-def repo_values(root: str, skip: Set[str], every: Optional[Dict[str, List[Tuple[Any, str]]]] = None) -> Dict[str, Tuple[Any, str]]:
+class Namespace:
+    """The arguments one run of the repo's training code gets: a python command line of its
+    shell scripts (its ``--name value`` words, converted as its argparse does, over the
+    argparse defaults of the script it runs), or a mapping of a config file whose keys are
+    the repo's argparse options (a YAML ``base:`` the repo turns into a command line).
+    ``values``: dest -> value; ``origin``: dest -> where it was found; ``where``: the run."""
+
+    def __init__(self, where: str, values: Dict[str, Any], origin: Dict[str, str], given: Optional[Set[str]] = None) -> None:
+        self.where, self.values, self.origin = where, values, origin
+        self.given = set(values) if given is None else set(given)  # not argparse defaults
+
+    def __repr__(self) -> str:
+        return f"<arguments of {self.where}>"
+
+
+def _parser_options(tree: ast.AST, path: Path, sources: Any) -> Tuple[Dict[str, str], Dict[str, Option], List[Tuple[str, Any]], List[Tuple[str, Any]]]:
+    """({--option: dest}, {dest: Option}, [(dest, default)], [(dest, choice)]) of the
+    ``add_argument`` calls of a Python file; a string default given through its ``type``
+    (as argparse does), ``set_defaults(x=...)`` over the options' own."""
+    from .argtypes import converter  # noqa: PLC0415
+
+    dests: Dict[str, str] = {}
+    options: Dict[str, Option] = {}
+    defaults: List[Tuple[str, Any]] = []
+    choices: List[Tuple[str, Any]] = []
+    overrides: List[Tuple[str, Any]] = []  # parser.set_defaults(x=...): over add_argument's
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "set_defaults":
+            for k in node.keywords:
+                try:
+                    overrides.append((k.arg, ast.literal_eval(k.value))) if k.arg else None
+                except (ValueError, SyntaxError, TypeError):
+                    pass
+            continue
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"):
+            continue
+        opts = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        longs = [o for o in opts if o.startswith("--")] or [o for o in opts if not o.startswith("-")]
+        dest = kw["dest"].value if isinstance(kw.get("dest"), ast.Constant) else (longs[0].lstrip("-").replace("-", "_") if longs else None)
+        if not dest or not isinstance(dest, str):
+            continue
+        for opt in opts:
+            dests.setdefault(opt, dest)
+
+        def const(key: str) -> Any:
+            try:
+                return ast.literal_eval(kw[key]) if key in kw else None
+            except (ValueError, SyntaxError, TypeError):
+                return None
+
+        try:
+            convert = converter(kw.get("type"), str(path), sources)
+        except Exception:  # noqa: BLE001 -- an odd type: not known
+            convert = None
+        action = const("action") if isinstance(kw.get("action"), ast.Constant) else ("store" if "action" not in kw else None)
+        option = Option(convert, const("nargs"), action, const("const"))
+        options.setdefault(dest, option)
+        if "default" in kw:
+            try:
+                default = ast.literal_eval(kw["default"])
+            except (ValueError, SyntaxError, TypeError):
+                pass
+            else:
+                if isinstance(default, str) and convert is not None and convert is not str:
+                    try:
+                        default = convert(default)
+                    except Exception:  # noqa: BLE001
+                        pass
+                defaults.append((dest, default))
+        elif action == "store_true":
+            defaults.append((dest, False))
+        elif action == "store_false":
+            defaults.append((dest, True))
+        if "choices" in kw:
+            found = const("choices")
+            if isinstance(found, (list, tuple, set)):
+                choices.extend((dest, option_) for option_ in found)
+    if overrides:
+        set_to = dict(overrides)
+        defaults = [(d, set_to.pop(d)) if d in set_to else (d, v) for d, v in defaults] + list(set_to.items())
+    return dests, options, defaults, choices
+
+
+def config_arguments(data: Dict[Any, Any], dests: Dict[str, str], options: Dict[str, Option]) -> Dict[str, Any]:
+    """A config mapping's values as the repo's argparse gives them when the repo passes
+    them as ``--key value`` (``input_size: 1 54`` -> [1, 54], ``q_strides: 5,1,1;15,1,1``
+    through its own type; ``key: ~`` a flag): a string split into words, each converted
+    (:class:`Option`); other keys and values as they are."""
+    out: Dict[Any, Any] = {}
+    for key, value in data.items():
+        dest = dests.get(f"--{key}", key) if isinstance(key, str) else key
+        option = options.get(dest) if isinstance(dest, str) else None
+        if option is not None and isinstance(value, str):
+            words = value.split()
+            spec_takes = option.takes()
+            if len(words) == 1 or option.nargs in ("+", "*") or isinstance(option.nargs, int) or spec_takes is None:
+                value = option.value(words) if words else value
+        elif option is not None and value is None and option.action in ("store_true", "store_false", "store_const"):
+            value = option.value([])
+        out[key] = value
+    return out
+
+
+def _is_namespace(data: Any, dests: Dict[str, str]) -> bool:
+    """A mapping most of whose keys are the repo's argparse options (at least 3)."""
+    if not isinstance(data, dict):
+        return False
+    keys = [k for k in data if isinstance(k, str)]
+    known = [k for k in keys if f"--{k}" in dests or f"--{k.replace('_', '-')}" in dests]
+    return len(known) >= 3 and 2 * len(known) >= len(keys)
+
+
+def repo_values(root: str, skip: Set[str], every: Optional[Dict[str, List[Tuple[Any, str]]]] = None,
+                namespaces: Optional[List[Namespace]] = None) -> Dict[str, Tuple[Any, str]]:
     """{name: (value, where)}: the values the repo itself uses -- the ``--name value``
     arguments of the python command lines of its shell scripts (what it runs), keys of
     its JSON configs (YAML too where a YAML parser is importable here), argparse
     ``add_argument("--x", default=...)`` in its scripts (what it runs when a script gives
     none).  In that order, the first found wins; within a kind smaller model names
-    ("tiny") and shallower files first.  ``every``, if given, gets each value found for
-    each name, in that order, argparse ``choices=[...]`` after the defaults."""
+    ("tiny") and shallower files first.  A script's words and a config value for an
+    argparse option are what the repo's argparse makes of them (its ``type=`` functions,
+    :mod:`argtypes`; ``nargs``).  ``every``, if given, gets each value found for each
+    name, in that order, argparse ``choices=[...]`` after the defaults; ``namespaces``,
+    if given, each run's whole set of arguments (:class:`Namespace`), in that order."""
+    from .argtypes import Sources  # noqa: PLC0415
+
     every = every if every is not None else {}
+    namespaces = namespaces if namespaces is not None else []
     try:
         import yaml  # noqa: PLC0415 -- the user's environment may lack it
     except Exception:  # noqa: BLE001
@@ -422,15 +596,37 @@ def repo_values(root: str, skip: Set[str], every: Optional[Dict[str, List[Tuple[
     choices: List[Tuple[str, Any, str]] = []  # argparse choices=[...]: after the defaults
     found_defaults: List[Tuple[str, Any, str]] = []
     dests: Dict[str, str] = {}  # --option -> dest
-    kinds: Dict[str, str] = {}  # dest -> its argparse type (int, float, str)
+    kinds: Dict[str, Option] = {}  # dest -> what its argparse does with its words
+    parsers: Dict[str, Tuple[Dict[str, str], Dict[str, Option], Dict[str, Any]]] = {}  # file -> its parser's
+    imports: Dict[str, List[str]] = {}  # file -> the repo files it imports
+    sources = Sources(root)
 
     def take(data, where: str) -> None:
         if isinstance(data, dict):
+            if any(isinstance(k, str) and (f"--{k}" in dests) for k in data):
+                data = config_arguments(data, dests, kinds)
             for key, value in data.items():
                 if isinstance(key, str):
                     values.setdefault(key, (value, where))
                     every.setdefault(key, []).append((value, where))
                     take(value, where)
+
+    def configs(data, where: str, depth: int = 0) -> None:
+        """The mappings of a config file that are a run's arguments."""
+        if depth > 3:
+            return
+        if _is_namespace(data, dests):
+            args = config_arguments(data, dests, kinds)
+            args = {dests.get(f"--{k}", k): v for k, v in args.items() if isinstance(k, str)}
+            origin = {k: where for k in args}
+            given = set(args)
+            for dest, (value, at) in defaults.items():
+                if dest not in args:
+                    args[dest], origin[dest] = value, at
+            namespaces.append(Namespace(where, args, origin, given))
+        if isinstance(data, dict):
+            for key, value in data.items():
+                configs(value, f"{where}:{key}" if depth == 0 else f"{where}.{key}", depth + 1)
 
     texts: List[Tuple[Path, str, str]] = []
     for path in found[:MAX_SCAN_FILES]:
@@ -448,42 +644,64 @@ def repo_values(root: str, skip: Set[str], every: Optional[Dict[str, List[Tuple[
             tree = ast.parse(text)
         except (SyntaxError, ValueError):
             continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
-                opts = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-                kw = {k.arg: k.value for k in node.keywords if k.arg}
-                longs = [o for o in opts if o.startswith("--")] or [o for o in opts if not o.startswith("-")]
-                dest = kw["dest"].value if isinstance(kw.get("dest"), ast.Constant) else (longs[0].lstrip("-").replace("-", "_") if longs else None)
-                if not dest:
-                    continue
-                for opt in opts:
-                    dests.setdefault(opt, dest)
-                if isinstance(kw.get("type"), ast.Name) and kw["type"].id in ("int", "float", "str"):
-                    kinds.setdefault(dest, kw["type"].id)
-                if "default" in kw:
-                    try:
-                        defaults.setdefault(dest, (ast.literal_eval(kw["default"]), f"{where} --{dest}"))
-                        found_defaults.append((dest, ast.literal_eval(kw["default"]), f"{where} --{dest}"))
-                    except (ValueError, SyntaxError, TypeError):
-                        pass
-                if "choices" in kw:
-                    try:
-                        options = ast.literal_eval(kw["choices"])
-                    except (ValueError, SyntaxError, TypeError):
-                        options = ()
-                    if isinstance(options, (list, tuple, set)):
-                        choices.extend((dest, option, f"{where} --{dest} choices") for option in options)
+        sources.add(str(path), tree)
+        file_dests, file_options, file_defaults, file_choices = _parser_options(tree, path, sources)
+        parsers[where] = (file_dests, file_options, dict(file_defaults))
+        imports[where] = [os.path.relpath(f, root) for f in (
+            sources.module_file(n.module or "", n.level, str(path)) if isinstance(n, ast.ImportFrom) else sources.module_file(a.name, 0, str(path))
+            for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in (n.names if isinstance(n, ast.Import) else [None])
+        ) if f is not None]
+        for opt, dest in file_dests.items():
+            dests.setdefault(opt, dest)
+        for dest, option in file_options.items():
+            kinds.setdefault(dest, option)
+        for dest, default in file_defaults:
+            defaults.setdefault(dest, (default, f"{where} --{dest}"))
+            found_defaults.append((dest, default, f"{where} --{dest}"))
+        choices.extend((dest, option, f"{where} --{dest} choices") for dest, option in file_choices)
+
+    def parser_of(script: str) -> Tuple[Dict[str, str], Dict[str, Option], Dict[str, Any], Optional[str]]:
+        """The argparse a command line's script uses: its own, else that of the repo files
+        it imports (run_pretrain.py: main_pretrain's get_args_parser); else the repo's."""
+        norm = os.path.normpath(script).lstrip("./") if "$" not in script else None
+        cands = [w for w in parsers if norm and (w == norm or w.endswith(os.sep + norm))] or \
+                [w for w in parsers if norm and os.path.basename(w) == os.path.basename(norm)]
+        for w in cands[:1]:
+            chain = [w] + imports.get(w, [])
+            for f in chain:
+                if f in parsers and parsers[f][1]:
+                    d, o, defs = parsers[f]
+                    return dict(dests, **d), dict(kinds, **o), defs, f
+        return dests, kinds, {k: v for k, (v, _) in defaults.items()}, None
+
     for path, text, where in texts:
         try:
             if path.suffix in _SCRIPT_FILES:
-                for dest, value in script_arguments(text, dests, kinds):
-                    values.setdefault(dest, (value, f"{where} --{dest}"))
-                    every.setdefault(dest, []).append((value, f"{where} --{dest}"))
+                for script, pairs in command_lines(text, dests, kinds, parser_of):
+                    for dest, value in pairs:
+                        values.setdefault(dest, (value, f"{where} --{dest}"))
+                        every.setdefault(dest, []).append((value, f"{where} --{dest}"))
+                    if not pairs:
+                        continue
+                    file_defaults, used = parser_of(script)[2:]
+                    args = {}
+                    origin = {}
+                    for dest, value in pairs:  # argparse: the last one given wins
+                        args[dest], origin[dest] = value, f"{where} --{dest}"
+                    given = set(args)
+                    for dest, value in file_defaults.items():
+                        if dest not in args:
+                            args[dest], origin[dest] = value, f"{used or 'argparse'} --{dest}"
+                    namespaces.append(Namespace(f"{where} (python {script})", args, origin, given))
             elif path.suffix == ".json":
-                take(json.loads(text), where)
+                data = json.loads(text)
+                take(data, where)
+                configs(data, where)
             elif path.suffix in (".yaml", ".yml"):
                 if yaml is not None:
-                    take(yaml.safe_load(text), where)
+                    data = yaml.safe_load(text)
+                    take(data, where)
+                    configs(data, where)
         except Exception:  # noqa: BLE001 -- an unreadable or odd file only gives no values
             continue
     for dest, found_value in defaults.items():
@@ -882,11 +1100,66 @@ def variant_key(value: Any) -> Any:
     return "_".join(w for w in re.split(r"[^a-z0-9]+", value.lower()) if w not in _SIZE_WORDS)
 
 
+_INPUT_NAMES = ("input_size", "img_size", "image_size", "input_shape", "image_shape", "seq_len", "sequence_length", "num_frames")
+
+
+def _input_cost(ns: "Namespace") -> float:
+    """The number of input elements a run's configuration states (its first size-named
+    value: ``input_size: [450, 1, 75]``), inf where it states none."""
+    for name in _INPUT_NAMES:
+        value = ns.values.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return float(value)
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+            return float(math.prod(value))
+    return math.inf
+
+
+def passthrough(func) -> Optional[Tuple[Dict[str, str], List[str]]]:
+    """For a factory taking ``**kwargs`` that reads keys of it and hands it on to the model
+    it returns -- ``def f(**kw): return Net(embed_dim=kw["init_embed_dim"], ..., **kw)``,
+    the factory a training script calls with its whole argparse namespace
+    (``models.__dict__[args.model](**vars(args))``) --: ({keyword: the key it is read
+    from}, [the keys read]); None for anything else (upstream's ``hiera_tiny_224(**kw)``
+    reads no key)."""
+    try:
+        node = ast.parse(textwrap.dedent(inspect.getsource(func))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return None
+    if not isinstance(node, ast.FunctionDef) or node.args.kwarg is None:
+        return None
+    kw = node.args.kwarg.arg
+
+    def key_of(expr: ast.AST) -> Optional[str]:
+        if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and expr.value.id == kw:
+            return expr.slice.value if isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, str) else None
+        if (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "get"
+                and isinstance(expr.func.value, ast.Name) and expr.func.value.id == kw and expr.args
+                and isinstance(expr.args[0], ast.Constant) and isinstance(expr.args[0].value, str)):
+            return expr.args[0].value
+        return None
+
+    reads = [k for k in (key_of(sub) for sub in ast.walk(node)) if k is not None]
+    handed: Dict[str, str] = {}
+    passes = False
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and any(k.arg is None and isinstance(k.value, ast.Name) and k.value.id == kw for k in sub.keywords):
+            passes = True
+            for k in sub.keywords:
+                key = key_of(k.value) if k.arg else None
+                if key is not None:
+                    handed[k.arg] = key
+    if not passes or not reads:
+        return None
+    return handed, list(dict.fromkeys(reads))
+
+
 class Building:
     """Builds candidates small, filling what they need (a mixin of the worker)."""
 
     _inner: List[Any] = []  # the classes whose modes are being made for a module argument
     _repo_every: Dict[str, List[Tuple[Any, str]]] = {}  # name -> every value the repo gives, in order
+    _namespaces: List["Namespace"] = []  # each run's arguments (repo_values), in order
 
     def scan_root(self) -> str:
         """The folder whose scripts, configs and tests give values: the repo root (VCS
@@ -911,10 +1184,12 @@ class Building:
         its argparse defaults and config files (:func:`repo_values`)."""
         if self._repo is None:
             every: Dict[str, List[Tuple[Any, str]]] = {}
+            namespaces: List[Namespace] = []
             self._repo = dict(self.call_values(every))
-            for key, value in repo_values(self.scan_root(), SCAN_SKIP, every).items():
+            for key, value in repo_values(self.scan_root(), SCAN_SKIP, every, namespaces).items():
                 self._repo.setdefault(key, value)
             self._repo_every = every
+            self._namespaces = namespaces
         return self._repo
 
     def choices(self, name: str, ctor: Any = None, like: Any = NO_DEFAULT) -> List[Tuple[Any, str]]:
@@ -1187,6 +1462,31 @@ class Building:
                 pass
         return cand.get("cls")
 
+    def namespace_for(self, cand: Dict[str, Any]) -> Optional[Tuple["Namespace", Dict[str, str], List[str]]]:
+        """(the run, {keyword: key}, keys read) whose arguments a factory handing its
+        ``**kwargs`` on to its model (:func:`passthrough`) is called with: the first of the
+        repo's runs (:class:`Namespace`: its scripts' command lines, then its configs) that
+        gives, itself, a key the factory reads or the model takes, and has every key the
+        factory reads (from its argparse defaults too) -- one naming the factory
+        (``--model hbehavemae``) before the others, and among those the one with the
+        smallest input (``input_size``; then in file order); None where the factory is no
+        such one."""
+        if not cand.get("factory") or cand.get("cls") is None:
+            return None
+        try:
+            found = passthrough(self.resolve(cand["module"], cand["attr"]))
+        except Exception:  # noqa: BLE001
+            return None
+        if found is None:
+            return None
+        handed, reads = found
+        self.repo()
+        params = init_params(cand["cls"])[0]
+        runs = [ns for ns in self._namespaces if all(k in ns.values for k in reads) and any(k in ns.given for k in [*reads, *params])]
+        named = [ns for ns in runs if any(v == cand["attr"] for k, v in ns.values.items() if k in ns.given and isinstance(v, str))]
+        run = min(named or runs, key=_input_cost, default=None)  # the smallest input first (stable: file order)
+        return None if run is None else (run, handed, reads)
+
     def modes(self, cand: Dict[str, Any]) -> List[Dict[str, Any]]:
         """The ways to build a candidate, smallest first."""
         user = dict(self.spec["kwargs"], **cand.get("kwargs", {}))
@@ -1197,6 +1497,21 @@ class Building:
         out = []
         given = dict(cand["recipe"], **user)
         computed: Dict[str, Any] = {}
+        # a factory called with a run's whole argparse namespace (**vars(args)) that hands it
+        # on to its model: the model's arguments are that run's -- one consistent
+        # configuration (strides, patch kernel, input size of one script), not the class's
+        # defaults nor values gathered name by name from different scripts
+        run = self.namespace_for(cand)
+        if run is not None:
+            ns, handed, reads = run
+            for key, value in ns.values.items():
+                if key in params and key not in cand["recipe"] and key not in user:
+                    # a string the script parses itself later ("5,1,1;1,3,1"): what it stands for
+                    given[key] = as_sequence(key, value, params[key])
+            for key, read in handed.items():
+                if given.get(key) is OPAQUE and read in ns.values and key not in user:
+                    given[key] = computed[key] = as_sequence(key, ns.values[read], params.get(key, NO_DEFAULT))
+                    self.origin[key] = ns.origin.get(read, ns.where)
         for key, value in list(given.items()):
             if value is OPAQUE:  # the factory computes it: as if missing (fill), else the default
                 try:
@@ -1264,8 +1579,17 @@ class Building:
                     pick = inner[min(i, len(inner) - 1)]
                     mode["kwargs"] = dict(mode["kwargs"], **{key: ModuleArg(value.cand, pick)})
                     mode["how"] += f", {key}={value.cand['module']}:{value.cand['attr']} ({pick['how']})"
+        if run is not None:
+            for mode in out:
+                mode["how"] += f", the arguments of {run[0].where}"
         if cand["factory"]:
-            out.append({"module": cand["module"], "attr": cand["attr"], "kwargs": dict(user), "how": "the factory"})
+            factory_kwargs = dict(user)
+            how = "the factory"
+            if run is not None:  # called as the run calls it: its keys the factory reads or its model takes
+                ns = run[0]
+                factory_kwargs = dict({k: v for k, v in ns.values.items() if k in run[2] or (k in params and k not in cand["recipe"])}, **user)
+                how += f" with the arguments of {ns.where}"
+            out.append({"module": cand["module"], "attr": cand["attr"], "kwargs": factory_kwargs, "how": how})
         for mode in out:
             mode["required"] = sorted(required - set(mode["kwargs"])) if mode["attr"] == direct["attr"] else []
         return out

@@ -18,6 +18,7 @@ import functools
 import inspect
 import itertools
 import math
+import numbers
 import textwrap
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -89,10 +90,12 @@ class Inputs:
     @staticmethod
     def _ints(value, dims: Optional[int] = None) -> Optional[List[int]]:
         """``value`` as one positive int per dim (an int: per dim where it is one dim's,
-        or its exact root over ``dims``: a flattened 2x2 stride of 4), else None."""
-        if isinstance(value, (tuple, list)) and value and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        or its exact root over ``dims``: a flattened 2x2 stride of 4), else None; numpy's
+        integers count (``tuple(np.prod(q_strides, axis=0))``)."""
+        if isinstance(value, (tuple, list)) and value and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0 for v in value):
             return [int(v) for v in value] if dims is None or len(value) == dims else None
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0 and dims:
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0 and dims:
+            value = int(value)
             root = round(value ** (1 / dims))
             return [root] * dims if root ** dims == value else None
         return None
@@ -120,7 +123,7 @@ class Inputs:
             patch = [int(s) for s in conv.stride]
         dims = len(patch)
         mu, qs = self._ints(knob("mask_unit_size"), dims), self._ints(knob("q_stride"), dims)
-        if mu is None and qs is None:
+        if mu is None and qs is None and not isinstance(knob("q_strides"), (tuple, list)):
             return None
         mu, qs = mu or [1] * dims, qs or [1] * dims
         pools = 0
@@ -132,27 +135,56 @@ class Inputs:
         if isinstance(q_pool, int) and not isinstance(q_pool, bool):
             pools = max(pools, q_pool)
         unit = [math.lcm(m, q ** pools) for m, q in zip(mu, qs)]
-        tokens = self._ints(getattr(model, "tokens_spatial_shape", None), dims)
+        # a stride per pooling stage (q_strides=[(5, 1, 1), (1, 3, 1)]): the product of those
+        # the pools apply, per dim
+        per_stage = knob("q_strides")
+        if isinstance(per_stage, (tuple, list)) and per_stage:
+            strides = [self._ints(s, dims) for s in per_stage]
+            if all(s is not None for s in strides):
+                count = min(len(strides), max(pools, 1)) if pools else len(strides)
+                unit = [math.lcm(u, math.prod(s[d] for s in strides[:count])) for d, u in enumerate(unit)]
+        tokens: Optional[List[Optional[int]]] = self._ints(getattr(model, "tokens_spatial_shape", None))
         if tokens is None:
             size = self.stated_size(model, kwargs, torch, defaults)
-            tokens = [int(s) // p for s, p in zip(size, patch)] if size and len(size) == dims else None
+            tokens = [int(s) // p for s, p in zip(size[-dims:], patch[-len(size):])] if size and len(size) <= dims else None
+        if tokens is not None and len(tokens) < dims:
+            # a grid of the trailing dims only (a model taking any number of frames keeps
+            # the spatial grid): the leading ones are free
+            tokens = [None] * (dims - len(tokens)) + list(tokens)
+        elif tokens is not None and len(tokens) > dims:
+            tokens = None
         return patch, unit, tokens
 
     def small_input_size(self, model, kwargs: Dict[str, Any], torch, defaults: Optional[Dict[str, Any]] = None) -> Optional[List[int]]:
         """Smallest input with 2 units per dim that Unroll/Reroll and the mask units accept
-        (1 where the model's own grid is one unit), or None (:meth:`input_grid`)."""
+        (1 where the model's own grid is one unit; more along the first dim where a forward
+        masking its own input with its default ``mask_ratio`` would keep none), or None
+        (:meth:`input_grid`)."""
         grid = self.input_grid(model, kwargs, torch, defaults)
         if grid is None:
             return None
         patch, unit, tokens = grid
         # a grid of exactly one unit stays one; one that holds no whole number of units
         # (fewer tokens than a unit: 32-px patches at 224) cannot be the one it runs at
-        return [(u if tokens and tokens[i] == u else 2 * u) * p for i, (p, u) in enumerate(zip(patch, unit))]
+        counts = [1 if tokens and tokens[i] is not None and tokens[i] == u else 2 for i, u in enumerate(unit)]
+        # a forward that masks its own input (mask_ratio=0.6 by default) keeps
+        # int(units * (1 - ratio)) of them: at least one kept (a grid growing in one dim only
+        # had 2 units, none kept), more units along the first dim that may grow
+        ratio = self._forward_params(model).get("mask_ratio")
+        ratio = getattr(ratio, "default", None)
+        free = [i for i, c in enumerate(counts) if c == 2]
+        if isinstance(ratio, float) and 0 < ratio < 1 and free:
+            while int(math.prod(counts) * (1 - ratio)) < 1 and math.prod(counts) < 64:
+                counts[free[0]] += 1
+        return [c * u * p for c, p, u in zip(counts, patch, unit)]
 
     def own_size(self, model, kwargs: Dict[str, Any], torch, defaults: Optional[Dict[str, Any]] = None) -> Optional[List[int]]:
         """The input size a model is built for: a Hiera-like model's token grid times its
         patch stride (its first convolution's stride where it keeps none), else the size it
-        states (:meth:`stated_size`); None if it states none."""
+        states (:meth:`stated_size`), where that names fewer dims than its first
+        convolution has (a model taking any number of frames states only its spatial grid)
+        with the leading dims the smallest its patches and mask units accept; None if it
+        states none."""
         tokens = self._ints(getattr(model, "tokens_spatial_shape", None))
         if tokens is not None:
             patch = self._ints(getattr(model, "patch_stride", None), len(tokens))
@@ -161,7 +193,18 @@ class Inputs:
                 patch = [int(s) for s in conv.stride] if conv is not None and len(conv.stride) == len(tokens) else None
             if patch is not None:
                 return [t * p for t, p in zip(tokens, patch)]
-        return self.stated_size(model, kwargs, torch, defaults)
+        size = self.stated_size(model, kwargs, torch, defaults)
+        conv = next((m for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)), None)
+        if size and conv is not None and len(size) < len(conv.kernel_size):
+            # a size of the trailing dims only (input_size=(1, 54) for (frames, 1, 54), the
+            # frames free): the leading dims the smallest its patches and units accept
+            grid = self.input_grid(model, kwargs, torch, defaults)
+            lead = len(conv.kernel_size) - len(size)
+            if grid is not None and len(grid[0]) == len(conv.kernel_size):
+                size = [2 * u * p for p, u in zip(grid[0][:lead], grid[1][:lead])] + list(size)
+            else:
+                size = [2 * int(s) for s in conv.stride[:lead]] + list(size)
+        return size
 
     def bench_shape(self, model, kwargs: Dict[str, Any], bench: Dict[str, Any], verified: List[int], torch, layout: str = "channels_first") -> List[int]:
         """--verify-cuda's input: ``--bench-batch`` inputs at ``--bench-size``, else at the
