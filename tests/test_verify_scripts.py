@@ -16,6 +16,7 @@ are copies of the installed upstream package, read at test time).
 
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -434,3 +435,68 @@ def test_a_namespace_factory_built_with_a_yaml_configs_run(tmp_path: Path, capsy
     out = assert_all_proven(behaviour_repo(tmp_path, yaml_config=True), capsys)
     assert "model models.hiera:hbehave -> Hiera  input (2, 1, 4, 2, 16)" in out, out
     assert "the arguments of scripts/configs.yml:base" in out, out
+
+
+# -- a method a later def of the same name replaces --------------------------------------------
+
+
+def test_a_site_in_a_replaced_method_is_dead_code(tmp_path: Path, capsys):
+    """A fork pasting a new ``forward`` below the old one in the same class body: the old
+    one's sites can never run (unreachable in the original: dead code), and verify does
+    not keep building models to reach them; the live copy's sites are proven (before: NOT
+    PROVEN, 'no compared case ran it')."""
+    from hiera_rewrite import cli
+    from tests.test_verify_layouts import classifier_fork, verify, write
+
+    pytest.importorskip("torch")
+    sources = classifier_fork()
+    hiera = sources["hiera.py"]
+    start = hiera.index("    def forward(\n        self,\n        x: torch.Tensor,\n        mask: torch.Tensor = None,")
+    live = hiera[start:].rstrip("\n") + "\n"
+    sources["hiera.py"] = hiera[:start] + live + "\n" + live
+    dead_line = hiera[:start].count("\n") + 1
+    live_line = dead_line + live.count("\n") + 1
+    code, out, err = verify(write(tmp_path / "x" / "hiera", sources), capsys)
+    assert code == cli.EXIT_CHANGED, out + err
+    assert "verify: PASSED (2/3 sites exercised, 1 unreachable in the original, every comparison equal)" in out, out
+    assert f"the later def forward replaces it at {tmp_path}/x/hiera/hiera.py:{live_line} (dead code: no call runs it)" in out, out
+    assert re.search(r"hiera\.py:\d+:\d+ HR003 in Hiera\.forward: the later def forward replaces it", out), out
+
+
+# -- a run-time switch of the model ------------------------------------------------------------
+
+WEIGHTS_EDITS = [
+    ("        norm_layer: nn.Module = partial(nn.LayerNorm, eps=1e-6),\n        **kwdargs,\n    ):",
+     "        norm_layer: nn.Module = partial(nn.LayerNorm, eps=1e-6),\n        with_weights: bool = False,\n        **kwdargs,\n    ):"),
+    ("        del self.norm, self.head\n", "        del self.norm, self.head\n        self.with_weights = with_weights\n"),
+    ("        self, x: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor\n    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:",
+     "        self, x: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor, weights: Optional[torch.Tensor] = None\n    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:"),
+    ("        pred = pred[mask]\n        loss = (pred - label) ** 2\n",
+     "        pred = pred[mask]\n        loss = (pred - label) ** 2\n        if weights is not None:  # a weight per input value\n"
+     "            loss = loss * self.get_pixel_label_2d(weights, mask)\n"),
+    ("    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:\n\n        latent, mask = self.forward_encoder(x, mask_ratio, mask=mask)",
+     "    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:\n        weights = None\n"
+     "        if self.with_weights:  # the input's values, then their weights, stacked on the last dim\n"
+     "            x, weights = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]\n"
+     "        latent, mask = self.forward_encoder(x, mask_ratio, mask=mask)"),
+    ("        return *self.forward_loss(x, pred, ~pred_mask), mask", "        return *self.forward_loss(x, pred, ~pred_mask, weights), mask"),
+]
+
+
+def test_a_path_behind_a_run_time_switch(tmp_path: Path, capsys):
+    """An MAE whose loss weighting runs only with ``with_weights=True`` (default False,
+    read in ``forward``), its input then the values and their weights stacked on the last
+    dim: while that site is partly run, the model is built again with the switch on, and
+    its input, where the original raises with the model's own, twice as wide (before: NOT
+    PROVEN, 'only part of it ran')."""
+    from tests.test_verify_layouts import _cut_factories, assert_all_proven, classifier_fork, sub, upstream_files, write
+
+    pytest.importorskip("torch")
+    sources = classifier_fork()
+    mae = _cut_factories(upstream_files()["hiera_mae.py"])
+    for old, new in WEIGHTS_EDITS:
+        mae = sub(mae, old, new)
+    sources["hiera_mae.py"] = mae
+    out = assert_all_proven(write(tmp_path / "x" / "hiera", sources), capsys)
+    assert "model hiera.hiera_mae:MaskedAutoencoderHiera (class) (with_weights=True)  input (2, 3, 64, 128)" in out, out
+    assert "with_weights=True" in out and "the original raised with (2, 3, 64, 64)" in out, out

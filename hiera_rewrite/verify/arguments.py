@@ -598,7 +598,7 @@ def repo_values(root: str, skip: Set[str], every: Optional[Dict[str, List[Tuple[
     dests: Dict[str, str] = {}  # --option -> dest
     kinds: Dict[str, Option] = {}  # dest -> what its argparse does with its words
     parsers: Dict[str, Tuple[Dict[str, str], Dict[str, Option], Dict[str, Any]]] = {}  # file -> its parser's
-    imports: Dict[str, List[str]] = {}  # file -> the repo files it imports
+    pyfiles: Dict[str, Path] = {}  # every Python file read, by its path in the repo
     sources = Sources(root)
 
     def take(data, where: str) -> None:
@@ -640,6 +640,9 @@ def repo_values(root: str, skip: Set[str], every: Optional[Dict[str, List[Tuple[
         texts.append((path, text, where))
         if path.suffix != ".py":
             continue
+        pyfiles[where] = path
+        if "add_argument" not in text and "set_defaults" not in text:
+            continue  # no parser here: parsed only if a script runs it (its imports)
         try:
             tree = ast.parse(text)
         except (SyntaxError, ValueError):
@@ -647,10 +650,6 @@ def repo_values(root: str, skip: Set[str], every: Optional[Dict[str, List[Tuple[
         sources.add(str(path), tree)
         file_dests, file_options, file_defaults, file_choices = _parser_options(tree, path, sources)
         parsers[where] = (file_dests, file_options, dict(file_defaults))
-        imports[where] = [os.path.relpath(f, root) for f in (
-            sources.module_file(n.module or "", n.level, str(path)) if isinstance(n, ast.ImportFrom) else sources.module_file(a.name, 0, str(path))
-            for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in (n.names if isinstance(n, ast.Import) else [None])
-        ) if f is not None]
         for opt, dest in file_dests.items():
             dests.setdefault(opt, dest)
         for dest, option in file_options.items():
@@ -660,19 +659,37 @@ def repo_values(root: str, skip: Set[str], every: Optional[Dict[str, List[Tuple[
             found_defaults.append((dest, default, f"{where} --{dest}"))
         choices.extend((dest, option, f"{where} --{dest} choices") for dest, option in file_choices)
 
+    def imports_of(where: str) -> List[str]:
+        """The repo files a Python file imports at its top level."""
+        path = str(pyfiles[where])
+        tree = sources.tree(path)
+        found = []
+        for n in tree.body if tree is not None else []:
+            if isinstance(n, ast.ImportFrom):
+                found.append(sources.module_file(n.module or "", n.level, path))
+            elif isinstance(n, ast.Import):
+                found.extend(sources.module_file(a.name, 0, path) for a in n.names)
+        return [os.path.relpath(f, root) for f in found if f is not None]
+
+    ran: Dict[str, Tuple[Dict[str, str], Dict[str, Option], Dict[str, Any], Optional[str]]] = {}
+
     def parser_of(script: str) -> Tuple[Dict[str, str], Dict[str, Option], Dict[str, Any], Optional[str]]:
         """The argparse a command line's script uses: its own, else that of the repo files
         it imports (run_pretrain.py: main_pretrain's get_args_parser); else the repo's."""
+        if script in ran:
+            return ran[script]
         norm = os.path.normpath(script).lstrip("./") if "$" not in script else None
-        cands = [w for w in parsers if norm and (w == norm or w.endswith(os.sep + norm))] or \
-                [w for w in parsers if norm and os.path.basename(w) == os.path.basename(norm)]
+        cands = [w for w in pyfiles if norm and (w == norm or w.endswith(os.sep + norm))] or \
+                [w for w in pyfiles if norm and os.path.basename(w) == os.path.basename(norm)]
+        found = (dests, kinds, {k: v for k, (v, _) in defaults.items()}, None)
         for w in cands[:1]:
-            chain = [w] + imports.get(w, [])
-            for f in chain:
+            for f in [w] + (imports_of(w) if not (w in parsers and parsers[w][1]) else []):
                 if f in parsers and parsers[f][1]:
                     d, o, defs = parsers[f]
-                    return dict(dests, **d), dict(kinds, **o), defs, f
-        return dests, kinds, {k: v for k, (v, _) in defaults.items()}, None
+                    found = (dict(dests, **d), dict(kinds, **o), defs, f)
+                    break
+        ran[script] = found
+        return found
 
     for path, text, where in texts:
         try:
@@ -1038,6 +1055,26 @@ def init_params(cls) -> Tuple[Dict[str, Any], Set[str]]:
         if not var_kw:
             break
     return params, required
+
+
+def runtime_switches(cls) -> List[str]:
+    """Constructor arguments of ``cls`` (its ``__init__`` and its bases' in the user's
+    files) that default to False and that a method other than ``__init__`` reads as
+    ``self.<name>``: switches of a code path at run time (``return_likelihoods=False``,
+    ``data_augment=False``), in signature order; not ones loading weights."""
+    flags = [n for n, d in init_params(cls)[0].items() if d is False and not any(w in n.lower() for w in _CHECKPOINT_WORDS)]
+    read: Set[str] = set()
+    for klass in cls.__mro__:
+        if klass.__module__.startswith(("torch", "builtins")):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":
+                read |= {s.attr for s in ast.walk(node) if isinstance(s, ast.Attribute) and isinstance(s.value, ast.Name) and s.value.id == "self" and isinstance(s.ctx, ast.Load)}
+    return [n for n in flags if n in read]
 
 
 def literal(node: ast.AST, env: Dict[str, Any]) -> Any:
@@ -1690,6 +1727,9 @@ class Building:
                 raise ValueError("cannot tell the model's input size; give --input-shape or --kwargs '{\"input_size\": ...}'")
             if size or isinstance(next((m for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.modules.conv._ConvNd))), None), torch.nn.modules.conv._ConvNd):
                 fallbacks = self.other_ranks(shapes)  # a fork taking (B, T, C), or no channel dim
+            if mode.get("widen"):  # a switch reading features stacked on the last dim: x[..., F:2 * F]
+                wide = [[*s[:-1], s[-1] * k] for k in (2, 3) for s in [*shapes, *fallbacks]]
+                fallbacks = fallbacks + [s for s in wide if s not in shapes and s not in fallbacks]
         notes = [f"built from {mode['how']}"]
         named = {k: v for k, v in filled.items() if self.origin.get(k) is None}
         if named:

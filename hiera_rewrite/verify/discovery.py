@@ -442,9 +442,10 @@ class Discovery:
 
     def call_sites(self) -> Dict[str, List[Tuple[str, List[Any], Dict[str, Any]]]]:
         """{callee name: [(path:line, positional, keywords)]}: the calls in the repo's
-        other Python files.  Each argument is a literal, a :class:`CallRef` (a call, or a
-        name the same function bound to one earlier: ``enc = hiera_tiny_224()``), else
-        OPAQUE (``args.classes``: only the script knows)."""
+        other Python files (those naming a model or factory of the files).  Each argument
+        is a literal, a :class:`CallRef` (a call, or a name the same function bound to one
+        earlier: ``enc = hiera_tiny_224()``), else OPAQUE (``args.classes``: only the
+        script knows)."""
         if getattr(self, "_call_sites", None) is None:
             found: Dict[str, List[Tuple[str, List[Any], Dict[str, Any]]]] = {}
             root = self.scan_root()
@@ -455,13 +456,19 @@ class Discovery:
                 paths.extend(os.path.join(folder, n) for n in sorted(names) if n.endswith(".py"))
                 if len(paths) > MAX_SCAN_FILES:
                     break
+            # only the models' and factories' calls are looked up: a file naming none of
+            # them is not parsed (a repo of hundreds of scripts took seconds a worker)
+            wanted = [n.encode() for n in [*getattr(self, "_model_classes", {}), *getattr(self, "_factories", {})]]
             for path in paths[:MAX_SCAN_FILES]:
                 if os.path.realpath(path) in skip:
                     continue
                 try:
                     if os.path.getsize(path) > MAX_SCAN_BYTES:
                         continue
-                    tree = ast.parse(Path(path).read_bytes())
+                    data = Path(path).read_bytes()
+                    if wanted and not any(n in data for n in wanted):
+                        continue
+                    tree = ast.parse(data)
                 except (OSError, SyntaxError, ValueError):
                     continue
                 rel = os.path.relpath(path, root)

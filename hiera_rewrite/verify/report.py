@@ -76,7 +76,7 @@ def site_verdicts(report: Dict[str, Any], sites: List[Dict[str, Any]]) -> List[D
         verdicts.append(
             {
                 "site": site,
-                "unreachable": None if (bool(required) and all(seen)) or cases else _unreachable(site, report),
+                "unreachable": None if bool(required) and all(seen) else _dead(site) or (None if cases else _unreachable(site, report)),
                 "mode": modes,
                 "cases": cases,
                 "exercised": bool(required) and all(seen),
@@ -86,6 +86,16 @@ def site_verdicts(report: Dict[str, Any], sites: List[Dict[str, Any]]) -> List[D
             }
         )
     return verdicts
+
+
+def _dead(site: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """A site in a function a later def of the same name replaces (:func:`.sites._shadowed`):
+    no call of the original or the rewritten file can run it."""
+    line = site.get("shadowed")
+    if not line:
+        return None
+    name = site["owner"].rsplit(".", 1)[-1]
+    return {"what": f"the later def {name} replaces it", "where": f"{site['path']}:{line}", "dead": True}
 
 
 def _unreachable(site: Dict[str, Any], report: Dict[str, Any]) -> Optional[Dict[str, str]]:
@@ -322,9 +332,10 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> st
             print(f"not proven: {s['path']}:{s['line']}:{s['col']} {s['code']} in {s['owner']}: {_hint(s, report)}", file=out)
         for v in unreachable:
             s, why = v["site"], v["unreachable"]
+            tail = "(dead code: no call runs it)" if why.get("dead") else "in every build tried (no input the original accepts runs this site)"
             print(
                 f"unreachable in the original: {s['path']}:{s['line']}:{s['col']} {s['code']} in {s['owner']}: "
-                f"{why['what']} at {why['where']} in every build tried (no input the original accepts runs this site)",
+                f"{why['what']} at {why['where']} {tail}",
                 file=out,
             )
     failed_sites = [v for v in verdicts if v["exercised"] and not v["ok"]]

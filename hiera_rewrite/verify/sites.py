@@ -16,6 +16,8 @@ region: ``forward.leaves_mask``, which only an MAE calls) is required only when 
 compared case runs it, where the site changes more than it: uncalled, it took no part in
 any compared result (where the helper is all the site changes, it stays required).  A site is exercised by a case when each of its required regions ran
 in that case on both sides (sides without a statement in the region are not asked).
+A site in a function that a later ``def`` of the same name in the same class replaces
+(a fork pasting a new ``forward_encoder`` below the old one) is dead code: *shadowed*.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ class SiteSpec:
     owner: str  # Class.function holding it (in the original)
     owner_class: Optional[str]
     regions: List[Region]
+    # the line of a later def of the same name in the same class (or module) body that
+    # replaces the function holding the site: dead code, no call runs it
+    shadowed: Optional[int] = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -136,6 +141,30 @@ def _owner(scan: _Statements, line: int) -> Tuple[str, Optional[str]]:
     return (best[2], best[3]) if best else ("<module>", None)
 
 
+def _shadowed(text: str) -> List[Tuple[int, int, int]]:
+    """(first line, last line, the replacing def's line) of each function that a later
+    ``def`` of the same name in the same class or module body replaces (undecorated both:
+    a property's setter, an ``@overload`` or a ``register`` is no replacement)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    out: List[Tuple[int, int, int]] = []
+    for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef))]:
+        defs = [n for n in scope.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for i, node in enumerate(defs):
+            later = [d for d in defs[i + 1:] if d.name == node.name]
+            if later and not node.decorator_list and not later[-1].decorator_list:
+                out.append((node.lineno, node.end_lineno or node.lineno, later[-1].lineno))
+    return out
+
+
+def _span(scan: _Statements, line: int) -> Range:
+    """The lines of the innermost function or class holding ``line`` (else all)."""
+    holders = [(lo, hi) for lo, hi, _, _ in scan.owners if lo <= line <= hi]
+    return min(holders, key=lambda h: h[1] - h[0]) if holders else (0, 1 << 30)
+
+
 def sites_of(path: str, source: bytes, output: bytes, reports: Sequence) -> List[SiteSpec]:
     """The applied reports of one file as sites, each with its changed regions."""
     before, after = _decode(source), _decode(output)
@@ -149,6 +178,10 @@ def sites_of(path: str, source: bytes, output: bytes, reports: Sequence) -> List
         sites.append(SiteSpec(f"{path}:{r.line}:{r.col} {r.code}", path, r.line, r.col, r.code, owner, cls, []))
     if not sites:
         return sites
+    for lo, hi, by in _shadowed(before):
+        for site in sites:
+            if lo <= site.line <= hi:
+                site.shadowed = by
     original_text = {line.strip() for line in a_lines}
     helpers: List[Region] = []
     matcher = difflib.SequenceMatcher(None, a_lines, b_lines, autojunk=False)
@@ -180,7 +213,10 @@ def sites_of(path: str, source: bytes, output: bytes, reports: Sequence) -> List
             continue
         if not inside:
             owner, cls = _owner(old_scan, anchor)
-            pool = [s for s in sites if s.owner == owner] or [s for s in sites if cls and s.owner_class == cls] or sites
+            span = _span(old_scan, anchor)
+            # the function holding it first (two defs of one name: the one it is in)
+            pool = ([s for s in sites if s.owner == owner and span[0] <= s.line <= span[1]] or [s for s in sites if s.owner == owner]
+                    or [s for s in sites if cls and s.owner_class == cls] or sites)
             inside = [min(pool, key=lambda s: abs(s.line - anchor))]
         for site in inside:
             site.regions.append(region)

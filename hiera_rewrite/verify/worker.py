@@ -9,10 +9,12 @@ the two copies, the modules to scan, the files to trace and the sites to reach.
    (:mod:`.inputs`) and run every case under a line tracer limited to the rewritten
    files (:mod:`.tracing`).  The first variant of each top-level class is built;
    further variants only while a site is still unreached; then, while one is, each
-   model's cases again in eval mode; then, for each site no model reached, the class
-   holding it is built directly as a *component*, as the files construct it (and with
-   its switched-off branches on) while its sites are unreached (train mode, then eval
-   mode); then a module-level function holding one is called directly (:mod:`.functions`).
+   model's cases again in eval mode; then each model of a class again with one of its
+   run-time switches on (``return_likelihoods=True``); then, for each site no model
+   reached, the class holding it is built directly as a *component*, as the files
+   construct it (and with its switched-off branches on) while its sites are unreached
+   (train mode, then eval mode); then a module-level function holding one is called
+   directly (:mod:`.functions`).
    Every case compares outputs, parameter gradients, buffers and the inputs' gradients.
 2. Rewritten side: the modules are dropped from ``sys.modules``, the path swapped to
    the rewritten copy, and each plan built again under the same names with the same
@@ -31,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from .arguments import BRANCH_KNOBS, Building, MissingArgs, is_size
+from .arguments import BRANCH_KNOBS, Building, MissingArgs, is_size, runtime_switches
 from .budget import Budget, OverBudget, cap_memory, too_large
 from .compare import Comparison
 from .discovery import Discovery
@@ -128,9 +130,12 @@ class Worker(Discovery, Building, Inputs, Comparison):
         return any(real.startswith(os.path.realpath(p) + os.sep) for p in self.path_entries[:-1])
 
     def unreached(self) -> List[Dict[str, Any]]:
-        """Sites some region of which (with original statements) no case ran yet."""
+        """Sites some region of which (with original statements) no case ran yet (not one
+        in a function a later def replaces: no case can)."""
         out = []
         for site in self.spec["sites"]:
+            if site.get("shadowed"):
+                continue
             regions = [r for r in site["regions"] if r["orig_stmts"]]
             for region in regions:
                 hit = False
@@ -387,6 +392,42 @@ class Worker(Discovery, Building, Inputs, Comparison):
         self.labels.add(label)
         return label
 
+    def reach_switches(self, plans: List[Dict[str, Any]], torch, configs) -> None:
+        """While a site of a model's class is unreached: each model built from its class,
+        again with one of its run-time switches on (:func:`runtime_switches`: an argument
+        defaulting to False that a method reads, ``return_likelihoods``), one at a time,
+        each its own compared case; its input the model's, else (the original raising with
+        every layout) with the last dim 2 or 3 times as wide (a switch reading features
+        stacked on it: ``x[..., F:2 * F]``)."""
+        def unreached_in(cls) -> bool:
+            owners = {s.get("owner_class") for s in self.unreached()}
+            return any(k.__name__ in owners for k in cls.__mro__)
+
+        for plan in list(plans):
+            if plan.get("component") or plan.get("tensors"):
+                continue
+            try:
+                ctor = self.resolve(plan["module"], plan["attr"])
+            except Exception:  # noqa: BLE001
+                continue
+            if not isinstance(ctor, type):
+                continue
+            how = plan["notes"][0].removeprefix("built from ") if plan.get("notes") else "its build"
+            for name in runtime_switches(ctor):
+                if not unreached_in(ctor):
+                    break
+                if plan["kwargs"].get(name) is True:
+                    continue
+                label = self.unique(f"{plan['label']} ({name}=True)")
+                mode = {"module": plan["module"], "attr": plan["attr"], "kwargs": dict(plan["kwargs"], **{name: True}),
+                        "how": f"{how}, {name}=True", "own_input": True, "widen": True, "filled": {}, "required": []}
+                variant, errors = self.attempt({"cls": ctor, "label": label, "kwargs": {}}, [mode], torch, configs, label)
+                if variant is not None:
+                    variant["orig_model"] = None  # the model's own fullgraph report is its first build's
+                    plans.append(variant)
+                else:
+                    self.report["notes"].append(f"{label}: not built: " + "; ".join(e["error"] for e in errors)[:300])
+
     def reach_components(self, torch, configs, plans: List[Dict[str, Any]], models: Set[Any]) -> None:
         """Sites no model reached: build the class holding each directly (unless it was
         one of the ``models`` tried), in its modes (:meth:`component_modes`) while a site
@@ -493,6 +534,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     self.not_built(cand["label"], cand["cls"], errors)
             # after every train-mode case of the models (upstream needs none of this)
             self.reach_eval(plans, torch, configs)
+            self.reach_switches(plans, torch, configs)
             if not self.spec["factories"]:
                 self.reach_components(torch, configs, plans, models)
                 self.reach_functions(torch, configs, plans)
