@@ -246,6 +246,20 @@ def test_a_yaml_mapping_of_argparse_options_is_a_run(tmp_path: Path):
     assert not any(r.where.endswith(":experiments") or r.where.endswith(":flags") for r in runs)
 
 
+def test_the_smallest_run_first():
+    """Among a factory's runs the smallest stated input is built first; a size naming fewer
+    dims than the run's patches (the frames free) cannot be told, so it comes last."""
+    from hiera_rewrite.verify.arguments import _input_cost
+
+    def run(**values):
+        return Namespace("x", values, {k: "x" for k in values})
+
+    spatial = run(input_size=[1, 54], patch_kernel=[10, 1, 54])
+    small, large = run(input_size=[400, 1, 72], patch_kernel=[2, 1, 3]), run(input_size=[900, 3, 24], patch_kernel=[3, 1, 24])
+    assert min([large, spatial, small], key=_input_cost) is small
+    assert _input_cost(spatial) == float("inf") and _input_cost(run(img_size=224)) == 224
+
+
 # -- 4. the input follows the configuration ----------------------------------------------------
 
 

@@ -1142,13 +1142,16 @@ _INPUT_NAMES = ("input_size", "img_size", "image_size", "input_shape", "image_sh
 
 def _input_cost(ns: "Namespace") -> float:
     """The number of input elements a run's configuration states (its first size-named
-    value: ``input_size: [450, 1, 75]``), inf where it states none."""
+    value: ``input_size: [450, 1, 75]``); inf where it states none, or fewer dims than its
+    patches have (``input_size: 1 54`` with ``patch_kernel: 10 1 54``: the frames, free,
+    are not in it)."""
+    patches = [len(v) for k, v in ns.values.items() if k.startswith("patch") and isinstance(v, (list, tuple))]
     for name in _INPUT_NAMES:
         value = ns.values.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return float(value)
+            return float(value) if not patches or max(patches) <= 1 else math.inf
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
-            return float(math.prod(value))
+            return float(math.prod(value)) if not patches or len(value) >= max(patches) else math.inf
     return math.inf
 
 
