@@ -514,3 +514,27 @@ def test_a_path_behind_a_run_time_switch(tmp_path: Path, capsys):
     out = assert_all_proven(write(tmp_path / "x" / "hiera", sources), capsys)
     assert "model hiera.hiera_mae:MaskedAutoencoderHiera (class) (with_weights=True)  input (2, 3, 64, 128)" in out, out
     assert "with_weights=True" in out and "the original raised with (2, 3, 64, 64)" in out, out
+
+
+# -- a byte-for-byte copy of a package verified above -----------------------------------------
+
+
+def test_an_identical_copy_of_a_package_gets_its_verdict(tmp_path: Path, capsys):
+    """Two byte-identical copies of a package in one repo (old_stuff/models_old/ beside
+    old_and_failed_stuff/models_old/): the second takes the first's verdict without a
+    worker of its own (before: verified twice, the time of both)."""
+    from hiera_rewrite import cli
+    from tests.test_verify_layouts import classifier_fork, verify, write
+
+    pytest.importorskip("torch")
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    first = write(repo / "old" / "models_old", classifier_fork())
+    second = write(repo / "older" / "models_old", classifier_fork())
+    code, out, err = verify(first / "hiera.py", capsys, str(second / "hiera.py"))
+    assert code == cli.EXIT_CHANGED, out + err
+    assert out.count("verify: PASSED (2/2 sites exercised, every comparison equal)") == 1, out
+    same = re.search(rf"import root {re.escape(str(repo))}/(\w+) \(models_old\): the same files as package layout, import root {re.escape(str(repo))}/(\w+) \(models_old\)", out)
+    assert same and {same.group(1), same.group(2)} == {"old", "older"}, out
+    assert "PASSED, as verified above" in out, out
+    assert "hiera-rewrite: 2 files would be rewritten, 0 unchanged, verified." in err, err

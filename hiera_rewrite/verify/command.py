@@ -4,16 +4,41 @@ atomic write) is :mod:`hiera_rewrite.files`, shared with the CLI."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from ..exit_codes import EXIT_CHANGED, EXIT_CLEAN, EXIT_ERROR, EXIT_VERIFY_FAILED
 from ..files import expand_paths, process_file, replan_with_siblings, unified_diff, write_checked
-from .layout import group_files
+from .layout import group_files, repo_root
 from .report import FAILED, NOT_PROVEN, PASSED
 from .runner import UsageError, verify_group
+
+_MAX_COPY_FILES = 2000
+
+
+def copy_fingerprint(group) -> Optional[str]:
+    """What a group's verification reads of its own, hashed: the repo it lies in (whose
+    scripts and configs give values), and each folder copied for it -- its Python files'
+    paths below the folder and bytes -- and the rewritten outputs; None where the copy is
+    the import root's own files (a layout without a package folder) or too large to hash."""
+    h = hashlib.sha256(str(repo_root(group.root / "_")).encode())
+    count = 0
+    for folder, name, only_py in group.copies():
+        if only_py or not folder.is_dir():
+            return None
+        h.update(f"\0{name}".encode())
+        for path in sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts):
+            count += 1
+            if count > _MAX_COPY_FILES:
+                return None
+            h.update(f"\0{path.relative_to(folder)}\0".encode() + path.read_bytes())
+    for path in sorted(group.results):
+        h.update(f"\0{group.rel(path)}\0".encode() + group.results[path].output)
+    return h.hexdigest()
+
 
 def run_cli(args, codes: List[str]) -> int:
     """``hiera-rewrite --verify PATH...``: rewrite in memory, verify, then write (or just report)."""
@@ -88,8 +113,18 @@ def run_cli(args, codes: List[str]) -> int:
         return EXIT_ERROR
     report_out = sys.stderr if args.diff else sys.stdout
     verdicts: Dict[Path, str] = {}  # each rewritten file's group verdict
+    done: Dict[str, tuple] = {}  # fingerprint -> (label, verdict) of a group verified above
     for group in groups:
         if not group.results:
+            continue
+        # a byte-for-byte copy of a package verified above, in the same repo (a fork's
+        # old_stuff/models_old/ beside old_and_failed_stuff/models_old/): its verdict
+        fingerprint = copy_fingerprint(group)
+        if fingerprint is not None and fingerprint in done:
+            label, verdict = done[fingerprint]
+            print(f"verify: {group.label}: the same files as {label} (each Python file byte for byte, "
+                  f"rewritten alike, in the same repo): {verdict}, as verified above", file=report_out)
+            verdicts.update(dict.fromkeys(group.results, verdict))
             continue
         try:
             verdict = verify_group(
@@ -109,6 +144,8 @@ def run_cli(args, codes: List[str]) -> int:
             print(f"hiera-rewrite: {exc}", file=sys.stderr)
             return EXIT_ERROR
         verdicts.update(dict.fromkeys(group.results, verdict))
+        if fingerprint is not None:
+            done[fingerprint] = (group.label, verdict)
     if not any(g.results for g in groups):
         print("verify: nothing to verify (no file would change)", file=report_out)
 

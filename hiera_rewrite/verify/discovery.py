@@ -20,6 +20,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -442,7 +443,7 @@ class Discovery:
 
     def call_sites(self) -> Dict[str, List[Tuple[str, List[Any], Dict[str, Any]]]]:
         """{callee name: [(path:line, positional, keywords)]}: the calls in the repo's
-        other Python files (those naming a model or factory of the files).  Each argument
+        other Python files (those calling a model or factory of the files).  Each argument
         is a literal, a :class:`CallRef` (a call, or a name the same function bound to one
         earlier: ``enc = hiera_tiny_224()``), else OPAQUE (``args.classes``: only the
         script knows)."""
@@ -456,9 +457,10 @@ class Discovery:
                 paths.extend(os.path.join(folder, n) for n in sorted(names) if n.endswith(".py"))
                 if len(paths) > MAX_SCAN_FILES:
                     break
-            # only the models' and factories' calls are looked up: a file naming none of
+            # only the models' and factories' calls are looked up: a file calling none of
             # them is not parsed (a repo of hundreds of scripts took seconds a worker)
-            wanted = [n.encode() for n in [*getattr(self, "_model_classes", {}), *getattr(self, "_factories", {})]]
+            names = [*getattr(self, "_model_classes", {}), *getattr(self, "_factories", {})]
+            wanted = re.compile(rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in names) + rb")\s*\(") if names else None
             for path in paths[:MAX_SCAN_FILES]:
                 if os.path.realpath(path) in skip:
                     continue
@@ -466,7 +468,7 @@ class Discovery:
                     if os.path.getsize(path) > MAX_SCAN_BYTES:
                         continue
                     data = Path(path).read_bytes()
-                    if wanted and not any(n in data for n in wanted):
+                    if wanted is not None and not wanted.search(data):
                         continue
                     tree = ast.parse(data)
                 except (OSError, SyntaxError, ValueError):
