@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in_place_write, root_name, statement_names, tensor_aliases, tensor_root
+from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in_place_write, root_name, statement_names, tensor_aliases
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
@@ -242,7 +242,7 @@ def written_by_a_call(
     ctx.visit(_Calls(), func.body)
 
     def given(arg: cst.Arg) -> bool:
-        if tensor_root(arg.value) in aliases or hands_on(ctx, arg.value, aliases):
+        if hands_on(ctx, arg.value, aliases):  # a view chain, a conditional, a call result...
             return True
         if arg.star or isinstance(arg.value, (cst.List, cst.Tuple, cst.Set, cst.Dict)):
             found: List[str] = []
@@ -339,7 +339,7 @@ def methods_given(
 
     class _Uses(cst.CSTVisitor):
         def visit_Call(self, node: cst.Call) -> None:
-            given = [a for a in node.args if not a.star and tensor_root(a.value) in aliases]
+            given = [a for a in node.args if not a.star and hands_on(ctx, a.value, aliases)]
             callee = node.func
             if given and isinstance(callee, cst.Attribute) and is_name(callee.value, "self") and callee.attr.value in defined:
                 calls.append((node, given))
