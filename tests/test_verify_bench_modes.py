@@ -72,6 +72,7 @@ def test_cli_puts_the_modes_in_the_bench_spec(monkeypatch, tmp_path):
     seen = []
     monkeypatch.setattr(command, "verify_group", lambda group, **kw: seen.append(kw["bench"]) or "PASSED")
     monkeypatch.setattr(command, "group_files", lambda results, root: [type("G", (), {"results": {tmp_path: None}})()])
+    monkeypatch.setattr(command, "copy_fingerprint", lambda group: None)  # no copies to compare
     target = tmp_path / "m.py"
     target.write_text("x = 1\n")
     cli.main(["--verify", "--check", "--verify-cuda", "--bench-modes", "ro,eager", str(target)])
