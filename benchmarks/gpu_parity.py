@@ -253,12 +253,35 @@ def _backend_ctx(backend):
     return sdpa_kernel([kind])
 
 
-LOSS_SCALE = 1.0
+LOSS_SCALE = None  # None: as torch.amp.GradScaler trains fp16 (see loss_scales), 1 for other dtypes
+GRAD_SCALER_INIT = 2.0 ** 16  # torch.amp.GradScaler's init_scale
+
+
+def loss_scales(model):
+    """The loss scales to try in turn: ``--loss-scale S`` gives [S]; by default an fp16 model
+    is trained as a GradScaler trains it (from its initial 2**16, halved while a gradient is
+    inf/NaN, as the scaler halves and skips that step), any other dtype unscaled."""
+    if LOSS_SCALE is not None:
+        return [LOSS_SCALE]
+    if any(p.dtype == torch.float16 for p in model.parameters()):
+        return [GRAD_SCALER_INIT / 2 ** k for k in range(17)]
+    return [1.0]
 
 
 def run_model(model, inputs, case, backend, seed):
-    """Forward + backward; returns {name: tensor} (float64 copies on the CPU... kept on
-    device) with outputs, the backpropagated scalar and parameter gradients."""
+    """Forward + backward; returns {name: tensor} (kept on the device) with outputs, the
+    backpropagated scalar and parameter gradients (unscaled: divided by the loss scale)."""
+    scales = loss_scales(model)
+    for scale in scales:
+        result = _forward_backward(model, inputs, case, backend, seed, scale)
+        grads = [t for k, t in result.items() if k.startswith("grad ") and t is not None]
+        if scale == scales[-1] or all(bool(torch.isfinite(g).all()) for g in grads):
+            result["loss scale"] = scale
+            return result
+    raise AssertionError("unreachable")
+
+
+def _forward_backward(model, inputs, case, backend, seed, scale):
     model.zero_grad(set_to_none=True)
     with _backend_ctx(backend):
         torch.manual_seed(seed)
@@ -274,13 +297,13 @@ def run_model(model, inputs, case, backend, seed):
                     w = torch.randn(t.shape, generator=g, dtype=torch.float64).to(t.device)
                     total = total + (t.double() * w).sum()
             scalar = total
-        (scalar.float() * LOSS_SCALE if LOSS_SCALE != 1.0 else scalar).backward()
+        (scalar.float() * scale if scale != 1.0 else scalar).backward()
     result = {}
     for i, t in enumerate(leaves):
         result[f"out[{i}]"] = t.detach()
     result["loss"] = scalar.detach().reshape(())
     for n, p in model.named_parameters():
-        result[f"grad {n}"] = None if p.grad is None else p.grad.detach().double() / LOSS_SCALE
+        result[f"grad {n}"] = None if p.grad is None else p.grad.detach().double() / scale
     return result
 
 
@@ -352,6 +375,7 @@ def run_case(case, dtype_name, backends, device, seed, log):
     cells = {}
     try:
         ref = run_model(model_ref, ref_inputs, case, "default", seed)
+        ref.pop("loss scale")
     except Exception as exc:  # the float64 original itself fails: nothing to compare
         for b in backends:
             cells[b] = {"status": "n/a", "note": f"float64 reference raises: {_short(exc)}"}
@@ -369,6 +393,9 @@ def run_case(case, dtype_name, backends, device, seed, log):
             rew_note = None
         except Exception as exc:
             r, rew_note = None, _short(exc)
+        scales = {side: res.pop("loss scale") for side, res in (("original", o), ("rewritten", r)) if res is not None}
+        if any(v != 1.0 for v in scales.values()):
+            cell["loss_scale"] = scales
         if backend == "default":
             default_orig = o
         if r is None:
@@ -442,9 +469,10 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--tag", default="", help="suffix of the output files' names (gpu_parity{tag}.md)")
-    p.add_argument("--loss-scale", type=float, default=1.0,
-                   help="diagnostic: backpropagate loss x S and compare grads / S (as a GradScaler does; "
-                        "the reference too); default 1")
+    p.add_argument("--loss-scale", type=float, default=None,
+                   help="backpropagate loss x S and compare grads / S (the reference too); default: fp16 as "
+                        "torch.amp.GradScaler trains it (2**16, halved while a gradient is inf/NaN), other "
+                        "dtypes 1; --loss-scale 1 is fp16 without a scaler")
     p.add_argument("--math-reduction", action="store_true",
                    help="diagnostic: torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True): the math "
                         "kernel (the original's 5-D call) computes in fp16/bf16 instead of upcasting to fp32")
@@ -511,7 +539,7 @@ def main(argv=None):
 
     md = ["## GPU parity: original vs rewritten vs a float64 reference of the original", "",
           f"{env['gpu']}, torch {env['torch']}, cuDNN {env['cudnn']}; rewritten: `{src}`; "
-          f"loss scale {args.loss_scale:g}; math fp16/bf16 reduction {'allowed (diagnostic)' if args.math_reduction else 'off (default: fp32 upcast)'}.", "",
+          f"loss scale {'fp16 as GradScaler trains it (2**16, halved while a gradient is inf/NaN), others 1' if args.loss_scale is None else format(args.loss_scale, 'g')}; math fp16/bf16 reduction {'allowed (diagnostic)' if args.math_reduction else 'off (default: fp32 upcast)'}.", "",
           "`" + " ".join(["python", "benchmarks/gpu_parity.py"] + sys.argv[1:]) + "`", "",
           f"Each cell: the largest err_rewritten / (2 x err_original + {ULPS} eps x max|ref|) over the outputs, "
           "the backpropagated loss and every parameter gradient (<= 1 passes); err = max |t - ref|, the reference "

@@ -44,16 +44,10 @@ for w in "${WARM[@]}"; do
 done
 ( timeout 200 python3 benchmarks/gpu_parity.py --device cuda --all-goldens --rewritten-src "$SRC" --out "$OUT" \
     > "$OUT/parity_stdout.log" 2>&1; echo "gpu_parity rc $?" >> "$OUT/parity_stdout.log"
-  # diagnostics of the upstream fp16 cells (tables in parity_stdout.log): a GradScaler-like
-  # loss scale, and the math kernel allowed to reduce in fp16/bf16 (no fp32 upcast)
-  echo "=== diagnostic: --loss-scale 4096" >> "$OUT/parity_stdout.log"
-  timeout 60 python3 benchmarks/gpu_parity.py --device cuda --only upstream --dtypes fp16,bf16 --loss-scale 4096 \
-    --rewritten-src "$SRC" >> "$OUT/parity_stdout.log" 2>&1
-  echo "=== diagnostic: --math-reduction" >> "$OUT/parity_stdout.log"
-  timeout 60 python3 benchmarks/gpu_parity.py --device cuda --only upstream --dtypes fp16,bf16 --math-reduction \
-    --rewritten-src "$SRC" >> "$OUT/parity_stdout.log" 2>&1
-  echo "=== diagnostic: --loss-scale 4096 --math-reduction" >> "$OUT/parity_stdout.log"
-  timeout 60 python3 benchmarks/gpu_parity.py --device cuda --only upstream --dtypes fp16 --loss-scale 4096 --math-reduction \
+  # diagnostic (tables in parity_stdout.log): the upstream fp16 cells without a loss scale
+  # (fp16 as no one trains it: unscaled gradients underflow in the fused kernels)
+  echo "=== diagnostic: --loss-scale 1" >> "$OUT/parity_stdout.log"
+  timeout 60 python3 benchmarks/gpu_parity.py --device cuda --only upstream --dtypes fp16 --loss-scale 1 \
     --rewritten-src "$SRC" >> "$OUT/parity_stdout.log" 2>&1 ) &
 pids+=($!)
 wait "${pids[@]}"
