@@ -69,3 +69,24 @@ def test_a_table_sized_for_the_models_own_input(tmp_path: Path, capsys, monkeypa
     head = out.index("model hiera.hiera_mae:MaskedAutoencoderHiera (class)")
     assert "input (2, 3, 224, 224)" in out[head:].splitlines()[0], out[head:]
     assert "built from small widths: embed_dim=8, decoder_embed_dim=128, num_classes=10, at its own input size" in out[head:], out[head:]
+
+
+def test_every_blocks_per_stage_knob_shrinks():
+    """Issue 31: a U-Net MAE whose decoder has its own ``decoder_stages`` (blocks per decoder
+    stage, paired with the encoder's skips) was built small with the encoder at one block per
+    stage and the decoder at full depth, which that fork cannot take.  Every blocks-per-stage
+    tuple shrinks as ``stages`` does, and every decoder depth as ``decoder_depth``; "small
+    widths" keeps them all."""
+    from hiera_rewrite.verify.arguments import Building, NO_DEFAULT, is_depth_knob
+
+    params = {
+        "stages": (2, 3, 16, 3), "decoder_stages": (2, 2, 2, 2), "depths": [2, 2, 6], "num_stages": 4,
+        "pixel_decoder_depth": 3, "mask_unit_size": (8, 8), "embed_dim": 96, "use_stages": (True, False), "extra": NO_DEFAULT,
+    }
+    small = Building.shrink(params, {}, {})
+    assert small["stages"] == (1, 1, 1, 1) and small["decoder_stages"] == (1, 1, 1, 1) and small["depths"] == [1, 1, 1]
+    assert small["pixel_decoder_depth"] == 1 and small["embed_dim"] == 8
+    assert "num_stages" not in small and "mask_unit_size" not in small and "use_stages" not in small
+    assert Building.shrink(params, {}, {"decoder_stages": (2, 2, 2, 2)}).get("decoder_stages") is None  # the user's value
+    assert all(is_depth_knob(k) for k in ("stages", "decoder_stages", "depths", "pixel_decoder_depth"))
+    assert not any(is_depth_knob(k) for k in ("embed_dim", "decoder_embed_dim", "num_stages"))

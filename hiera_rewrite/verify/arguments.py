@@ -49,6 +49,13 @@ NO_DEFAULT = object()
 DEPTH_KNOBS = {"stages", "depth", "decoder_depth"}
 
 
+def is_depth_knob(name: str) -> bool:
+    """A knob of shrink() that changes depth: DEPTH_KNOBS and any other blocks-per-stage
+    tuple (decoder_stages, depths) or decoder depth."""
+    n = name.lower()
+    return name in DEPTH_KNOBS or (n.endswith(("stages", "depths", "decoder_depth")) and not n.startswith(("num_", "n_")))
+
+
 # a component's integer knobs whose 0/1 default switches a branch off (q-pool, windows)
 BRANCH_KNOBS = ("stride", "window", "unit", "pool")
 
@@ -1460,11 +1467,18 @@ class Building:
         heads = num("num_heads") or 1
         if num("embed_dim") is not None and num("embed_dim") > 8 * heads:
             out["embed_dim"] = 8 * heads
-        stages = eff.get("stages")
-        if isinstance(stages, (tuple, list)) and stages and all(isinstance(s, int) for s in stages) and max(stages) > 1:
-            out["stages"] = type(stages)(1 for _ in stages)
-        if (num("decoder_depth") or 0) > 1:
-            out["decoder_depth"] = 1
+        knobs = sorted((k for k in eff if is_depth_knob(k)), key=lambda k: k != "stages")
+        for key in knobs:  # blocks per stage: stages first, then decoder_stages, depths, ...
+            value = eff[key]
+            if (
+                isinstance(value, (tuple, list)) and value
+                and all(isinstance(s, int) and not isinstance(s, bool) for s in value)
+                and max(value) > 1
+            ):
+                out[key] = type(value)(1 for _ in value)
+        for key in knobs:  # decoder_depth, pixel_decoder_depth, ...
+            if key.lower().endswith("decoder_depth") and (num(key) or 0) > 1:
+                out[key] = 1
         dheads = num("decoder_num_heads") or 1
         if num("decoder_embed_dim") is not None and num("decoder_embed_dim") > 8 * dheads:
             out["decoder_embed_dim"] = 8 * dheads
@@ -1564,7 +1578,7 @@ class Building:
         given.update(off)
         if not cand["opaque"] and not any(v is OPAQUE for v in given.values()):
             small = self.shrink(params, given, user)
-            widths = {k: v for k, v in small.items() if k not in DEPTH_KNOBS}
+            widths = {k: v for k, v in small.items() if not is_depth_knob(k)}
             shown = {k: f"{k}={v}" for k, v in small.items()}
             shown_widths = dict(shown)
             # a configuration object the repo's tests build (config=HieraConfig(embed_dim=96,
@@ -1575,7 +1589,7 @@ class Building:
                     if inner:
                         small[key] = value.with_kwargs(**inner)
                         shown[key] = ", ".join(f"{key}.{k}={v}" for k, v in inner.items())
-                        inner_widths = {k: v for k, v in inner.items() if k not in DEPTH_KNOBS}
+                        inner_widths = {k: v for k, v in inner.items() if not is_depth_knob(k)}
                         if inner_widths:
                             widths[key] = value.with_kwargs(**inner_widths)
                             shown_widths[key] = ", ".join(f"{key}.{k}={v}" for k, v in inner_widths.items())
