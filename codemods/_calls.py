@@ -100,10 +100,18 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 
 # parents through which an expression's value may be the tensor a name holds, or a
 # view of it, or a container holding it (a call may return what it is given)
+# Tensor methods whose result is a new tensor or value, never the tensor itself or a view
+# of it (`m.float()` may be m itself, `m.detach()`, `m.contiguous()` may share it).
+FRESH_METHODS = frozenset({
+    "clone", "sum", "mean", "prod", "any", "all", "count_nonzero", "item", "tolist", "nonzero",
+    "argwhere", "argsort", "cumsum", "logical_not", "logical_and", "logical_or", "logical_xor",
+})
+
+
 def _hands_on(ctx: PlanContext, expr: cst.CSTNode, holders: Dict[str, Pos]) -> bool:
     """Whether ``expr``'s value may be (or hold, or view) a tensor a name in ``holders``
     holds: `m`, `m.view(...)[0]`, `m if c else None`, `[m]`, `f(m)`, `a or m`; not
-    `m.shape[1]`, `m.sum() > 0` (a new value), `x * m.bool()`, `x[m]`.  A name holds it
+    `m.shape[1]`, `m.sum() > 0`, `m.clone()` (a new value), `x * m.bool()`, `x[m]`.  A name holds it
     from where it may be bound to it on (``holders``: name -> that position)."""
     for node in walk(expr):
         if not (isinstance(node, cst.Name) and node.value in holders and ctx.position(node) >= holders[node.value]):
@@ -122,7 +130,7 @@ def _hands_on(ctx: PlanContext, expr: cst.CSTNode, holders: Dict[str, Pos]) -> b
                 ok = not (
                     parent.func is child
                     and isinstance(child, cst.Attribute)
-                    and child.attr.value in METADATA_METHODS
+                    and child.attr.value in METADATA_METHODS | FRESH_METHODS
                 )
             elif isinstance(parent, cst.IfExp):
                 ok = parent.test is not child

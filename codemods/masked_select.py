@@ -139,14 +139,26 @@ class MaskedSelect(Rewrite):
                 for name in failing:
                     method = methods.pop(name)
                     ctx.attempt(lines_of[method.func], lambda: _method_site(ctx, cls, owner, method, lines_of[method.func], {**methods, name: method}))
+            # The count enters at the class's forward (forward_decoder, then the calls it
+            # passes the count to) and goes on from method to method with the mask: a method
+            # no such chain reaches gains a parameter nobody passes (a fork's forward without
+            # forward_loss), and its selection would only run as before.
+            sites, roots = _mae_forward_calls(ctx, cls, owner, methods) if owner is not None else ([], set())
+            reached = _reached(ctx, cls, methods, roots)
+            for name in [n for n in methods if n not in reached]:
+                method = methods.pop(name)
+                ctx.refuse(
+                    lines_of[method.func][0],
+                    f"no count reaches {name}: {cls.name.value}'s forward passes none (no `forward_decoder` then a call"
+                    " given its mask, e.g. `forward_loss`), nor does a method it reaches",
+                )
             for method in methods.values():
                 lines = lines_of[method.func]
                 edits = ctx.attempt(lines, lambda: _method_site(ctx, cls, owner, method, lines, methods))
                 if edits is not None:
                     ctx.add_site(lines[0], edits)
-            if owner is not None:
-                for site in _mae_forward_calls(ctx, cls, owner, methods):
-                    ctx.add_site(*site)
+            for site in sites:
+                ctx.add_site(*site)
 
 
 @dataclasses.dataclass
@@ -280,6 +292,25 @@ def _method_site(
     return edits
 
 
+def _reached(ctx: PlanContext, cls: cst.ClassDef, methods: Dict[str, "_Method"], roots: Set[str]) -> Set[str]:
+    """The methods a count reaches: ``roots`` (those the forward passes it to), then each
+    method of ``methods`` such a method calls with its own mask (``_given_the_mask``)."""
+    reached: Set[str] = set()
+    todo = [r for r in roots if r in methods]
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        method = methods[name]
+        try:
+            given = _given_the_mask(ctx, cls, method.func, method.mask, methods)
+        except Refuse:
+            continue
+        todo += [_callee(c) for _, calls, _ in given for c in calls if _callee(c) in methods]
+    return reached
+
+
 def _callee(call: cst.Call) -> Optional[str]:
     return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
 
@@ -348,15 +379,17 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
     token order (``_decoded_mask``), so ``~pred_mask`` selects
     ``pred_mask.numel() - math.prod(latent.shape[:-1])`` tokens: for every mask, the
     model's own or a caller's, ragged rows included.  L becomes ``if not_overridden(self,
-    __class__, "forward_decoder", "forward_loss"): <count>; <L with num_masked> else: <L>``."""
+    __class__, "forward_decoder", "forward_loss"): <count>; <L with num_masked> else: <L>``.
+    (the sites, the methods given the count there)."""
     if not imports_module(ctx.module, "math"):
-        return []
+        return [], set()
     sites = []
+    roots: Set[str] = set()
     defined = {s.name.value: s for s in cls.body.body if isinstance(s, cst.FunctionDef)}  # type: ignore[union-attr]
     decoder = defined.get("forward_decoder")
     if decoder is None or not _fills_units(ctx, decoder):
         # pred_mask's count is known only for Hiera's decoder: the kept units, upsampled.
-        return []
+        return [], set()
     for func in defined.values():
         if ctx.skipped_by(func) is not None:
             continue
@@ -418,8 +451,9 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 module, helper = add_helper(ctx, cls, RUNS_OWN)
                 sites.append((next(iter(calls)), {after.line: new, module: helper},
                               "MAE forward: pass the masked-token count, from the decoder's shapes (static shapes)"))
+                roots.update(called)
                 break
-    return sites
+    return sites, roots
 
 
 def _count_calls(ctx: PlanContext, line: cst.SimpleStatementLine, methods: Dict[str, "_Method"], same_mask) -> List[cst.Call]:

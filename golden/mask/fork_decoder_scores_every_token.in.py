@@ -1,9 +1,9 @@
 """Golden fork: the merged Hiera-like MAE of mae_merged.in.py, whose decoder
 scores every token: it returns an all-False "visible" mask, so forward_loss selects
 all tokens.  The masked count the MAE's forward would pass (all tokens minus the kept
-units') is not that mask's: the forward passes no counts (refused, saying why), the
-selections keep their boolean fallback; the token drop, the decoder fill and the
-selections themselves are still rewritten."""
+units') is not that mask's: the forward passes no counts (refused, saying why), so
+the selections are left alone (no count reaches them); the token drop and the decoder
+fill are still rewritten."""
 import math
 from typing import List, Optional, Tuple
 

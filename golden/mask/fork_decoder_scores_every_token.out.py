@@ -1,9 +1,9 @@
 """Golden fork: the merged Hiera-like MAE of mae_merged.in.py, whose decoder
 scores every token: it returns an all-False "visible" mask, so forward_loss selects
 all tokens.  The masked count the MAE's forward would pass (all tokens minus the kept
-units') is not that mask's: the forward passes no counts (refused, saying why), the
-selections keep their boolean fallback; the token drop, the decoder fill and the
-selections themselves are still rewritten."""
+units') is not that mask's: the forward passes no counts (refused, saying why), so
+the selections are left alone (no count reaches them); the token drop and the decoder
+fill are still rewritten."""
 import math
 from typing import List, Optional, Tuple
 
@@ -120,18 +120,6 @@ def true_rows(mask, count):
     return mask.flatten().logical_not().byte().argsort(stable=True)[:count]
 
 
-def masked_rows(t, mask, count=None):
-    """t[mask]; given mask's True count (mask over t's dims 0, 1), in static shapes."""
-    if count is None:
-        return t[mask]
-    return t.flatten(0, 1).index_select(0, true_rows(mask, count))
-
-
-def not_overridden(model, cls, *methods):
-    """Whether type(model) runs cls's own `methods` (cls: the caller's __class__)."""
-    return all(getattr(type(model), name) is getattr(cls, name) for name in methods)
-
-
 class TinyMAE(TinyHiera):
     """The MAE: a subclass of the encoder, as upstream's."""
 
@@ -149,48 +137,30 @@ class TinyMAE(TinyHiera):
         self.decoder_block = nn.Linear(decoder_dim, decoder_dim)
         self.decoder_pred = nn.Linear(decoder_dim, in_features)
 
-    def get_pixel_label_1d(
-        self,
-        input_seq: torch.Tensor,
-        mask: torch.Tensor,
-        norm: bool = True,
-        num_masked=None,
-    ) -> torch.Tensor:
+    def get_pixel_label_1d(self, input_seq: torch.Tensor, mask: torch.Tensor, norm: bool = True) -> torch.Tensor:
         # mask (boolean tensor): True must correspond to *masked*
         size = self.pred_stride
         label = input_seq.permute(0, 2, 1).unfold(1, size, size).flatten(2)
-        label = masked_rows(label, mask, num_masked)
+        label = label[mask]
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
 
-    def get_pixel_label_2d(
-        self,
-        input_img: torch.Tensor,
-        mask: torch.Tensor,
-        norm: bool = True,
-        num_masked=None,
-    ) -> torch.Tensor:
+    def get_pixel_label_2d(self, input_img: torch.Tensor, mask: torch.Tensor, norm: bool = True) -> torch.Tensor:
         size = self.pred_stride
         label = input_img.permute(0, 2, 3, 1).unfold(1, size, size).unfold(2, size, size)
         label = label.flatten(1, 2).flatten(2)
-        label = masked_rows(label, mask, num_masked)
+        label = label[mask]
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
 
-    def get_pixel_label_3d(
-        self,
-        input_vid: torch.Tensor,
-        mask: torch.Tensor,
-        norm: bool = True,
-        num_masked=None,
-    ) -> torch.Tensor:
+    def get_pixel_label_3d(self, input_vid: torch.Tensor, mask: torch.Tensor, norm: bool = True) -> torch.Tensor:
         size = self.pred_stride
         label = input_vid.permute(0, 2, 3, 4, 1)
         label = label.unfold(1, size, size).unfold(2, size, size).unfold(3, size, size)
         label = label.flatten(1, 3).flatten(2)
-        label = masked_rows(label, mask, num_masked)
+        label = label[mask]
 
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
@@ -235,36 +205,17 @@ class TinyMAE(TinyHiera):
         return self.decoder_pred(x), mask
 
     def forward_loss(
-        self, x: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor, num_masked=None
+        self, x: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """mask: True is *masked*."""
         if len(self.q_stride) == 1:
-            if not_overridden(self, __class__, "get_pixel_label_1d"):
-                label = self.get_pixel_label_1d(
-                    x, mask, norm=self.norm_pix_loss, num_masked=num_masked
-                )
-            else:  # an override gets upstream's call, and may change mask
-                label, num_masked = (
-                    self.get_pixel_label_1d(x, mask, norm=self.norm_pix_loss),
-                    None,
-                )
+            label = self.get_pixel_label_1d(x, mask, norm=self.norm_pix_loss)
         elif len(self.q_stride) == 2:
-            if not_overridden(self, __class__, "get_pixel_label_2d"):
-                label = self.get_pixel_label_2d(x, mask, num_masked=num_masked)
-            else:  # an override gets upstream's call, and may change mask
-                label, num_masked = self.get_pixel_label_2d(x, mask), None
+            label = self.get_pixel_label_2d(x, mask)
         else:
-            if not_overridden(self, __class__, "get_pixel_label_3d"):
-                label = self.get_pixel_label_3d(
-                    x, mask, self.norm_pix_loss, num_masked=num_masked
-                )
-            else:  # an override gets upstream's call, and may change mask
-                label, num_masked = (
-                    self.get_pixel_label_3d(x, mask, self.norm_pix_loss),
-                    None,
-                )
+            label = self.get_pixel_label_3d(x, mask, self.norm_pix_loss)
 
-        pred = masked_rows(pred, mask, num_masked)
+        pred = pred[mask]
         loss = (pred - label) ** 2
 
         return loss.mean(), pred, label

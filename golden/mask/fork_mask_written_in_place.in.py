@@ -5,9 +5,9 @@ get_random_mask's count), and forward_loss never scores the first token
 (`mask[:, 0] = False`: rows then select different counts).  So the count
 get_random_mask states, and the masked count derived from it, are not the masks':
 the count the MAE's encoder would pass, the counts its forward would pass and
-forward_loss's selection are refused, each naming the write.  The token drop, the
-decoder fill and the label methods are still rewritten (they take the original path
-without a count)."""
+forward_loss's selection are refused, each naming the write.  The token drop and the
+decoder fill are still rewritten; the label methods are left alone (no count reaches
+them)."""
 import math
 from typing import List, Optional, Tuple
 

@@ -5,9 +5,9 @@ get_random_mask's count), and forward_loss never scores the first token
 (`mask[:, 0] = False`: rows then select different counts).  So the count
 get_random_mask states, and the masked count derived from it, are not the masks':
 the count the MAE's encoder would pass, the counts its forward would pass and
-forward_loss's selection are refused, each naming the write.  The token drop, the
-decoder fill and the label methods are still rewritten (they take the original path
-without a count)."""
+forward_loss's selection are refused, each naming the write.  The token drop and the
+decoder fill are still rewritten; the label methods are left alone (no count reaches
+them)."""
 import math
 from typing import List, Optional, Tuple
 
@@ -124,13 +124,6 @@ def true_rows(mask, count):
     return mask.flatten().logical_not().byte().argsort(stable=True)[:count]
 
 
-def masked_rows(t, mask, count=None):
-    """t[mask]; given mask's True count (mask over t's dims 0, 1), in static shapes."""
-    if count is None:
-        return t[mask]
-    return t.flatten(0, 1).index_select(0, true_rows(mask, count))
-
-
 class TinyMAE(TinyHiera):
     """The MAE: a subclass of the encoder, as upstream's."""
 
@@ -148,48 +141,30 @@ class TinyMAE(TinyHiera):
         self.decoder_block = nn.Linear(decoder_dim, decoder_dim)
         self.decoder_pred = nn.Linear(decoder_dim, in_features)
 
-    def get_pixel_label_1d(
-        self,
-        input_seq: torch.Tensor,
-        mask: torch.Tensor,
-        norm: bool = True,
-        num_masked=None,
-    ) -> torch.Tensor:
+    def get_pixel_label_1d(self, input_seq: torch.Tensor, mask: torch.Tensor, norm: bool = True) -> torch.Tensor:
         # mask (boolean tensor): True must correspond to *masked*
         size = self.pred_stride
         label = input_seq.permute(0, 2, 1).unfold(1, size, size).flatten(2)
-        label = masked_rows(label, mask, num_masked)
+        label = label[mask]
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
 
-    def get_pixel_label_2d(
-        self,
-        input_img: torch.Tensor,
-        mask: torch.Tensor,
-        norm: bool = True,
-        num_masked=None,
-    ) -> torch.Tensor:
+    def get_pixel_label_2d(self, input_img: torch.Tensor, mask: torch.Tensor, norm: bool = True) -> torch.Tensor:
         size = self.pred_stride
         label = input_img.permute(0, 2, 3, 1).unfold(1, size, size).unfold(2, size, size)
         label = label.flatten(1, 2).flatten(2)
-        label = masked_rows(label, mask, num_masked)
+        label = label[mask]
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
 
-    def get_pixel_label_3d(
-        self,
-        input_vid: torch.Tensor,
-        mask: torch.Tensor,
-        norm: bool = True,
-        num_masked=None,
-    ) -> torch.Tensor:
+    def get_pixel_label_3d(self, input_vid: torch.Tensor, mask: torch.Tensor, norm: bool = True) -> torch.Tensor:
         size = self.pred_stride
         label = input_vid.permute(0, 2, 3, 4, 1)
         label = label.unfold(1, size, size).unfold(2, size, size).unfold(3, size, size)
         label = label.flatten(1, 3).flatten(2)
-        label = masked_rows(label, mask, num_masked)
+        label = label[mask]
 
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5

@@ -179,18 +179,12 @@ class TinyMAE(TinyHiera):
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
 
-    def get_pixel_label_3d(
-        self,
-        input_vid: torch.Tensor,
-        mask: torch.Tensor,
-        norm: bool = True,
-        num_masked=None,
-    ) -> torch.Tensor:
+    def get_pixel_label_3d(self, input_vid: torch.Tensor, mask: torch.Tensor, norm: bool = True) -> torch.Tensor:
         size = self.pred_stride
         label = input_vid.permute(0, 2, 3, 4, 1)
         label = label.unfold(1, size, size).unfold(2, size, size).unfold(3, size, size)
         label = label.flatten(1, 3).flatten(2)
-        label = masked_rows(label, mask, num_masked)
+        label = label[mask]
 
         if norm:
             label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
@@ -262,10 +256,8 @@ class TinyMAE(TinyHiera):
         pred = self.select(pred, ~pred_mask)
         return ((pred - label) ** 2).mean(), pred, label, mask
 
-    def select(
-        self, tokens: torch.Tensor, mask: torch.Tensor, num_masked=None
-    ) -> torch.Tensor:
-        selected = masked_rows(tokens, mask, num_masked)
+    def select(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        selected = tokens[mask]
         return selected
 
 

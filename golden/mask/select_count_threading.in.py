@@ -1,14 +1,94 @@
-"""Golden: which callees get the count.  forward_loss passes `num_masked` only to a
-method of its own class that gains it *and* receives the same mask: not to a
-skip-marked helper, not to one called with another mask, not to another class's.
-That other class defines no forward_loss or forward_decoder: not an MAE, so its own
-selection is left as it is (no count could reach it)."""
+"""Golden: which callees get the count.  The MAE of mae_merged.in.py, whose forward_loss
+also calls helpers given the mask: it passes `num_masked` only to a method of its own
+class that gains it *and* receives the same mask: not to a skip-marked helper, not to
+one called with another mask (`~mask`), not to another class's.  That other class
+defines no forward_loss or forward_decoder: not an MAE, so its own selection is left
+as it is (no count could reach it).  A method no count reaches (`unused_rows`: nothing
+calls it) gains no parameter either."""
+import math
+from typing import List, Optional, Tuple
+
 import torch
 import torch.nn as nn
 
 
-def random_selection(batch, tokens, selected):
-    return torch.rand(batch, tokens).argsort(dim=1).argsort(dim=1) < selected
+def patchify(x: torch.Tensor, patch: int) -> torch.Tensor:
+    """(B, C_in, *spatial) -> (B, *tokens, C_in * patch**d)."""
+    B, C, d = x.shape[0], x.shape[1], x.dim() - 2
+    split = [s for n in x.shape[2:] for s in (n // patch, patch)]
+    x = x.reshape(B, C, *split)
+    order = [0] + [2 + 2 * i for i in range(d)] + [1] + [3 + 2 * i for i in range(d)]
+    return x.permute(order).flatten(d + 1)
+
+
+def unroll(x: torch.Tensor, units: List[int], unit_shape: List[int]) -> torch.Tensor:
+    """(B, *tokens, C) -> (B, N, C), in-unit position slowest, unit fastest."""
+    B, C, d = x.shape[0], x.shape[-1], len(units)
+    x = x.reshape(B, *[s for pair in zip(units, unit_shape) for s in pair], C)
+    order = [0] + [2 + 2 * i for i in range(d)] + [1 + 2 * i for i in range(d)] + [2 * d + 1]
+    return x.permute(order).reshape(B, -1, C)
+
+
+def undo_windowing(x: torch.Tensor, units: List[int], unit_shape: List[int]) -> torch.Tensor:
+    """(B, #units, *unit_shape, C) -> (B, *tokens, C) in spatial order."""
+    B, C, d = x.shape[0], x.shape[-1], len(units)
+    x = x.reshape(B, *units, *unit_shape, C)
+    order = [0] + [p for i in range(d) for p in (1 + i, 1 + d + i)] + [2 * d + 1]
+    return x.permute(order).reshape(B, *[u * s for u, s in zip(units, unit_shape)], C)
+
+
+class TinyHiera(nn.Module):
+    def __init__(self, in_chans=2, dim=8, mask_spatial_shape=(2, 2), unit_shape=(2, 1), patch=2, depth=2):
+        super().__init__()
+        d = len(unit_shape)
+        self.mask_spatial_shape = list(mask_spatial_shape)
+        self.unit_shape = list(unit_shape)
+        self.mu_size = math.prod(unit_shape)
+        self.tokens_spatial_shape = [u * s for u, s in zip(mask_spatial_shape, unit_shape)]
+        self.q_stride = [1] * d
+        self.patch = patch
+        self.patch_embed = nn.Linear(in_chans * patch**d, dim)
+        self.pos_embed = nn.Parameter(0.02 * torch.randn(1, math.prod(self.tokens_spatial_shape), dim))
+        self.blocks = nn.ModuleList([nn.Linear(dim, dim) for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 3)
+
+    def get_random_mask(self, x: torch.Tensor, mask_ratio: float) -> torch.Tensor:
+        """A random (B, #units) mask, True = keep; the same count in every row."""
+        B = x.shape[0]
+        num_windows = math.prod(self.mask_spatial_shape)
+        len_keep = int(num_windows * (1 - mask_ratio))
+        noise = torch.rand(B, num_windows, device=x.device)
+        rank = torch.argsort(torch.argsort(noise, dim=1), dim=1)
+        keep = torch.zeros([B, num_windows], device=x.device)
+        keep[:, :len_keep] = 1
+        keep = torch.gather(keep, dim=1, index=rank)
+        return keep.bool()
+
+    def reroll(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T * kept, C) -> (B, kept, *unit_shape, C)."""
+        B, C = x.shape[0], x.shape[-1]
+        return x.view(B, self.mu_size, -1, C).transpose(1, 2).reshape(B, -1, *self.unit_shape, C)
+
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None, return_intermediates: bool = False):
+        x = self.patch_embed(patchify(x, self.patch))
+        x = x + self.pos_embed.view(1, *self.tokens_spatial_shape, -1)
+        x = unroll(x, self.mask_spatial_shape, self.unit_shape)
+
+        # Discard masked tokens
+        if mask is not None:
+            x = x[mask[..., None].tile(1, self.mu_size, x.shape[2])].view(x.shape[0], -1, x.shape[-1])
+
+        intermediates = []
+        for blk in self.blocks:
+            x = x + torch.tanh(blk(x)).cumsum(dim=1) / x.shape[1]
+            if return_intermediates:
+                intermediates.append(self.reroll(x))
+        if mask is None:
+            x = self.head(self.norm(x.mean(dim=1)))
+        if return_intermediates:
+            return x, intermediates
+        return x
 
 
 class Other(nn.Module):
@@ -17,38 +97,158 @@ class Other(nn.Module):
         return rows
 
 
-class Loss(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(4, 4)
+class TinyMAE(TinyHiera):
+    """The MAE: a subclass of the encoder, as upstream's."""
+
+    def __init__(self, decoder_dim=6, norm_pix_loss=True, **kwargs):
+        super().__init__(**kwargs)
+        dim = self.patch_embed.out_features
+        in_features = self.patch_embed.in_features
+        self.pred_stride = self.patch
+        self.norm_pix_loss = norm_pix_loss
+        self.fusion = nn.Linear(dim, dim)
+        self.encoder_norm = nn.LayerNorm(dim)
+        self.decoder_embed = nn.Linear(dim, decoder_dim)
+        self.mask_token = nn.Parameter(torch.randn(1, 1, decoder_dim))
+        self.decoder_pos_embed = nn.Parameter(0.02 * torch.randn(1, math.prod(self.tokens_spatial_shape), decoder_dim))
+        self.decoder_block = nn.Linear(decoder_dim, decoder_dim)
+        self.decoder_pred = nn.Linear(decoder_dim, in_features)
         self.other = Other()
 
-    # hiera-rewrite: skip
-    def labels_skipped(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        label = x[mask]
+    def get_pixel_label_1d(self, input_seq: torch.Tensor, mask: torch.Tensor, norm: bool = True) -> torch.Tensor:
+        # mask (boolean tensor): True must correspond to *masked*
+        size = self.pred_stride
+        label = input_seq.permute(0, 2, 1).unfold(1, size, size).flatten(2)
+        label = label[mask]
+        if norm:
+            label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
         return label
 
-    def labels(self, x: torch.Tensor, mask: torch.Tensor, norm: bool = True) -> torch.Tensor:
-        label = x[mask]
-        return label - label.mean(dim=-1, keepdim=True) if norm else label
+    def get_pixel_label_2d(self, input_img: torch.Tensor, mask: torch.Tensor, norm: bool = True) -> torch.Tensor:
+        size = self.pred_stride
+        label = input_img.permute(0, 2, 3, 1).unfold(1, size, size).unfold(2, size, size)
+        label = label.flatten(1, 2).flatten(2)
+        label = label[mask]
+        if norm:
+            label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
+        return label
+
+    def get_pixel_label_3d(self, input_vid: torch.Tensor, mask: torch.Tensor, norm: bool = True) -> torch.Tensor:
+        size = self.pred_stride
+        label = input_vid.permute(0, 2, 3, 4, 1)
+        label = label.unfold(1, size, size).unfold(2, size, size).unfold(3, size, size)
+        label = label.flatten(1, 3).flatten(2)
+        label = label[mask]
+
+        if norm:
+            label = (label - label.mean(dim=-1, keepdim=True)) / (label.var(dim=-1, keepdim=True) + 1.0e-6) ** 0.5
+        return label
+
+    def forward_encoder(
+        self, x: torch.Tensor, mask_ratio: float, mask: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        if mask is None:
+            mask = self.get_random_mask(x, mask_ratio)  # [B, #units]
+
+        _, intermediates = super().forward(x, mask, return_intermediates=True)
+        x = 0.0
+        for interm in intermediates:
+            x = x + self.fusion(interm)
+        return self.encoder_norm(x), mask
+
+    def forward_decoder(self, x: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        x = self.decoder_embed(x)
+
+        # x: [B, #units kept, *unit_shape, C]; mask: [B, #units]
+        x_dec = torch.zeros(*mask.shape, *x.shape[2:], device=x.device, dtype=x.dtype)
+        mask_tokens = self.mask_token.view((1,) * (len(mask.shape) + len(x.shape[2:-1])) + (-1,))
+        mask = mask.reshape(mask.shape + (1,) * len(x.shape[2:]))
+        mask = mask.expand((-1,) * 2 + x.shape[2:]).bool()
+        x_dec[mask] = x.flatten()
+        x_dec = ~mask * mask_tokens + mask * x_dec
+
+        x = undo_windowing(x_dec, self.mask_spatial_shape, self.unit_shape)
+        mask = undo_windowing(mask[..., 0:1], self.mask_spatial_shape, self.unit_shape)
+        x = x.reshape(x.shape[0], -1, x.shape[-1])
+        mask = mask.reshape(x.shape[0], -1)
+
+        x = x + self.decoder_pos_embed
+        x = x + torch.tanh(self.decoder_block(x)).cumsum(dim=1) / x.shape[1]
+        return self.decoder_pred(x), mask
+
+    # hiera-rewrite: skip
+    def rows_skipped(self, t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        rows = t[mask]
+        return rows
+
+    def rows(self, t: torch.Tensor, mask: torch.Tensor, norm: bool = True) -> torch.Tensor:
+        rows = t[mask]
+        return rows - rows.mean(dim=-1, keepdim=True) if norm else rows
 
     def weights(self, w: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         picked = w[mask]  # (B * n,): a 2-D source selects single values
         return picked
 
-    def forward_loss(self, x: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor):
-        label = self.labels(x, mask) + self.labels_skipped(x, mask)
-        visible = self.labels(x, ~mask, norm=False)
-        w = self.weights(x.sum(-1), mask=mask)
-        pred = self.proj(pred)[mask] if False else pred
-        pred = pred[mask]
-        return (((pred - label) ** 2).mean(-1) * w).mean(), pred, label, visible, self.other.gather(x, mask)
+    def unused_rows(self, t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        rows = t[mask]
+        return rows
 
-    def forward(self, x, pred, mask):
-        return self.forward_loss(x, self.proj(pred), mask)
+    def forward_loss(
+        self, x: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """mask: True is *masked*."""
+        if len(self.q_stride) == 1:
+            label = self.get_pixel_label_1d(x, mask, norm=self.norm_pix_loss)
+        elif len(self.q_stride) == 2:
+            label = self.get_pixel_label_2d(x, mask)
+        else:
+            label = self.get_pixel_label_3d(x, mask, self.norm_pix_loss)
+
+        extra = self.rows(pred, mask) + self.rows_skipped(pred, mask)
+        visible = self.rows(pred, ~mask, norm=False)
+        w = self.weights(pred.sum(-1), mask=mask)
+        gathered = self.other.gather(pred, mask.clone())  # another class: never given the count
+        pred = pred[mask]
+        loss = ((pred - label) ** 2).mean(-1) * w + extra.mean(-1) + gathered.mean(-1)
+
+        return loss.mean() + visible.mean(), pred, label
+
+    def forward(
+        self, x: torch.Tensor, mask_ratio: float = 0.6, mask: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        latent, mask = self.forward_encoder(x, mask_ratio, mask=mask)
+        pred, pred_mask = self.forward_decoder(latent, mask)
+        return *self.forward_loss(x, pred, ~pred_mask), mask
+
+
+def tiny_mae(dims: int = 2) -> TinyMAE:
+    if dims == 1:
+        return TinyMAE(mask_spatial_shape=(4,), unit_shape=(3,))
+    if dims == 2:
+        return TinyMAE(mask_spatial_shape=(2, 2), unit_shape=(2, 1))
+    return TinyMAE(mask_spatial_shape=(2, 1, 2), unit_shape=(1, 2, 1), norm_pix_loss=False)
+
+
+class Suite(nn.Module):
+    """1-D, 2-D and 3-D MAEs with generated masks, and a caller's own mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.mae1, self.mae2, self.mae3 = tiny_mae(1), tiny_mae(2), tiny_mae(3)
+
+    def forward(self, x1, x2, x3, mask2):
+        return (
+            self.mae1(x1, 0.5),
+            self.mae2(x2),
+            self.mae3(x3, 0.75),
+            self.mae2(x2, mask=mask2),
+            self.mae2.forward_encoder(x2, 0.25)[0],
+        )
 
 
 def golden_example():
-    x = torch.randn(3, 6, 4, dtype=torch.float64)
-    pred = torch.randn(3, 6, 4, dtype=torch.float64)
-    return Loss().double(), (x, pred, random_selection(3, 6, 4))
+    x1 = torch.randn(2, 2, 24, dtype=torch.float64)
+    x2 = torch.randn(3, 2, 8, 4, dtype=torch.float64)
+    x3 = torch.randn(2, 2, 4, 4, 4, dtype=torch.float64)
+    mask2 = torch.tensor([[True, False, True, False], [False, False, True, True], [True, True, False, False]])
+    return Suite().double(), (x1, x2, x3, mask2)
