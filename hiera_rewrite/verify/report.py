@@ -243,9 +243,13 @@ def print_parity(rows: List[Dict[str, Any]], out) -> None:
 
 def graph_line(graph: Dict[str, Any]) -> str:
     """The fullgraph report of one model (a report, not part of the verdict)."""
+    if graph.get("skipped"):
+        return f"torch.compile(fullgraph=True): not traced ({graph['skipped']})"
     new = graph.get("new")
     if new is None:
         return "torch.compile(fullgraph=True): compiles fullgraph"
+    if graph.get("untraced"):
+        return f"torch.compile(fullgraph=True): {new['reason']}"
     at = f"breaks at {new['where']}" if new.get("where") else "breaks"
     orig = graph.get("orig")
     if orig is None:

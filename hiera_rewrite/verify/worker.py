@@ -46,6 +46,10 @@ INSTALL_HINT = "pip install 'hiera-rewrite[verify]'"
 
 
 _MAX_CANDIDATES = 12
+# the fullgraph report (not part of the verdict): seconds per trace, and in all (a large
+# model's dynamo trace can take minutes on CPU: the report is left out, the verdict is not)
+GRAPH_SECONDS = 20.0
+GRAPH_TOTAL_SECONDS = 40.0
 
 
 class Worker(Discovery, Building, Inputs, Comparison):
@@ -67,6 +71,10 @@ class Worker(Discovery, Building, Inputs, Comparison):
         limits = spec.get("budget") or {}
         self.memory_gib, self.seconds = limits.get("memory_gib"), limits.get("seconds")
         self.budget = Budget(self.seconds)  # `with self.budget():` around each case
+        # the fullgraph report is not part of the verdict: each trace has a budget of its
+        # own, and once the reports have taken GRAPH_TOTAL_SECONDS the later models get none
+        self.graph_budget = Budget(min(self.seconds or GRAPH_SECONDS, GRAPH_SECONDS))
+        self.graph_seconds = 0.0
         self.scan_order: List[str] = []  # the modules discovery imported, in order
         self.raises_at: Dict[Any, str] = {}  # class -> the statement its every build raised at
         self.over_budget: Dict[Any, Dict[str, Any]] = {}  # class -> the error of its small build over budget
@@ -605,10 +613,15 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     entry["rows"].extend(self.compare(cname, case, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=ref, buffers=(bufs_a, bufs_b), inputs=(dx_a, dx_b)))
             original = plan.get("orig_model")
             if original is not None and configs and "graph_case" in plan and self.spec.get("graph_report", True):
-                self.progress(f"tracing {label} with torch.compile(fullgraph=True)")
-                model.load_state_dict(plan["state"])
-                model.to(device="cpu", dtype=configs[0][1])
-                entry["graph"] = self.graph_report(model, original, plan["x"].to(dtype=configs[0][1]), plan["graph_case"], torch)
+                if self.graph_seconds >= GRAPH_TOTAL_SECONDS:
+                    entry["graph"] = {"skipped": f"the reports of the models above took {self.graph_seconds:.0f} s"}
+                else:
+                    self.progress(f"tracing {label} with torch.compile(fullgraph=True)")
+                    model.load_state_dict(plan["state"])
+                    model.to(device="cpu", dtype=configs[0][1])
+                    start = time.time()
+                    entry["graph"] = self.graph_report(model, original, plan["x"].to(dtype=configs[0][1]), plan["graph_case"], torch)
+                    self.graph_seconds += time.time() - start
             del model
         except (Exception, OverBudget) as exc:  # noqa: BLE001
             entry["error"] = f"cannot build the rewritten model: {type(exc).__name__}: {exc}"
@@ -624,6 +637,8 @@ class Worker(Discovery, Building, Inputs, Comparison):
         new = self._first_break(model, x, kw, torch, "new")
         if new is None:
             return {"new": None}
+        if new["where"] is None and new["reason"].startswith("not traced"):
+            return {"new": new, "untraced": True}
         return {"new": new, "orig": self._first_break(original, x, kw, torch, "orig")}
 
     def _first_break(self, model, x, kw, torch, side: str) -> Optional[Dict[str, Any]]:
@@ -632,9 +647,11 @@ class Worker(Discovery, Building, Inputs, Comparison):
         made = self._made(model, x, kw, torch)
         dynamo.reset()
         try:
-            with self.budget():
+            with self.graph_budget():
                 explained = dynamo.explain(lambda: model(fed(model, x), **made))()
-        except (Exception, OverBudget) as exc:  # noqa: BLE001 -- the user's code may raise anything
+        except OverBudget:
+            return {"where": None, "reason": f"not traced: past the report's {self.graph_budget.seconds:g} s"}
+        except Exception as exc:  # noqa: BLE001 -- the user's code may raise anything
             return {"where": None, "reason": f"not traced: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"}
         finally:
             dynamo.reset()

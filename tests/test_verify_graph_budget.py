@@ -1,0 +1,62 @@
+"""Issue 31: the fullgraph report has a time budget of its own.
+
+A fork's mixture-of-experts Hiera (st-moe-pytorch) took dynamo 119 s to explain on the
+2-core machine, twice (the rewritten side, then the original's), which alone put that
+repo past the corpus's 180 s.  The report is not part of the verdict: a trace past
+GRAPH_SECONDS stops with "not traced", the original is then not traced either, and once
+the reports have taken GRAPH_TOTAL_SECONDS the later models get none.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hiera_rewrite.verify import worker as worker_module  # noqa: E402
+from hiera_rewrite.verify.budget import Budget  # noqa: E402
+from hiera_rewrite.verify.report import graph_line  # noqa: E402
+
+
+class _Slow(torch.nn.Module):
+    """A forward whose trace takes about 4 s (each sleep a graph break dynamo runs)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        for _ in range(200):
+            time.sleep(0.02)
+            x = self.lin(x)
+        return x
+
+
+def _worker(seconds: float):
+    w = worker_module.Worker.__new__(worker_module.Worker)
+    w.spec = {"traced": {}, "sides": {"new": "/nonexistent-new", "orig": "/nonexistent-orig"}}
+    w.graph_budget = Budget(seconds)
+    return w
+
+
+def test_a_slow_trace_stops_at_the_report_budget():
+    traced = []
+    w = _worker(0.5)
+    first_break = w._first_break
+    w._first_break = lambda model, *a: traced.append(model) or first_break(model, *a)
+    rewritten, original = _Slow(), _Slow()
+    start = time.time()
+    graph = w.graph_report(rewritten, original, torch.randn(2, 4), {}, torch)
+    assert time.time() - start < 3.5  # one trace, cut at 0.5 s (the forward alone sleeps 4 s)
+    assert traced == [rewritten]  # the original is not traced after the rewritten's was cut
+    assert graph_line(graph) == "torch.compile(fullgraph=True): not traced: past the report's 0.5 s"
+
+
+def test_report_lines_for_untraced_and_skipped_models():
+    assert graph_line({"new": None}) == "torch.compile(fullgraph=True): compiles fullgraph"
+    assert graph_line({"skipped": "the reports of the models above took 41 s"}) == (
+        "torch.compile(fullgraph=True): not traced (the reports of the models above took 41 s)"
+    )
+    assert worker_module.GRAPH_SECONDS < worker_module.GRAPH_TOTAL_SECONDS <= 60
