@@ -77,6 +77,10 @@ class Worker(Discovery, Building, Inputs, Comparison):
         self.graph_seconds = 0.0
         self.scan_order: List[str] = []  # the modules discovery imported, in order
         self.raises_at: Dict[Any, str] = {}  # class -> the statement its every build raised at
+        # class -> the statement a candidate's builds raised at in every size tried, up to
+        # its own configuration (any error): another candidate of the class raising there in
+        # its small build is not built larger (the size is not what it trips on)
+        self.raises_at_every_size: Dict[Any, str] = {}
         self.over_budget: Dict[Any, Dict[str, Any]] = {}  # class -> the error of its small build over budget
 
     def progress(self, message: str) -> None:
@@ -229,11 +233,15 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 if where is not None and _structural(exc):  # a statement of the files raised, whatever the input
                     error["raised"] = {"where": where, "what": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"}
                     error["same_as_factory"] = mode["how"].startswith("its configuration") and not mode.get("filled")
+                error["where"] = where
                 failed(error)
                 self.forget(label)
                 del model
                 if where is not None and where == self.raises_at.get(cand.get("cls")):
                     break  # another build of a class already found to raise there in every build
+                if where is not None and where == self.raises_at_every_size.get(cand.get("cls")):
+                    errors[-1]["error"] += f" (as every size of another build of the class raised there: not built larger)"
+                    break
                 if errors[-1].get("too_large"):
                     self.note_over_budget(cand, mode, errors[-1])
                     break
@@ -384,6 +392,13 @@ class Worker(Discovery, Building, Inputs, Comparison):
             if last is not None:
                 given = dict(self.json_kwargs(last["kwargs"]), **self.chosen(last))  # with the repo's values it took (model_name)
                 failure["flag"] = f"--factory {last['module']}:{last['attr']}:'{json.dumps(given)}'"
+            wheres = [e.get("where") for e in errors]
+            sizes = [e["mode"]["how"] for e in errors if e.get("mode")]
+            if (
+                cls is not None and len(errors) >= 3 and wheres[0] is not None and len(set(wheres)) == 1
+                and any(h.startswith("small") for h in sizes) and any(not h.startswith("small") for h in sizes)
+            ):
+                self.raises_at_every_size.setdefault(cls, wheres[0])
             raised = [e["raised"] for e in errors if e.get("raised")]
             every = all(e.get("raised") for e in errors if e.get("ran"))  # no build ran into another error
             if raised and every and len({r["where"] for r in raised}) == 1 and not any(e.get("missing") or e.get("too_large") for e in errors):
