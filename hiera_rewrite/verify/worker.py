@@ -240,7 +240,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 if where is not None and where == self.raises_at.get(cand.get("cls")):
                     break  # another build of a class already found to raise there in every build
                 if where is not None and where == self.raises_at_every_size.get(cand.get("cls")):
-                    errors[-1]["error"] += f" (as every size of another build of the class raised there: not built larger)"
+                    errors[-1]["error"] += " (as every size of another build of the class raised there: not built larger)"
                     break
                 if errors[-1].get("too_large"):
                     self.note_over_budget(cand, mode, errors[-1])
