@@ -15,6 +15,7 @@ nothing online itself: where a mirror is missing it prints the ``fetch`` source 
 Subcommands (stdlib only)::
 
     python benchmarks/fork_corpus.py layout             # mirrors -> /work/corpus/<owner>+<name>/<name>/
+    python benchmarks/fork_corpus.py deps               # each repo's own pins (``deps``) into /work/corpus/.deps/<owner>+<name>/
     python benchmarks/fork_corpus.py discover           # hiera_files: `hiera-rewrite --check` on each repo folder
     python benchmarks/fork_corpus.py run                # verify every repo, update the JSON, write the table
     python benchmarks/fork_corpus.py run --only BehaveMAE   # one repo (owner/name, name, or a part of it)
@@ -38,6 +39,13 @@ first on ``PYTHONPATH``, so uncommitted edits in the working tree never leak int
 test venv's packages through a ``.pth`` file and adds the corpus repos' small pure-python
 dependencies (einops, omegaconf, hydra-core, ...), which must not go into the test venv.
 Verify's worker runs with the interpreter that runs ``hiera-rewrite``, so it sees them too.
+
+A repo whose code needs versions that conflict with that shared venv lists them in its entry as
+``deps`` (pip specs, with ``deps_env`` for the build and ``deps_why`` saying where the pins come
+from: the repo's own requirements, or the install verify's message names). ``deps`` installs them
+with ``pip install --no-deps --no-build-isolation --target /work/corpus/.deps/<owner>+<name>``,
+and ``run`` puts that folder on ``PYTHONPATH`` after the hiera-rewrite tree, for that repo only;
+the table names them.
 It is started with ``-P``, as the ``hiera-rewrite`` console script is: the repo folder is
 not put on ``sys.path`` by the interpreter itself, only by verify's own import rules.
 """
@@ -206,9 +214,35 @@ def tool_cmd(python: str) -> List[str]:
     return [python, "-P", "-m", "hiera_rewrite"]
 
 
-def tool_env(tree: Path) -> Dict[str, str]:
+def deps_dir(entry: Dict) -> Path:
+    return CORPUS / ".deps" / entry["repo"].replace("/", "+")
+
+
+def install_deps(entry: Dict, python: str) -> str:
+    """The repo's own pins, apart from the shared venv (``deps``); return what happened."""
+    specs = entry.get("deps") or []
+    if not specs:
+        return "no deps"
+    dest = deps_dir(entry)
+    shutil.rmtree(dest, ignore_errors=True)
+    env = dict(os.environ, **(entry.get("deps_env") or {}))
+    out = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(dest), *specs],
+        env=env, capture_output=True, text=True,
+    )
+    if out.returncode:
+        return f"pip exit {out.returncode}: {(out.stderr or out.stdout).strip().splitlines()[-1:]}"
+    return "installed " + " ".join(specs)
+
+
+def tool_env(tree: Path, entry: Optional[Dict] = None) -> Dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(tree) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    paths = [str(tree)]
+    if entry is not None and entry.get("deps"):
+        if not deps_dir(entry).is_dir():
+            sys.exit(f"{entry['repo']}: its deps are not installed (run `deps --only {entry['repo']}` first)")
+        paths.append(str(deps_dir(entry)))
+    env["PYTHONPATH"] = os.pathsep.join(paths) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.pop("PYTHONHOME", None)
     return env
 
@@ -217,7 +251,7 @@ def discover(entry: Dict, python: str, tree: Path) -> str:
     out = subprocess.run(
         tool_cmd(python) + ["--check", "--output-format", "json", "."],
         cwd=folder(entry),
-        env=tool_env(tree),
+        env=tool_env(tree, entry),
         capture_output=True,
         text=True,
     )
@@ -274,7 +308,7 @@ def run_one(entry: Dict, python: str, tree: Path, timeout: int) -> None:
         return
     cmd = tool_cmd(python) + ["--verify", "--check"] + entry["hiera_files"]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=folder(entry), env=tool_env(tree), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, cwd=folder(entry), env=tool_env(tree, entry), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, errors="replace", start_new_session=True)
     try:
         text, _ = proc.communicate(timeout=timeout)
@@ -319,13 +353,17 @@ def write_table(entries: List[Dict], rev_line: str, python: str) -> None:
         "",
         "Summary: " + ", ".join(f"{v} {counts[v]}" for v in order) + ".",
         "",
-        "| repo | commit | files | verdict | seconds | cause |",
-        "| --- | --- | --- | --- | ---: | --- |",
+        "A repo's own pins (column `deps`) were installed for it alone (`fork_corpus.py deps`); "
+        "the others ran in the shared venv.",
+        "",
+        "| repo | commit | files | deps | verdict | seconds | cause |",
+        "| --- | --- | --- | --- | --- | ---: | --- |",
     ]
     for e in entries:
         files = "<br>".join(e.get("hiera_files") or []) or "-"
         rows.append(
-            f"| {e['repo']} | {(e.get('commit') or '')[:10]} | {files} | {e.get('verdict') or 'not run'} | "
+            f"| {e['repo']} | {(e.get('commit') or '')[:10]} | {files} | {md_cell(' '.join(e.get('deps') or []) or '-')} | "
+            f"{e.get('verdict') or 'not run'} | "
             f"{e.get('seconds', '')} | {md_cell(cause_of(e))} |"
         )
     rows.append("")
@@ -337,7 +375,7 @@ def write_table(entries: List[Dict], rev_line: str, python: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("layout", "discover", "run", "reparse", "table"))
+    parser.add_argument("command", choices=("layout", "deps", "discover", "run", "reparse", "table"))
     parser.add_argument("--only", help="one repo: owner/name, name, or a part of it")
     parser.add_argument("--python", default=default_python(), help="interpreter that runs hiera-rewrite (default %(default)s)")
     parser.add_argument("--rev", default="HEAD", help="hiera-rewrite commit to run, or 'worktree' (default HEAD)")
@@ -351,6 +389,10 @@ def main() -> int:
             problem = layout(e)
             print(f"{e['repo']}: {problem or 'laid out at ' + e['commit'][:10]}", flush=True)
         save(entries)
+        return 0
+    if args.command == "deps":
+        for e in picked:
+            print(f"{e['repo']}: {install_deps(e, args.python)}", flush=True)
         return 0
     if args.command == "reparse":  # verdict, cause and flag again from the saved logs, nothing run
         for e in picked:
