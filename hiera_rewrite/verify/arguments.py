@@ -1005,7 +1005,18 @@ def code_values(ctor, name: str, depth: int = 0) -> List[Tuple[str, str]]:
     return list(unique.items())
 
 
+_INIT_NODES: Dict[Any, Optional[ast.FunctionDef]] = {}
+
+
 def _init_node(cls) -> Optional[ast.FunctionDef]:
+    """The class's own ``def __init__`` as written (read-only; parsed once per class:
+    ``inspect.getsource`` of a class parses its whole module on every call)."""
+    if cls not in _INIT_NODES:
+        _INIT_NODES[cls] = _parse_init(cls)
+    return _INIT_NODES[cls]
+
+
+def _parse_init(cls) -> Optional[ast.FunctionDef]:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError, SyntaxError):
