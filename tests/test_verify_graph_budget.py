@@ -62,3 +62,36 @@ def test_report_lines_for_untraced_and_skipped_models():
         "torch.compile(fullgraph=True): not traced (the reports of the models above took 41 s)"
     )
     assert worker_module.GRAPH_SECONDS < worker_module.GRAPH_TOTAL_SECONDS <= 60
+
+
+def test_once_a_trace_is_cut_the_later_models_get_no_trace():
+    # a repo's models share their blocks: after one trace ran past its budget, the next
+    # would most likely be cut too, after as long (a real fork: 20 s a model, twice)
+    traced = []
+    w = _worker(0.5)
+    w.graph_seconds, w.graph_cut = 0.0, None
+    w.progress = lambda *a: None
+    first_break = w._first_break
+    w._first_break = lambda model, *a: traced.append(model) or first_break(model, *a)
+    import torch._dynamo  # noqa: F401,PLC0415 -- imported before the clock starts
+
+    slow, fast = _Slow(), torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    first = w.graph_entry("repo.models:slow_tiny", slow, _Slow(), x, {}, torch)
+    assert graph_line(first) == "torch.compile(fullgraph=True): not traced: past the report's 0.5 s"
+    second = w.graph_entry("repo.models:plain_tiny", fast, torch.nn.Linear(4, 4), x, {}, torch)
+    assert traced == [slow]  # the second model is not traced at all
+    assert graph_line(second) == (
+        "torch.compile(fullgraph=True): not traced (the trace of repo.models:slow_tiny ran past the report's 0.5 s)"
+    )
+
+
+def test_a_trace_within_its_budget_leaves_the_next_model_traced():
+    w = _worker(30.0)
+    w.graph_seconds, w.graph_cut = 0.0, None
+    w.progress = lambda *a: None
+    x = torch.randn(2, 4)
+    first = w.graph_entry("a", torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), x, {}, torch)
+    second = w.graph_entry("b", torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), x, {}, torch)
+    assert graph_line(first) == graph_line(second) == "torch.compile(fullgraph=True): compiles fullgraph"
+    assert w.graph_cut is None and w.graph_seconds > 0

@@ -75,6 +75,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
         # own, and once the reports have taken GRAPH_TOTAL_SECONDS the later models get none
         self.graph_budget = Budget(min(self.seconds or GRAPH_SECONDS, GRAPH_SECONDS))
         self.graph_seconds = 0.0
+        self.graph_cut: Optional[str] = None  # the model whose trace ran past its budget
         self.scan_order: List[str] = []  # the modules discovery imported, in order
         self.raises_at: Dict[Any, str] = {}  # class -> the statement its every build raised at
         # class -> the statement a candidate's builds raised at in every size tried, up to
@@ -628,21 +629,32 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     entry["rows"].extend(self.compare(cname, case, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=ref, buffers=(bufs_a, bufs_b), inputs=(dx_a, dx_b)))
             original = plan.get("orig_model")
             if original is not None and configs and "graph_case" in plan and self.spec.get("graph_report", True):
-                if self.graph_seconds >= GRAPH_TOTAL_SECONDS:
-                    entry["graph"] = {"skipped": f"the reports of the models above took {self.graph_seconds:.0f} s"}
-                else:
-                    self.progress(f"tracing {label} with torch.compile(fullgraph=True)")
-                    model.load_state_dict(plan["state"])
-                    model.to(device="cpu", dtype=configs[0][1])
-                    start = time.time()
-                    entry["graph"] = self.graph_report(model, original, plan["x"].to(dtype=configs[0][1]), plan["graph_case"], torch)
-                    self.graph_seconds += time.time() - start
+                model.load_state_dict(plan["state"])
+                model.to(device="cpu", dtype=configs[0][1])
+                entry["graph"] = self.graph_entry(label, model, original, plan["x"].to(dtype=configs[0][1]), plan["graph_case"], torch)
             del model
         except (Exception, OverBudget) as exc:  # noqa: BLE001
             entry["error"] = f"cannot build the rewritten model: {type(exc).__name__}: {exc}"
         finally:
             entry["seconds"] = plan["seconds"] + time.time() - t0
             plan.clear()
+
+    def graph_entry(self, label: str, model, original, x, kw, torch) -> Dict[str, Any]:
+        """The fullgraph report of one model, within the report's budgets: none once the
+        reports have taken GRAPH_TOTAL_SECONDS, or once one trace ran past its own budget
+        (the models of one repo share their blocks: the next trace would most likely be
+        cut too, after as long)."""
+        if self.graph_cut is not None:
+            return {"skipped": f"the trace of {self.graph_cut} ran past the report's {self.graph_budget.seconds:g} s"}
+        if self.graph_seconds >= GRAPH_TOTAL_SECONDS:
+            return {"skipped": f"the reports of the models above took {self.graph_seconds:.0f} s"}
+        self.progress(f"tracing {label} with torch.compile(fullgraph=True)")
+        start = time.time()
+        graph = self.graph_report(model, original, x, kw, torch)
+        self.graph_seconds += time.time() - start
+        if graph.get("untraced") and graph["new"]["reason"].startswith("not traced: past"):
+            self.graph_cut = label
+        return graph
 
     def graph_report(self, model, original, x, kw, torch) -> Dict[str, Any]:
         """Whether the rewritten model's first case traces as one graph under torch.compile
