@@ -380,11 +380,21 @@ class Worker(Discovery, Building, Inputs, Comparison):
         return where
 
     def not_built(self, label: str, cls, errors: List[Dict[str, Any]]) -> None:
-        """A candidate no mode built and ran: its last error is the failure, the others notes.
+        """A candidate no mode built and ran: its last error is the failure (or the raise of a
+        build before a factory that lacked a value the builds before it had), the others notes.
         Where every mode that built raised at the same statement of the files (and none
         lacked an argument or a budget), the path is *unreachable in the original*."""
         if errors:
-            failure = dict(errors[-1], label=label, **{"class": cls.__name__ if cls else None})
+            # a factory tried last that lacked an argument its class's builds were given
+            # (model_name: no guess from an unwrapped factory's name) did not stop the
+            # proof where those builds ran and the original raised: that raise is the cause
+            ran = [e for e in errors if e.get("ran")]
+            last = errors[-1]
+            if last.get("missing") and (last.get("mode") or {}).get("how", "").startswith("the factory") and ran:
+                cause = ran[-1]
+            else:
+                cause = last
+            failure = dict(cause, label=label, **{"class": cls.__name__ if cls else None})
             failure.pop("mode", None)
             # the build to start from, as a --factory line: the model's own configuration as
             # tried (the class and what its factory gives), else the first build tried
@@ -408,7 +418,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 failure["classes"] = [k.__name__ for k in cls.__mro__] if cls else []
             self.report["failures"].append(failure)
         if len(errors) > 1:
-            self.report["notes"].append(f"{label}: " + "; ".join(e["error"] for e in errors[:-1]))
+            self.report["notes"].append(f"{label}: " + "; ".join(e["error"] for e in errors if e is not cause))
 
     def unique(self, label: str) -> str:
         while label in self.labels:
