@@ -37,27 +37,28 @@ THREADS=$(( $(nproc) / ${#WARM[@]} )); [ "$THREADS" -lt 1 ] && THREADS=1
 pids=(); i=0
 for w in "${WARM[@]}"; do
   set -- $w
-  TORCHINDUCTOR_COMPILE_THREADS=$THREADS timeout "$WARM_LIMIT" python3 benchmarks/bench.py --warm-only \
+  TORCHINDUCTOR_COMPILE_THREADS=$THREADS timeout -k 10 "$WARM_LIMIT" python3 benchmarks/bench.py --warm-only \
     --warmup 1 --steps 1 --budget-s "$WARM_LIMIT" --cells "$1" --modes "$2" --contenders "$3" \
     --rewritten-src "$SRC" > "/tmp/warm_$i.log" 2>&1 &
   pids+=($!); i=$((i + 1))
 done
-( timeout 200 python3 benchmarks/gpu_parity.py --device cuda --all-goldens --rewritten-src "$SRC" --out "$OUT" \
+( timeout -k 10 200 python3 benchmarks/gpu_parity.py --device cuda --all-goldens --rewritten-src "$SRC" --out "$OUT" \
     > "$OUT/parity_stdout.log" 2>&1; echo "gpu_parity rc $?" >> "$OUT/parity_stdout.log"
   # diagnostic (tables in parity_stdout.log): the upstream fp16 cells without a loss scale
   # (fp16 as no one trains it: unscaled gradients underflow in the fused kernels)
   echo "=== diagnostic: --loss-scale 1" >> "$OUT/parity_stdout.log"
-  timeout 60 python3 benchmarks/gpu_parity.py --device cuda --only upstream --dtypes fp16 --loss-scale 1 \
+  timeout -k 10 60 python3 benchmarks/gpu_parity.py --device cuda --only upstream --dtypes fp16 --loss-scale 1 \
     --rewritten-src "$SRC" >> "$OUT/parity_stdout.log" 2>&1 ) &
 pids+=($!)
 wait "${pids[@]}"
 for f in /tmp/warm_*.log; do
+  cp "$f" "$OUT/" 2>/dev/null
   grep -hE "^\[bench .*(=== cell|: build|warm-up|ERROR)" "$f" | sed "s|^|$(basename "$f" .log) |" >> "$OUT/bench.log"
 done
 log "phase A done; $(tail -1 "$OUT/parity_stdout.log")"
 
 log "phase B: headline"
-python3 benchmarks/bench.py --cells headline --modes eager,compile,ro --rewritten-src "$SRC" \
+timeout -k 10 $(( LIMIT - $(elapsed) )) python3 benchmarks/bench.py --cells headline --modes eager,compile,ro --rewritten-src "$SRC" \
   --budget-s $(( LIMIT - $(elapsed) - 10 )) --expect-warm-s 40 --out /tmp/b_headline > "$OUT/device.log" 2>&1
 log "bench.py rc $?"
 cp /tmp/b_headline/bench.json /tmp/b_headline/bench.md "$OUT/" 2>/dev/null
