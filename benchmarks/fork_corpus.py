@@ -21,6 +21,7 @@ Subcommands (stdlib only)::
     python benchmarks/fork_corpus.py run --only BehaveMAE   # one repo (owner/name, name, or a part of it)
     python benchmarks/fork_corpus.py reparse            # verdicts, causes, flags again from the saved logs
     python benchmarks/fork_corpus.py table              # rewrite the markdown table from the JSON
+    python benchmarks/fork_corpus.py carry NAME...      # copy repos for a device call (benchmarks/corpus_cuda.sh)
 
 ``run`` executes, from the repository folder's root as a user would,
 ``hiera-rewrite --verify --check <hiera_files>`` with a 180 s timeout (``--timeout``), and
@@ -375,7 +376,8 @@ def write_table(entries: List[Dict], rev_line: str, python: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("layout", "deps", "discover", "run", "reparse", "table"))
+    parser.add_argument("command", choices=("layout", "deps", "discover", "run", "reparse", "table", "carry"))
+    parser.add_argument("names", nargs="*", help="carry: the repos to copy (owner/name, name, or a part of it)")
     parser.add_argument("--only", help="one repo: owner/name, name, or a part of it")
     parser.add_argument("--python", default=default_python(), help="interpreter that runs hiera-rewrite (default %(default)s)")
     parser.add_argument("--rev", default="HEAD", help="hiera-rewrite commit to run, or 'worktree' (default HEAD)")
@@ -389,6 +391,14 @@ def main() -> int:
             problem = layout(e)
             print(f"{e['repo']}: {problem or 'laid out at ' + e['commit'][:10]}", flush=True)
         save(entries)
+        return 0
+    if args.command == "carry":  # the laid-out repos, for a device call (benchmarks/corpus_cuda.sh)
+        dest = TABLE.parent / "export"  # git-ignored (benchmarks/results/*/export/): third-party code
+        shutil.rmtree(dest, ignore_errors=True)
+        for name in args.names:
+            for e in select(entries, name):
+                shutil.copytree(folder(e).parent, dest / folder(e).parent.name, ignore=shutil.ignore_patterns("__pycache__"))
+                print(f"{e['repo']}: copied to {dest / folder(e).parent.name}")
         return 0
     if args.command == "deps":
         for e in picked:

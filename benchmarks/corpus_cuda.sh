@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `hiera-rewrite --verify --verify-cuda` on real forks of the corpus (issue 31 / issue 30:
+# proven where it runs), one device call:
+#
+#   here:   python benchmarks/fork_corpus.py carry NAME...     # copies the laid-out repos into
+#                                                              # benchmarks/results/issue31/export/ (git-ignored)
+#   device: run command="bash benchmarks/corpus_cuda.sh", carry=[".whl", "benchmarks/results/issue31/export"]
+#
+# Each repo is verified from its folder's root with the files of its fork_corpus.json
+# entry, in float64, float32, bfloat16 and float16 on CUDA (--verify-dtype bfloat16,float16;
+# float32 always runs) and on CPU float64, JOBS repos at a time on the one GPU, each within
+# PER_REPO seconds. The timing lines verify prints after parity are NOT measurements here:
+# the repos share the GPU (--bench-batch 2 keeps them short). $OUT: <repo>.log, summary.md.
+set -u
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+REPO=$PWD
+SRC=${SRC:-benchmarks/results/issue31/export}
+JOBS=${JOBS:-3}
+PER_REPO=${PER_REPO:-150}
+PY=${PYTHON:-python3}  # PYTHON=.venv/bin/python with no .whl: a dry run where hiera-rewrite is installed
+SITE=/tmp/corpus-cuda-site
+if [ -z "${PYTHON:-}" ]; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
+    || { echo "wheel install failed (is .whl carried?)"; exit 2; }
+  export PYTHONPATH="$SITE:$REPO"
+fi
+export PYTHONUNBUFFERED=1
+"$PY" -c 'import torch; print("torch", torch.__version__, "on", torch.cuda.get_device_name() if torch.cuda.is_available() else "NO CUDA")' | tee "$OUT/summary.md"
+one() {  # one repo: $1 = <owner>+<name>
+  local slug=$1 name=${1#*+}
+  local files
+  files=$("$PY" -c "import json,sys; print(' '.join(next(e['hiera_files'] for e in json.load(open('$REPO/benchmarks/fork_corpus.json')) if e['repo'].replace('/', '+') == '$slug')))")
+  local start=$(date +%s)
+  ( cd "$REPO/$SRC/$slug/$name" && timeout -k 10 "$PER_REPO" "$PY" -P -m hiera_rewrite --verify --check --verify-cuda \
+      --verify-dtype bfloat16,float16 --bench-batch 2 $files ) > "$OUT/$slug.log" 2>&1
+  local rc=$? verdict
+  verdict=$(grep -oE "^verify: (PASSED|FAILED|NOT PROVEN)[^;]*" "$OUT/$slug.log" | tail -1 | cut -c9-120)
+  echo "| $slug | ${verdict:-exit $rc} | $(( $(date +%s) - start )) s | $(grep -cE '^  (float|bfloat)[0-9]* cuda' "$OUT/$slug.log") cuda rows |" >> "$OUT/summary.md"
+}
+echo "| repo | verdict | seconds | rows |" >> "$OUT/summary.md"
+echo "| --- | --- | --- | --- |" >> "$OUT/summary.md"
+running=0
+for dir in "$SRC"/*/; do
+  one "$(basename "$dir")" &
+  running=$((running + 1))
+  if [ "$running" -ge "$JOBS" ]; then wait -n; running=$((running - 1)); fi
+done
+wait
+cat "$OUT/summary.md"
+for f in "$OUT"/*.log; do echo "== $(basename "$f")"; grep -E "^(not proven|FAILED|verify: (PASSED|FAILED|NOT PROVEN)|timing|  (float|bfloat)[0-9]* cuda.*(fail|FAIL))" "$f" | cut -c1-300 | head -4; done
+exit 0
