@@ -77,6 +77,40 @@ def method_of(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: s
     return method_of(ctx, base[0], base[1], method, depth + 1) if base is not None else None
 
 
+def replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: str) -> Optional[str]:
+    """Why ``cls.<method>`` may not run the def the file shows, else None: the def is
+    decorated, the class body binds the name again (``m = wrap(m)``), or the module
+    assigns it on the class (``Cls.m = ...``, ``setattr(Cls, "m", ...)``).  A count
+    read from that def, or a mask it returns, then holds for the def only."""
+    where = f"{cls.name.value}.{method}"
+    defs = [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == method]  # type: ignore[union-attr]
+    for stmt in cls.body.body:  # type: ignore[union-attr]
+        if not isinstance(stmt, cst.FunctionDef) and method in _names_bound(stmt):
+            return f"`{code(stmt).strip().splitlines()[0]}` binds {where} again in the class body"
+    if defs and defs[-1].decorators:
+        return f"{where} is decorated (`@{code(defs[-1].decorators[0].decorator)}`): the decorator may change what it gets or returns"
+    for node in walk(module):
+        target = node.target if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)) else None
+        if (
+            isinstance(target, cst.Attribute) and target.attr.value == method and is_name(target.value, cls.name.value)
+        ):
+            return f"`{code(target)} = ...`{_at(ctx, module, node)} replaces {where}"
+        if (
+            isinstance(node, cst.Call) and is_name(node.func, "setattr") and len(node.args) >= 2
+            and is_name(node.args[0].value, cls.name.value)
+            and isinstance(node.args[1].value, cst.SimpleString) and node.args[1].value.evaluated_value == method
+        ):
+            return f"`{code(node)}`{_at(ctx, module, node)} replaces {where}"
+    return None
+
+
+def _at(ctx: PlanContext, module: cst.Module, node: cst.CSTNode) -> str:
+    try:
+        return f" at line {ctx.position(node).line}" if module is ctx.module else ""
+    except KeyError:  # pragma: no cover -- a node without a position
+        return ""
+
+
 def _names_bound(stmt: cst.CSTNode) -> Set[str]:
     """Names a class-body statement binds (attributes of the class)."""
     found: Set[str] = set()

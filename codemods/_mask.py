@@ -18,7 +18,7 @@ from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
-from ._calls import hands_on
+from ._calls import hands_on, replaced, walk
 from ._match import code, is_name, single_assign
 
 
@@ -289,15 +289,16 @@ def written_by_a_call(
         callee = call.func
         if isinstance(callee, cst.Attribute) and is_name(callee.value, "self") and callee.attr.value in methods:
             method = methods[callee.attr.value]
-            if method.decorators or not method.params.params:
-                return f"{name} is passed to {where}, which may write it in place"
+            again = replaced(ctx, ctx.module, cls, method.name.value) if cls is not None else None
+            if method.decorators or not method.params.params or again is not None:
+                return f"{name} is passed to {where}, which may write it in place" + (f" ({again})" if again else "")
             for arg in args:
                 param = bound_parameter(method, call, arg, bound_self=True)
                 if param is None:
                     return f"{name} is passed to {where}, which may write it in place"
                 if (method.name.value, param) in _seen:
                     continue
-                why = written_in_place(ctx, method, param) or written_by_a_call(
+                why = written_in_place(ctx, method, param) or stored_or_packed(ctx, method, param) or written_by_a_call(
                     ctx, cls, method, param, False, (*_seen, (func.name.value, name))
                 )
                 if why is not None:
@@ -442,3 +443,41 @@ def is_docstring(stmt: cst.CSTNode) -> bool:
         and isinstance(stmt.body[0], cst.Expr)
         and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
     )
+
+
+def loads(ctx: PlanContext, name: cst.Name) -> bool:
+    """A read of the name (not a target it is bound to, an attribute's or a keyword's name)."""
+    parent = ctx.parent(name)
+    if isinstance(parent, cst.Attribute) and parent.attr is name:
+        return False
+    if isinstance(parent, cst.Arg) and parent.keyword is name:
+        return False
+    if isinstance(parent, (cst.AssignTarget, cst.Param, cst.FunctionDef, cst.ClassDef)):
+        return False
+    if isinstance(parent, cst.Element) and any(isinstance(a, cst.AssignTarget) for a in ctx.ancestors(name)):
+        return False  # `pred, pred_mask = ...`: bound, not read
+    return True
+
+
+def stored_or_packed(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Optional[str]:
+    """Where ``func`` stores its mask argument on an attribute or an item, or packs it
+    into a tuple, list, set or dict (`self.m = mask`, `(m,) = (mask,)`): an alias other
+    code may write, which the name-by-name alias tracking does not follow; else None."""
+    for node in walk(func.body):
+        if not (isinstance(node, cst.Name) and node.value == mask and loads(ctx, node)):
+            continue
+        child: cst.CSTNode = node
+        for parent in ctx.ancestors(node):
+            if isinstance(parent, (cst.Element, cst.StarredElement, cst.DictElement, cst.StarredDictElement)) and not any(
+                isinstance(a, cst.AssignTarget) for a in ctx.ancestors(parent)
+            ):
+                return f"{mask} is packed into `{code(ctx.parent(parent))}` at line {ctx.position(node).line}"
+            if isinstance(parent, cst.Assign) and parent.value is child:
+                bad = [t.target for t in parent.targets if not isinstance(t.target, cst.Name)]
+                if bad:
+                    return f"{mask} is stored by `{code(bad[0])} = ...` at line {ctx.position(node).line}"
+                break
+            if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Call, cst.Subscript)):
+                break
+            child = parent
+    return None

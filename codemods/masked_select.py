@@ -35,7 +35,7 @@ import libcst as cst
 
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
-from ._calls import method_of
+from ._calls import method_of, replaced, walk
 from ._match import code, is_name, method_call, single_assign, target_code
 from ._mask import (
     MASK_CONTRACT,
@@ -49,7 +49,9 @@ from ._mask import (
     free_names,
     imports_module,
     is_bool_cast,
+    loads,
     methods_given,
+    stored_or_packed,
     with_argument,
     with_keyword_param,
     written_by_a_call,
@@ -250,7 +252,13 @@ def _gaining(ctx: PlanContext, func: cst.FunctionDef, lines: List[cst.SimpleStat
         raise Refuse(f"{func.name.value} already uses the name {COUNT}")
     if cls is None or not func.params.params or func.params.params[0].name.value != "self" or func.decorators:
         raise Refuse(f"{func.name.value} is not a plain method of a class: its callers cannot pass the count")
+    again = replaced(ctx, ctx.module, cls, func.name.value)
+    if again is not None:
+        raise Refuse(f"{again}: its callers' count may not be for the mask it selects with")
     (mask,) = masks
+    stored = stored_or_packed(ctx, func, mask)
+    if stored is not None:
+        raise Refuse(f"{stored}: how many tokens it selects in each row is not proven")
     if [s for s in flow.assigning(mask) if not is_bool_cast(s.line, mask)] or flow.compound_assigned.get(mask):
         raise Refuse(f"the mask argument {mask} is reassigned in {func.name.value}")
     written = written_in_place(ctx, func, mask) or written_by_a_call(ctx, cls, func, mask, ordered=True)
@@ -390,6 +398,7 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
     if decoder is None or not _fills_units(ctx, decoder):
         # pred_mask's count is known only for Hiera's decoder: the kept units, upsampled.
         return [], set()
+    again = replaced(ctx, ctx.module, cls, "forward_decoder")
     for func in defined.values():
         if ctx.skipped_by(func) is not None:
             continue
@@ -417,7 +426,7 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
             ] and latent.value not in flow.params:  # type: ignore[attr-defined]
                 continue
             changed = written_in_place(ctx, func, pred_mask.value)  # type: ignore[attr-defined]
-            unproven = _decoded_mask(ctx, decoder) or _fills_the_latent(ctx, cls, decoder)
+            unproven = again or _decoded_mask(ctx, decoder) or _fills_the_latent(ctx, cls, decoder)
             if changed or unproven:
                 ctx.refuse(call[1], f"{changed or unproven}: the masked count is not passed")
                 continue
@@ -432,6 +441,10 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 calls = _count_calls(ctx, after.line, methods, toggled)
                 if not calls:
                     continue
+                other = _other_use(ctx, func, pred_mask.value, after.line, calls)  # type: ignore[attr-defined]
+                if other is not None:
+                    ctx.refuse(next(iter(calls)), f"{other}: the masked count is not passed")
+                    break
                 if free_names(flow, COUNT):
                     ctx.refuse(next(iter(calls)), f"{func.name.value} already uses the name {COUNT}")
                     break
@@ -454,6 +467,30 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 roots.update(called)
                 break
     return sites, roots
+
+
+def _other_use(
+    ctx: PlanContext, func: cst.FunctionDef, pred_mask: str, line: cst.SimpleStatementLine, calls: List[cst.Call]
+) -> Optional[str]:
+    """Where ``func`` reads the decoder's mask before the count is used, other than as
+    `~pred_mask` given to ``calls`` in ``line``; else None.  Proven, not searched for
+    writers: a call given it (a method, a hook, a helper), an alias (an attribute, a
+    list) or anything else may change how many tokens it masks, so any other read
+    before ``line`` ends the proof.  Reads after ``line`` (returning it) are free."""
+    allowed = {
+        id(arg.value.expression) for call in calls for arg in call.args
+        if isinstance(arg.value, cst.UnaryOperation) and is_name(arg.value.expression, pred_mask)
+    }
+    top = list(func.body.body)  # type: ignore[union-attr]
+    holder = next((s for s in top if s is line or any(n is line for n in walk(s))), None)
+    last = top.index(holder) if holder is not None else len(top) - 1
+    for stmt in top[: last + 1]:
+        for node in walk(stmt):
+            if isinstance(node, cst.Name) and node.value == pred_mask and id(node) not in allowed and loads(ctx, node):
+                shown = _statement_holding(ctx, node)
+                text = code(shown).strip().splitlines()[0] if not isinstance(shown, cst.SimpleStatementLine) else "; ".join(code(b) for b in shown.body)
+                return f"{pred_mask} is used by `{text}` at line {ctx.position(node).line} before the loss"
+    return None
 
 
 def _count_calls(ctx: PlanContext, line: cst.SimpleStatementLine, methods: Dict[str, "_Method"], same_mask) -> List[cst.Call]:

@@ -32,7 +32,7 @@ import libcst as cst
 from hiera_rewrite.flow import all_params, enclosing_function, enclosing_line, loaded_names, names_in, statement_names
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
-from ._calls import method_of, passed_to_a_writer, resolve_class
+from ._calls import method_of, passed_to_a_writer, replaced, resolve_class
 from ._match import code, int_value, is_name, method_call, positional, single_assign
 from ._random_mask import PURE_CALLS, get_random_mask_call, kept_count, random_mask_guard
 from ._mask import (
@@ -390,6 +390,9 @@ def _random_count(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Tuple[s
     if found is None or found[0] is not ctx.module:
         raise Refuse(f"{cls.name.value} has no get_random_mask in this file: no kept count is known for its masks")
     maker = found[2]
+    again = replaced(ctx, ctx.module, found[1], "get_random_mask")
+    if again is not None:
+        raise Refuse(f"{again}: its kept count is not read from the def")
     owner = ctx.skipped_by(maker)
     if owner is not None:
         raise Refuse(f"get_random_mask is left alone (`# hiera-rewrite: skip` on {owner}): its kept count is not read")
@@ -556,15 +559,19 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
             " modules beside it: the kept count is not passed"
         )
     module, owner, forward = target
-    takes = forward in gaining if module is ctx.module else any(p.name.value == RATIO for p in all_params(forward.params))
+    takes = forward in gaining if module is ctx.module else _takes_our_ratio(forward)
     if not takes:
         raise Refuse(
-            f"{owner.name.value}.forward, which `super().forward` reaches, does not take {RATIO} (its token drop is not"
-            " rewritten there, or it is not its file's own): the kept count is not passed"
+            f"{owner.name.value}.forward, which `super().forward` reaches, does not take {RATIO} as this rewrite adds it"
+            " (its token drop is not rewritten there, it is not its file's own, or the name is its own parameter):"
+            " the kept count is not passed"
         )
     maker = method_of(ctx, module, owner, "get_random_mask")
     if maker is None or maker[1] is not owner:
         raise Refuse(f"{owner.name.value} does not define the get_random_mask its count is read from")
+    again = replaced(ctx, module, owner, "get_random_mask") or replaced(ctx, module, owner, "forward")
+    if again is not None:
+        raise Refuse(f"{again}: the kept count is not passed")
     flow = ctx.flow(func)
     clash = free_names(flow, RATIO)
     if clash:
@@ -594,6 +601,39 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
         guard: cst.FlattenSentinel([init, guard.with_changes(body=body, leading_lines=[])]),
         line: line_with(ctx, line, {call: with_argument(call, f"{RATIO}={RATIO}")}),
     }
+
+
+def _takes_our_ratio(forward: cst.FunctionDef) -> bool:
+    """Whether a forward of another file takes RATIO as this rewrite gave it: a parameter
+    read only by the kept count it emits, `if RATIO is not None and ...: COUNT = ...`.
+    A fork's own parameter of that name (the original's, or one the rewrite refused to
+    add beside) means something else: the count must not be passed into it."""
+    if not any(p.name.value == RATIO for p in all_params(forward.params)):
+        return False
+    counts = 0
+    for node in _walk(forward.body):
+        if not isinstance(node, cst.If):
+            continue
+        test = node.test
+        first = test.left if isinstance(test, cst.BooleanOperation) else test
+        guarded = (
+            isinstance(first, cst.Comparison) and is_name(first.left, RATIO) and len(first.comparisons) == 1
+            and isinstance(first.comparisons[0].operator, cst.IsNot) and is_name(first.comparisons[0].comparator, "None")
+        )
+        body = getattr(node.body, "body", ())
+        assign = single_assign(body[0]) if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) else None
+        if guarded and node.orelse is None and assign is not None and is_name(assign[0], COUNT):
+            counts += 1
+    reads = sum(1 for node in _walk(forward.body) if isinstance(node, cst.Name) and node.value == RATIO)
+    return counts == 1 and reads == 2  # the test's and the count's
+
+
+def _walk(root: cst.CSTNode):
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.children)
 
 
 def _python_ints(ctx: PlanContext, cls: cst.ClassDef, reads: Sequence[str], edits: Dict[cst.CSTNode, Replacement]) -> None:
