@@ -419,6 +419,77 @@ _op(
     ),
 )
 
+# 8: found by a second hunt (stop 35): the count path through wrappers, aliases and names
+_op(
+    "own_random_mask_ratio", "8a",
+    "hiera.py: Hiera.forward has its own random_mask_ratio (features rescaled by 1/(1-ratio) when given)",
+    edits=(
+        insert_before("hiera.py", "    ) -> torch.Tensor:\n        \"\"\"\n        mask should be a boolean", "        random_mask_ratio: Optional[float] = None,\n"),
+        insert_before("hiera.py", "        for i, blk in enumerate(self.blocks):\n", _indent(8, '''
+            if random_mask_ratio is not None:  # a caller that dropped units at random says so
+                x = x / (1.0 - random_mask_ratio)
+        ''')),
+    ),
+)
+_op(
+    "forward_reveals_pred_mask", "8b",
+    "hiera_mae.py: forward passes pred_mask to self.reveal_border_(m), which shows each row's first 8 tokens, in place",
+    edits=(
+        insert_before("hiera_mae.py", "    def forward_loss(", _method('''
+            def reveal_border_(self, m: torch.Tensor) -> None:
+                """The first tokens of every row are a border: shown, kept out of the loss (in place)."""
+                m[:, :8] = True
+        ''')),
+        insert_after("hiera_mae.py", ")  # pred_mask is mask at resolution of *prediction*\n", "        self.reveal_border_(pred_mask)\n"),
+    ),
+)
+_op(
+    "loss_mask_attribute", "8c",
+    "hiera_mae.py: forward_loss keeps its mask as self.loss_mask (for a logging hook) and un-masks 8 tokens through it",
+    edits=(
+        insert_before("hiera_mae.py", "        if len(self.q_stride) == 2:\n", _indent(8, '''
+            self.loss_mask = mask  # read by a logging hook
+            self.loss_mask[:, :8] = False
+        ''')),
+    ),
+)
+_op(
+    "decorated_decoder", "8d",
+    "hiera_mae.py: @visible_border on forward_decoder returns a pred_mask showing each row's first 8 tokens",
+    edits=(
+        insert_before("hiera_mae.py", "class MaskedAutoencoderHiera(", _code('''
+            def visible_border(decode):
+                """The first tokens of every row are shown (kept out of the loss)."""
+
+                def wrapped(self, x, mask):
+                    pred, pred_mask = decode(self, x, mask)
+                    pred_mask = pred_mask.clone()
+                    pred_mask[:, :8] = True
+                    return pred, pred_mask
+
+                return wrapped
+        ''') + "\n\n"),
+        insert_before("hiera_mae.py", "    def forward_decoder(", "    @visible_border\n"),
+    ),
+)
+_op(
+    "label_rebound_in_class", "8e",
+    "hiera_mae.py: get_pixel_label_2d = drop_bottom(get_pixel_label_2d) in the class body; the wrapper un-masks the last 8 tokens",
+    edits=(
+        insert_before("hiera_mae.py", "class MaskedAutoencoderHiera(", _code('''
+            def drop_bottom(label_fn):
+                """The bottom tokens of every row are padding: not masked (in place)."""
+
+                def wrapped(self, img, mask, norm=True, **kwargs):
+                    mask[:, -8:] = False
+                    return label_fn(self, img, mask, norm, **kwargs)
+
+                return wrapped
+        ''') + "\n\n"),
+        insert_before("hiera_mae.py", "    def get_pixel_label_3d(", "    get_pixel_label_2d = drop_bottom(get_pixel_label_2d)\n\n"),
+    ),
+)
+
 BY_NAME: Dict[str, Operator] = {op.name: op for op in OPERATORS}
 ORDER = {op.name: i for i, op in enumerate(OPERATORS)}
 
