@@ -23,20 +23,24 @@ SITE=/tmp/corpus-cuda-site
 if [ -z "${PYTHON:-}" ]; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
     || { echo "wheel install failed (is .whl carried?)"; exit 2; }
-  export PYTHONPATH="$SITE:$REPO"
+  # the installed package holds codemods/ as hiera_rewrite.codemods (package-dir in pyproject)
+  TREE=/tmp/corpus-cuda-tree
+  rm -rf "$TREE" && mkdir -p "$TREE" && cp -r hiera_rewrite "$TREE/" && cp -r codemods "$TREE/hiera_rewrite/codemods"
+  export PYTHONPATH="$SITE:$TREE"
 fi
 export PYTHONUNBUFFERED=1
 "$PY" -c 'import torch; print("torch", torch.__version__, "on", torch.cuda.get_device_name() if torch.cuda.is_available() else "NO CUDA")' | tee "$OUT/summary.md"
 one() {  # one repo: $1 = <owner>+<name>
-  local slug=$1 name=${1#*+}
+  local slug=$1 name=${1#*+} log
+  log="$OUT/${1/+/__}.log"  # no "+" in a file name that comes back from the device
   local files
   files=$("$PY" -c "import json,sys; print(' '.join(next(e['hiera_files'] for e in json.load(open('$REPO/benchmarks/fork_corpus.json')) if e['repo'].replace('/', '+') == '$slug')))")
   local start=$(date +%s)
   ( cd "$REPO/$SRC/$slug/$name" && timeout -k 10 "$PER_REPO" "$PY" -P -m hiera_rewrite --verify --check --verify-cuda \
-      --verify-dtype bfloat16,float16 --bench-batch 2 $files ) > "$OUT/$slug.log" 2>&1
+      --verify-dtype bfloat16,float16 --bench-batch 2 $files ) > "$log" 2>&1
   local rc=$? verdict
-  verdict=$(grep -oE "^verify: (PASSED|FAILED|NOT PROVEN)[^;]*" "$OUT/$slug.log" | tail -1 | cut -c9-120)
-  echo "| $slug | ${verdict:-exit $rc} | $(( $(date +%s) - start )) s | $(grep -cE '^  (float|bfloat)[0-9]* cuda' "$OUT/$slug.log") cuda rows |" >> "$OUT/summary.md"
+  verdict=$(grep -oE "^verify: (PASSED|FAILED|NOT PROVEN)[^;]*" "$log" | tail -1 | cut -c9-120)
+  echo "| $slug | ${verdict:-exit $rc} | $(( $(date +%s) - start )) s | $(grep -cE '^  (float|bfloat)[0-9]* cuda' "$log") cuda rows |" >> "$OUT/summary.md"
 }
 echo "| repo | verdict | seconds | rows |" >> "$OUT/summary.md"
 echo "| --- | --- | --- | --- |" >> "$OUT/summary.md"

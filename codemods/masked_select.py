@@ -476,7 +476,8 @@ def _other_use(
     `~pred_mask` given to ``calls`` in ``line``; else None.  Proven, not searched for
     writers: a call given it (a method, a hook, a helper), an alias (an attribute, a
     list) or anything else may change how many tokens it masks, so any other read
-    before ``line`` ends the proof.  Reads after ``line`` (returning it) are free."""
+    before ``line`` ends the proof.  Reads after ``line``, and an early `return ...,
+    pred_mask` (that path uses no count), are free."""
     allowed = {
         id(arg.value.expression) for call in calls for arg in call.args
         if isinstance(arg.value, cst.UnaryOperation) and is_name(arg.value.expression, pred_mask)
@@ -486,11 +487,24 @@ def _other_use(
     last = top.index(holder) if holder is not None else len(top) - 1
     for stmt in top[: last + 1]:
         for node in walk(stmt):
-            if isinstance(node, cst.Name) and node.value == pred_mask and id(node) not in allowed and loads(ctx, node):
+            if isinstance(node, cst.Name) and node.value == pred_mask and id(node) not in allowed and loads(ctx, node) and not _returned(ctx, node):
                 shown = _statement_holding(ctx, node)
                 text = code(shown).strip().splitlines()[0] if not isinstance(shown, cst.SimpleStatementLine) else "; ".join(code(b) for b in shown.body)
                 return f"{pred_mask} is used by `{text}` at line {ctx.position(node).line} before the loss"
     return None
+
+
+def _returned(ctx: PlanContext, name: cst.Name) -> bool:
+    """``name`` is returned as it is (`return pred, pred_mask`): that path leaves the
+    function before any count is used, and nothing here runs on it."""
+    node: cst.CSTNode = name
+    while True:
+        parent = ctx.parent(node)
+        if isinstance(parent, cst.Return):
+            return True
+        if not isinstance(parent, (cst.Element, cst.Tuple)):
+            return False
+        node = parent
 
 
 def _count_calls(ctx: PlanContext, line: cst.SimpleStatementLine, methods: Dict[str, "_Method"], same_mask) -> List[cst.Call]:
