@@ -49,10 +49,10 @@ def true_rows(mask, count):
 ''',
     MASKED_ROWS: '''
 def masked_rows(t, mask, count=None):
-    """t[mask]; given mask's True count (mask over t's dims 0, 1), in static shapes."""
+    """t[mask]; given mask's True count (mask over t's first dims), in static shapes."""
     if count is None:
         return t[mask]
-    return t.flatten(0, 1).index_select(0, true_rows(mask, count))
+    return t.flatten(0, mask.dim() - 1).index_select(0, true_rows(mask, count))
 ''',
     RUNS_OWN: '''
 def not_overridden(model, cls, *methods):
@@ -470,7 +470,7 @@ def stored_or_packed(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Opti
         for parent in ctx.ancestors(node):
             if isinstance(parent, (cst.Element, cst.StarredElement, cst.DictElement, cst.StarredDictElement)) and not any(
                 isinstance(a, cst.AssignTarget) for a in ctx.ancestors(parent)
-            ):
+            ) and not isinstance(ctx.parent(ctx.parent(parent)), cst.Return):  # `return x, mask` leaves the function
                 return f"{mask} is packed into `{code(ctx.parent(parent))}` at line {ctx.position(node).line}"
             if isinstance(parent, cst.Assign) and parent.value is child:
                 bad = [t.target for t in parent.targets if not isinstance(t.target, cst.Name)]

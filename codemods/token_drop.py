@@ -45,6 +45,7 @@ from ._mask import (
     imports_typing_optional,
     is_bool_cast,
     line_with,
+    stored_or_packed,
     with_argument,
     with_keyword_param,
     written_in_place,
@@ -284,7 +285,7 @@ def _token_drop(
                 " in each row is not proven (not the function's own mask argument)"
             )
         raise Refuse(f"{mask} is not the function's own mask argument (reassigned or not a parameter)")
-    written = written_in_place(ctx, func, mask)
+    written = written_in_place(ctx, func, mask) or stored_or_packed(ctx, func, mask)
     block = ctx.parent(func)
     owner = ctx.parent(block) if block is not None else None
     written = written or passed_to_a_writer(ctx, owner if isinstance(owner, cst.ClassDef) else None, func, mask, before=line)

@@ -490,6 +490,19 @@ _op(
     ),
 )
 
+_op(
+    "encoder_mask_on_self", "8f",
+    "hiera.py: Hiera.forward keeps the mask as self.last_mask and hides each row's first kept unit through it",
+    edits=(
+        insert_before("hiera.py", "        # Discard masked tokens\n", _indent(8, '''
+            if mask is not None:
+                self.last_mask = mask  # read by a visualisation hook
+                first = self.last_mask.byte().argmax(dim=1)
+                self.last_mask[torch.arange(mask.shape[0], device=mask.device), first] = False
+        ''')),
+    ),
+)
+
 BY_NAME: Dict[str, Operator] = {op.name: op for op in OPERATORS}
 ORDER = {op.name: i for i, op in enumerate(OPERATORS)}
 

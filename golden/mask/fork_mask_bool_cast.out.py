@@ -127,10 +127,10 @@ def true_rows(mask, count):
 
 
 def masked_rows(t, mask, count=None):
-    """t[mask]; given mask's True count (mask over t's dims 0, 1), in static shapes."""
+    """t[mask]; given mask's True count (mask over t's first dims), in static shapes."""
     if count is None:
         return t[mask]
-    return t.flatten(0, 1).index_select(0, true_rows(mask, count))
+    return t.flatten(0, mask.dim() - 1).index_select(0, true_rows(mask, count))
 
 
 def not_overridden(model, cls, *methods):
