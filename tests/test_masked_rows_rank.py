@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from codemods._mask import HELPERS, MASKED_ROWS, TRUE_ROWS  # noqa: E402
+from hiera_rewrite.codemods._mask import HELPERS, MASKED_ROWS, TRUE_ROWS  # noqa: E402
 
 
 def _helpers():
