@@ -32,7 +32,7 @@ import libcst as cst
 from hiera_rewrite.flow import all_params, enclosing_function, enclosing_line, loaded_names, names_in, statement_names
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
-from ._calls import method_of, passed_to_a_writer, replaced, resolve_class
+from ._calls import method_of, passed_to_a_writer, replaced, resolve_class, walk
 from ._match import code, int_value, is_name, method_call, positional, single_assign
 from ._random_mask import PURE_CALLS, get_random_mask_call, kept_count, random_mask_guard
 from ._mask import (
@@ -612,7 +612,7 @@ def _takes_our_ratio(forward: cst.FunctionDef) -> bool:
     if not any(p.name.value == RATIO for p in all_params(forward.params)):
         return False
     counts = 0
-    for node in _walk(forward.body):
+    for node in walk(forward.body):
         if not isinstance(node, cst.If):
             continue
         test = node.test
@@ -625,16 +625,8 @@ def _takes_our_ratio(forward: cst.FunctionDef) -> bool:
         assign = single_assign(body[0]) if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) else None
         if guarded and node.orelse is None and assign is not None and is_name(assign[0], COUNT):
             counts += 1
-    reads = sum(1 for node in _walk(forward.body) if isinstance(node, cst.Name) and node.value == RATIO)
+    reads = sum(1 for node in walk(forward.body) if isinstance(node, cst.Name) and node.value == RATIO)
     return counts == 1 and reads == 2  # the test's and the count's
-
-
-def _walk(root: cst.CSTNode):
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(node.children)
 
 
 def _python_ints(ctx: PlanContext, cls: cst.ClassDef, reads: Sequence[str], edits: Dict[cst.CSTNode, Replacement]) -> None:
