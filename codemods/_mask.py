@@ -14,11 +14,11 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in_place_write, root_name, statement_names, tensor_aliases
+from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in_place_write, loaded_names, root_name, statement_names, tensor_aliases
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
-from ._calls import hands_on, replaced, walk
+from ._calls import hands_on, replaced
 from ._match import code, is_name, single_assign
 
 
@@ -445,32 +445,18 @@ def is_docstring(stmt: cst.CSTNode) -> bool:
     )
 
 
-def loads(ctx: PlanContext, name: cst.Name) -> bool:
-    """A read of the name (not a target it is bound to, an attribute's or a keyword's name)."""
-    parent = ctx.parent(name)
-    if isinstance(parent, cst.Attribute) and parent.attr is name:
-        return False
-    if isinstance(parent, cst.Arg) and parent.keyword is name:
-        return False
-    if isinstance(parent, (cst.AssignTarget, cst.Param, cst.FunctionDef, cst.ClassDef)):
-        return False
-    if isinstance(parent, cst.Element) and any(isinstance(a, cst.AssignTarget) for a in ctx.ancestors(name)):
-        return False  # `pred, pred_mask = ...`: bound, not read
-    return True
-
-
 def stored_or_packed(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Optional[str]:
     """Where ``func`` stores its mask argument on an attribute or an item, or packs it
     into a tuple, list, set or dict (`self.m = mask`, `(m,) = (mask,)`): an alias other
     code may write, which the name-by-name alias tracking does not follow; else None."""
-    for node in walk(func.body):
-        if not (isinstance(node, cst.Name) and node.value == mask and loads(ctx, node)):
+    for node in loaded_names(ctx, func.body):
+        if node.value != mask or returned_as_is(ctx, node):
             continue
         child: cst.CSTNode = node
         for parent in ctx.ancestors(node):
             if isinstance(parent, (cst.Element, cst.StarredElement, cst.DictElement, cst.StarredDictElement)) and not any(
                 isinstance(a, cst.AssignTarget) for a in ctx.ancestors(parent)
-            ) and not isinstance(ctx.parent(ctx.parent(parent)), cst.Return):  # `return x, mask` leaves the function
+            ):
                 return f"{mask} is packed into `{code(ctx.parent(parent))}` at line {ctx.position(node).line}"
             if isinstance(parent, cst.Assign) and parent.value is child:
                 bad = [t.target for t in parent.targets if not isinstance(t.target, cst.Name)]
@@ -481,3 +467,16 @@ def stored_or_packed(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Opti
                 break
             child = parent
     return None
+
+
+def returned_as_is(ctx: PlanContext, name: cst.Name) -> bool:
+    """``name`` is returned as it is (`return x, mask`): that path leaves the function,
+    and nothing after it runs with the tensor."""
+    node: cst.CSTNode = name
+    while True:
+        parent = ctx.parent(node)
+        if isinstance(parent, cst.Return):
+            return True
+        if not isinstance(parent, (cst.Element, cst.Tuple)):
+            return False
+        node = parent

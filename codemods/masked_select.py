@@ -33,6 +33,7 @@ import dataclasses
 
 import libcst as cst
 
+from hiera_rewrite.flow import loaded_names
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
 from ._calls import method_of, replaced, walk
@@ -49,8 +50,8 @@ from ._mask import (
     free_names,
     imports_module,
     is_bool_cast,
-    loads,
     methods_given,
+    returned_as_is,
     stored_or_packed,
     with_argument,
     with_keyword_param,
@@ -486,25 +487,12 @@ def _other_use(
     holder = next((s for s in top if s is line or any(n is line for n in walk(s))), None)
     last = top.index(holder) if holder is not None else len(top) - 1
     for stmt in top[: last + 1]:
-        for node in walk(stmt):
-            if isinstance(node, cst.Name) and node.value == pred_mask and id(node) not in allowed and loads(ctx, node) and not _returned(ctx, node):
+        for node in loaded_names(ctx, stmt):
+            if node.value == pred_mask and id(node) not in allowed and not returned_as_is(ctx, node):
                 shown = _statement_holding(ctx, node)
                 text = code(shown).strip().splitlines()[0] if not isinstance(shown, cst.SimpleStatementLine) else "; ".join(code(b) for b in shown.body)
                 return f"{pred_mask} is used by `{text}` at line {ctx.position(node).line} before the loss"
     return None
-
-
-def _returned(ctx: PlanContext, name: cst.Name) -> bool:
-    """``name`` is returned as it is (`return pred, pred_mask`): that path leaves the
-    function before any count is used, and nothing here runs on it."""
-    node: cst.CSTNode = name
-    while True:
-        parent = ctx.parent(node)
-        if isinstance(parent, cst.Return):
-            return True
-        if not isinstance(parent, (cst.Element, cst.Tuple)):
-            return False
-        node = parent
 
 
 def _count_calls(ctx: PlanContext, line: cst.SimpleStatementLine, methods: Dict[str, "_Method"], same_mask) -> List[cst.Call]:
