@@ -188,22 +188,25 @@ def test_upstream_passes_in_float32_and_bfloat16_with_a_parity_table(tmp_path: P
     print(out)
     assert code == cli.EXIT_CHANGED, out + err
     assert "verify: PASSED (8/8 sites exercised" in out
-    assert "  bfloat16 cpu  forward(x)" in out and "  float32 cpu   forward(x)" in out  # the model tables' rows
+    for config in ("bfloat16 cpu", "float32 cpu", "bfloat16 cpu math", "float32 cpu math"):  # the model tables' rows
+        assert re.search(rf"^  {config} +forward\(x\) ", out, re.M), config
     head, rows = parity(out)
     assert f"new <= 2 x orig + {ULPS} eps of its dtype" in head
     models = {r[0] for r in rows}
     assert models == {"hiera.hiera:hiera_tiny_224", "hiera.hiera_mae:mae_hiera_tiny_224", "hiera.hiera_mae:mae_hiera_base_16x224"}, rows
     cells = {(r[0], r[1], r[2]): r[3:] for r in rows}
-    assert len(cells) == len(rows) == 3 * 5  # Hiera: 3 cases, each MAE: 1; x 3 configs
+    assert len(cells) == len(rows) == 5 * 5  # Hiera: 3 cases, each MAE: 1; x 5 configs (2 math twins)
     for (model, case, config), (out_orig, out_new, grad_orig, grad_new, ratio, result) in cells.items():
         assert result == "ok", (model, case, config)
         if config == "float64 cpu":
             assert out_orig == grad_orig == "ref" and ratio == "-" and float(out_new) <= 1e-9
         else:
-            assert config in ("float32 cpu", "bfloat16 cpu")
+            assert config in ("float32 cpu", "bfloat16 cpu", "float32 cpu math", "bfloat16 cpu math")
             # each side's own error: float32 ~1e-7, bfloat16 ~1e-3 (relative to the largest value)
             assert 1e-9 < float(out_orig) < (1e-5 if config.startswith("float32") else 1e-1)
             assert 0.5 < float(ratio) < 2.0 and float(out_new) <= 2 * float(out_orig) + ULPS * EPS[config.split()[0]]
+            if config.endswith(" math"):  # the same kernel on both sides: the rewrite's own rounding is none
+                assert (out_new, grad_new) == (out_orig, grad_orig), (model, case, config)
 
 
 def test_fork_float32_mask_passes_in_lower_dtypes(tmp_path: Path, capsys):
@@ -214,7 +217,8 @@ def test_fork_float32_mask_passes_in_lower_dtypes(tmp_path: Path, capsys):
     assert code == cli.EXIT_CHANGED, out + err
     assert "verify: PASSED (1/1 sites exercised" in out
     _, rows = parity(out)
-    assert [r[2] for r in rows] == ["float64 cpu", "float32 cpu", "bfloat16 cpu", "float16 cpu"], rows
+    # each lower precision also with the math kernel alone on both sides (its twin)
+    assert [r[2] for r in rows] == ["float64 cpu", "float32 cpu", "bfloat16 cpu", "float16 cpu", "float32 cpu math", "bfloat16 cpu math", "float16 cpu math"], rows
     assert all(r[-1] == "ok" for r in rows), rows
     assert all(0.5 < float(r[-2]) < 2.0 for r in rows[1:]), rows
 
@@ -256,7 +260,8 @@ def test_precision_lost_below_float64_fails_only_in_the_lower_dtype(tmp_path: Pa
     assert code == EXIT_VERIFY_FAILED, out + err
     assert "verify: FAILED" in out
     _, rows = parity(out)
-    assert [r[2] for r in rows] == ["float64 cpu", "float32 cpu"] and rows[0][-1] == "ok", rows
+    assert [r[2] for r in rows] == ["float64 cpu", "float32 cpu", "float32 cpu math"] and rows[0][-1] == "ok", rows
+    assert rows[2][-1].startswith("FAILED: out ("), rows  # the rewrite's own rounding: its math twin fails too
     model, case, config, out_orig, out_new, grad_orig, grad_new, ratio, result = rows[1]
     assert float(out_orig) < 1e-5 < float(out_new) and float(ratio) > 10, rows
     # each failing tensor with both errors: "FAILED: out (5.95e-05, original's 7.58e-08); grads ..."
@@ -273,6 +278,7 @@ def test_a_dtype_the_original_cannot_run_is_not_run(tmp_path: Path, capsys):
     assert code == cli.EXIT_CHANGED, out + err
     assert "verify: PASSED" in out and "FAIL" not in out
     _, rows = parity(out)
-    assert [r[2] for r in rows] == ["float64 cpu", "bfloat16 cpu", "float16 cpu"], rows
-    assert rows[2][-1] == "not run: the original raised RuntimeError: \"addmm_impl_cpu_\" not implemented for 'Half'", rows
+    assert [r[2] for r in rows] == ["float64 cpu", "bfloat16 cpu", "bfloat16 cpu math", "float16 cpu", "float16 cpu math"], rows
+    assert rows[4][-1] == rows[3][-1], rows
+    assert rows[3][-1] == "not run: the original raised RuntimeError: \"addmm_impl_cpu_\" not implemented for 'Half'", rows
     assert "  float16 cpu: not run: the original raised RuntimeError" in out

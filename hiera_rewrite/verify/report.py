@@ -191,6 +191,7 @@ def parity_rows(report: Dict[str, Any], verdicts: List[Dict[str, Any]]) -> List[
                 entry["ratio"] = max(ratios) if ratios else None
             failing = [r for r in rows if not r["ok"]]
             entry["ok"] = not failing
+            entry["precision"] = any(r.get("precision") for r in rows)
             if failing:
                 what = []
 
@@ -235,7 +236,7 @@ def print_parity(rows: List[Dict[str, Any]], out) -> None:
                 orig(r["grad_orig"]),
                 _fmt(r["grad_new"]),
                 "-" if ratio is None else "inf" if ratio == float("inf") else f"{ratio:.2f}",
-                "ok" if r["ok"] else f"FAILED: {r['note']}",
+                ("ok (fused kernel's precision)" if r.get("precision") else "ok") if r["ok"] else f"FAILED: {r['note']}",
             )
         )
     _table(table, out)
@@ -288,10 +289,13 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> st
                     row["shape"],
                     _fmt(row.get("abs")),
                     _fmt(row.get("rel")),
-                    "pass" if row["ok"] else "FAIL" + (f": {row['note']}" if row.get("note") else ""),
+                    ("pass (fused kernel's precision)" if row.get("precision") else "pass") if row["ok"] else "FAIL" + (f": {row['note']}" if row.get("note") else ""),
                 )
             )
         _table(rows, out)
+        for row in model["rows"]:
+            if row.get("precision"):
+                print(f"  {row['config']} {row['case']} {row['what']}: {row['precision']}", file=out)
         model_ok = all(row["ok"] for row in model["rows"]) and bool(model["rows"])
         ok = ok and model_ok
         print(f"  => {'PASS' if model_ok else 'FAIL'}  ({model.get('seconds', 0):.1f}s)", file=out)
@@ -354,6 +358,10 @@ def print_report(report: Dict[str, Any], sites: List[Dict[str, Any]], out) -> st
     if unreachable:
         tally += f", {len(unreachable)} unreachable in the original"
     if ok and not unproven and not nothing_built and (proven or not unreachable):
+        precision = sorted({r["config"] for m in report.get("models", []) for r in m.get("rows", []) if r.get("precision")})
+        if precision:  # equal with the math kernel on both sides; the fused kernel's rounding otherwise
+            print(f"verify: {PASSED} ({tally}, every comparison equal; in {', '.join(precision)} within the fused attention kernel's precision)", file=out)
+            return PASSED
         print(f"verify: {PASSED} ({tally}, every comparison equal)", file=out)
         return PASSED
     if ok and missing:  # not a mismatch: install what the files import, then verify again

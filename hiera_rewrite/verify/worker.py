@@ -39,6 +39,7 @@ from .compare import Comparison
 from .discovery import Discovery
 from .functions import function_modes, function_owner
 from .inputs import Inputs, fed, input_key
+from .kernels import CALL_ULPS, fused_calls, is_math_twin, kernel_scope, math_twin, worst_call
 from .tracing import Tracer
 
 
@@ -268,7 +269,8 @@ class Worker(Discovery, Building, Inputs, Comparison):
             # (choosing the input ran the model: running statistics moved)
             model.load_state_dict(plan["state"])
             bucket = self.bucket("orig", label, case) if traced else None
-            plan["runs"][(cname, case)] = self.run_original(model, x, kw, torch, plan, bucket)
+            with kernel_scope(cname, torch):
+                plan["runs"][(cname, case)] = self.run_original(model, x, kw, torch, plan, bucket)
 
     def run_original(self, model, x, kw, torch, plan, bucket, train: bool = True):
         """One case of the original side (traced into ``bucket`` unless None): (kw, options,
@@ -537,6 +539,9 @@ class Worker(Discovery, Building, Inputs, Comparison):
                 self.report["notes"].append(f"CUDA not available: {dtype} on cuda skipped")
                 continue
             configs.append((device, getattr(torch, dtype), tol, f"{dtype} {device}"))
+        # each lower precision again with the math kernel alone on both sides
+        # (:mod:`.kernels`): the rewrite apart from the fused kernel it reaches
+        configs += [(d, t, tol, math_twin(c)) for d, t, tol, c in configs if t != torch.float64]
 
         self.enter("orig")
         plans = []
@@ -622,7 +627,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                     kw_b = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in kw.items()}
                     model.load_state_dict(plan["state"])
                     try:
-                        with self.budget():
+                        with self.budget(), kernel_scope(cname, torch):
                             if i == 0:
                                 with self.trace(self.bucket("new", label, case)):
                                     outs_b, grads_b, bufs_b, dx_b = self.run_case(model, x, kw_b, torch, **opts)
@@ -637,6 +642,7 @@ class Worker(Discovery, Building, Inputs, Comparison):
                         same = next((c[3] for c in configs if c[0] == device and c[1] == torch.float64 and (c[3], case) in plan["runs"]), ref_name)
                         ref = plan["runs"].get((same, case), (None, None, None))[2]
                     entry["rows"].extend(self.compare(cname, case, outs_a, grads_a, outs_b, grads_b, tol, torch, ref=ref, buffers=(bufs_a, bufs_b), inputs=(dx_a, dx_b)))
+            self.judge_kernels(entry, plan, model, configs, torch)
             original = plan.get("orig_model")
             if original is not None and configs and "graph_case" in plan and self.spec.get("graph_report", True):
                 model.load_state_dict(plan["state"])
@@ -648,6 +654,49 @@ class Worker(Discovery, Building, Inputs, Comparison):
         finally:
             entry["seconds"] = plan["seconds"] + time.time() - t0
             plan.clear()
+
+    def judge_kernels(self, entry, plan, model, configs, torch) -> None:
+        """A lower-precision CUDA case that failed with the fused kernels but passes in
+        its math twin: run once more recording each SDPA call against float64
+        (:mod:`.kernels`). Every call within its bound: the rows are the fused kernel's
+        precision (passed, with a note); else they fail, naming the call."""
+        twins = {c[3] for c in configs if is_math_twin(c[3])}
+        failing: Dict[Tuple[str, str], List[Dict[str, Any]]] = {}
+        for row in entry["rows"]:
+            if not row["ok"] and math_twin(row["config"]) in twins:
+                failing.setdefault((row["config"], row["case"]), []).append(row)
+        for (cname, case), rows in failing.items():
+            twin_rows = [r for r in entry["rows"] if r["config"] == math_twin(cname) and r["case"] == case]
+            if not twin_rows or not all(r["ok"] for r in twin_rows):
+                continue  # the rewrite itself differs: failed as it is
+            device, dtype = next((c[0], c[1]) for c in configs if c[3] == cname)
+            kw, opts, _ = plan["runs"][(cname, case)]
+            model.load_state_dict(plan["state"])
+            model.to(device=device, dtype=dtype)
+            calls = fused_calls(torch)
+            self.progress(f"running {entry['label']} {case} [{cname}] (rewritten, each attention call against float64)")
+            try:
+                with self.budget(), calls:
+                    self.run_case(model, plan["x"].to(device=device, dtype=dtype), {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in kw.items()}, torch, **opts)
+            except (Exception, OverBudget) as exc:  # noqa: BLE001
+                for row in rows:
+                    row["note"] += f"; the attention calls could not be checked ({type(exc).__name__})"
+                continue
+            bad = worst_call(calls.calls)
+            for row in rows:
+                if bad is None:
+                    row["ok"] = True
+                    row["precision"] = (
+                        f"the fused attention kernel's precision: {row['note']}; with the math kernel on both sides "
+                        f"({math_twin(cname)}) they agree, and each of the {len(calls.calls)} attention calls is within "
+                        f"{CALL_ULPS} eps of its dtype of float64 on its inputs"
+                    )
+                    row["note"] = ""
+                else:
+                    row["note"] += (
+                        f"; the fused kernel misreads an attention call: q {bad['q']}, mask {bad['mask']}: "
+                        f"error {bad['error']:.2e} vs float64 on its inputs (bound {bad['bound']:.2e})"
+                    )
 
     def graph_entry(self, label: str, model, original, x, kw, torch) -> Dict[str, Any]:
         """The fullgraph report of one model, within the report's budgets: none once the
