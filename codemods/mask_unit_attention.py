@@ -404,8 +404,17 @@ class _Match:
         if self.mask_arg is not None:
             self.not_reading(self.mask_arg.value, changed_out, "SDPA's attn_mask")
             to_4d = self.mask_to_4d(q, heads, windows, items[permute_at + 1 :], changed, additive=True)
+            value = self.mask_value(self.mask_arg.value, to_4d)
+            if restore.condition is not None:
+                # two layouts, one SDPA call: the mask is converted on the 5-D path alone;
+                # the other path's q is 4-D already, and its mask goes in as it is (the
+                # condition is the one the restore reads, stable between the two ifs)
+                given, test = code(self.mask_arg.value), code(restore.condition)
+                if not isinstance(self.mask_arg.value, (cst.Name, cst.Attribute)):
+                    given = f"({given})"
+                value = f"({value}) if {test} else {given}" if restore.side == "body" else f"{given} if {test} else ({value})"
             call_code = code(self.call.with_changes(args=[
-                a.with_changes(value=cst.parse_expression(self.mask_value(a.value, to_4d))) if a is self.mask_arg else a
+                a.with_changes(value=cst.parse_expression(value)) if a is self.mask_arg else a
                 for a in self.call.args
             ]))
             # the fallback adds the mask as it is (a bool mask adds 0/1): its layout only
