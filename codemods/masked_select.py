@@ -36,7 +36,7 @@ import libcst as cst
 from hiera_rewrite.flow import loaded_names
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
-from ._calls import method_of, replaced, walk
+from ._calls import function_of, method_of, replaced, walk
 from ._match import code, is_name, method_call, single_assign, target_code
 from ._mask import (
     MASK_CONTRACT,
@@ -60,6 +60,7 @@ from ._mask import (
 )
 
 COUNT = "num_masked"
+PER_UNIT = "per_unit"  # MAE forward: tokens per mask unit at the prediction's resolution
 
 
 @register
@@ -417,6 +418,10 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
             latent, unit_mask = (a.value for a in call[1].args)
             if not (is_name(pred) and is_name(pred_mask) and is_name(latent) and is_name(unit_mask)):
                 continue
+            if len({pred.value, pred_mask.value, latent.value, unit_mask.value}) != 4:  # type: ignore[attr-defined]
+                continue
+            if any(s.index > stmt.index for s in flow.assigning(unit_mask.value)) or flow.compound_assigned.get(unit_mask.value):  # type: ignore[attr-defined]
+                continue  # the count reads the unit mask's size at the loss: the one the decoder got
             names = (pred_mask.value, latent.value)  # type: ignore[attr-defined]
             if any(len(flow.assigning(n)) != 1 or flow.compound_assigned.get(n) for n in names):
                 continue  # the count is right only for the decoder's own outputs
@@ -446,21 +451,26 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 if other is not None:
                     ctx.refuse(next(iter(calls)), f"{other}: the masked count is not passed")
                     break
-                if free_names(flow, COUNT):
-                    ctx.refuse(next(iter(calls)), f"{func.name.value} already uses the name {COUNT}")
+                clash = free_names(flow, COUNT, PER_UNIT)
+                if clash:
+                    ctx.refuse(next(iter(calls)), f"{func.name.value} already uses the name {clash[0]}")
                     break
                 taken = name_taken(ctx, "getattr", "type", "all", RUNS_OWN)
                 if taken:
                     ctx.refuse(next(iter(calls)), f"the count needs the name {taken}, which the module binds itself")
                     break
-                count = f"{pred_mask.value}.numel() - math.prod({latent.value}.shape[:-1])"  # type: ignore[attr-defined]
+                # tokens per unit x units not filled: the decoder fills one unit per row of
+                # the latent's first two dims, and brings each unit to the same number of
+                # tokens (its mask's numel over the unit mask's)
+                per_unit = f"{PER_UNIT} = {pred_mask.value}.numel() // {unit_mask.value}.numel()"  # type: ignore[attr-defined]
+                count = f"{PER_UNIT} * ({unit_mask.value}.numel() - math.prod({latent.value}.shape[:2]))"  # type: ignore[attr-defined]
                 called = [m for m in dict.fromkeys(_callee(c) for c in calls) if m]
                 new = _own_or_upstream(
                     ctx, owner, after.line, ["forward_decoder", *called],  # type: ignore[arg-type]
                     {c: with_argument(c, f"{COUNT}={COUNT}") for c in calls},
                     "an override gets upstream's call",
                     before=[f"# forward_decoder filled {latent.value}'s units: the rest are masked (static shapes)",  # type: ignore[attr-defined]
-                            f"{COUNT} = {count}"],
+                            per_unit, f"{COUNT} = {count}"],
                 )
                 module, helper = add_helper(ctx, cls, RUNS_OWN)
                 sites.append((next(iter(calls)), {after.line: new, module: helper},
@@ -573,14 +583,80 @@ def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:
             and is_name(value.func, "undo_windowing")
             and value.args
             and value.args[0].keyword is None
+            and not value.args[0].star
             and code(value.args[0].value).replace(" ", "") == f"{filled}[...,0:1]"
         ):
             source = [s for s in flow.assigning(filled) if s.index < stmt.index]
             at_fill = [s for s in flow.assigning(filled) if s.index < fill.index]
             if not source or not at_fill or source[-1] is not at_fill[-1]:
                 return why
-            return None
+            return _rearranges_only(ctx, "undo_windowing")
         return why
+
+
+# the tensor methods that only rearrange elements (each element kept once: a bool
+# mask keeps its count of True), and reads of a tensor that give its geometry alone
+_REARRANGE = {"view", "reshape", "permute", "flatten", "unflatten", "transpose", "contiguous", "movedim"}
+_GEOMETRY = {"shape", "ndim", "dtype", "device"}
+
+
+def _rearranges_only(ctx: PlanContext, name: str) -> Optional[str]:
+    """None when the module-level function ``name`` (here or in a module beside the
+    file) returns its first argument only rearranged: straight-line statements, each
+    binding it again to a chain of view/reshape/permute/... of itself, other names
+    reading only its shape, and one final `return x` (upstream's undo_windowing).  Its
+    output then has as many True entries as its input, in every unit alike.  Else why not."""
+    found = function_of(ctx, ctx.module, name)
+    if found is None:
+        return f"the {name} called is not a function this rewrite can read (here or in a module beside the file)"
+    module, func = found
+    here = ctx.context_of(module)
+    why = f"{name} (line {here.position(func).line}) does more than rearrange its first argument"
+    params = func.params.params
+    if not params or func.decorators or func.asynchronous:
+        return why
+    x = params[0].name.value
+    body = list(func.body.body)  # type: ignore[union-attr]
+    if body and isinstance(body[0], cst.SimpleStatementLine) and len(body[0].body) == 1 and isinstance(body[0].body[0], cst.Expr) and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+        body = body[1:]  # the docstring
+    if not body:
+        return why
+    last = body[-1]
+    if not (isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1 and isinstance(last.body[0], cst.Return) and last.body[0].value is not None):
+        return why
+
+    def rearranged(value: cst.BaseExpression) -> Optional[cst.Name]:
+        """x in `x.view(...).permute(...)...` (rearranging calls only on x), else None."""
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _REARRANGE:
+            value = value.func.value
+        return value if is_name(value, x) else None  # type: ignore[return-value]
+
+    def geometry(node: cst.Name) -> bool:  # x.shape, x.ndim, x.dim(), x.size(...)
+        parent = here.parent(node)
+        if not isinstance(parent, cst.Attribute) or parent.value is not node:
+            return False
+        if parent.attr.value in _GEOMETRY:
+            return True
+        return parent.attr.value in ("dim", "size") and isinstance(here.parent(parent), cst.Call)
+
+    for stmt in body:
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or not isinstance(stmt.body[0], (cst.Assign, cst.AnnAssign, cst.Return)):
+            return why
+        small = stmt.body[0]
+        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target] if isinstance(small, cst.AnnAssign) else []
+        if small.value is None or any(not isinstance(t, (cst.Name, cst.Tuple, cst.List)) for t in targets):
+            return why  # a store into an item or attribute (it may be a view of x)
+        bound = {n.value for t in targets for n in walk(t) if isinstance(n, cst.Name)}
+        allowed: Set[int] = set()
+        if x in bound or isinstance(small, cst.Return):  # x again, or returned: x rearranged
+            root = rearranged(small.value)
+            if root is None or (x in bound and (len(targets) != 1 or not is_name(targets[0], x))):
+                return why
+            allowed.add(id(root))
+        for node in loaded_names(here, small.value):
+            if node.value == x and id(node) not in allowed and not geometry(node):
+                return why
+    return None
 
 
 def _returns(ctx: PlanContext, func: cst.FunctionDef) -> List[cst.Return]:

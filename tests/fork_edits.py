@@ -503,6 +503,59 @@ _op(
     ),
 )
 
+# 8g, 8h: found by a third hunt (stop 36): the decoder's tokens per unit change
+_op(
+    "unit_decoder_embed", "8g",
+    "user module: a subclass's __init__ swaps decoder_embed for one pooling each unit's tokens to one (a per-unit decoder)",
+    user='''
+        class UnitEmbed(torch.nn.Module):
+            """Each mask unit's tokens pooled to one, then projected: [B, K, 2, 2, C] -> [B, K, 1, 1, D]."""
+
+            def __init__(self, cin, cout):
+                super().__init__()
+                self.lin = torch.nn.Linear(cin, cout)
+
+            def forward(self, x):
+                return self.lin(x.mean(dim=tuple(range(2, x.dim() - 1)), keepdim=True))
+
+
+        class PerUnitDecoderMAE(Base):
+            """A lighter decoder: one decoder token per mask unit, predicting the unit's pixels."""
+
+            def __init__(self, **kwargs):
+                super().__init__(**kwargs)
+                enc, dec = self.decoder_embed.in_features, self.decoder_embed.out_features
+                self.decoder_embed = UnitEmbed(enc, dec)
+                self.mask_unit_spatial_shape_final = [1] * len(self.mask_spatial_shape)
+                self.tokens_spatial_shape_final = list(self.mask_spatial_shape)
+                self.decoder_pos_embed = torch.nn.Parameter(torch.zeros(1, math.prod(self.mask_spatial_shape), dec))
+                self.pred_stride = self.pred_stride * 2
+                self.decoder_pred = torch.nn.Linear(dec, self.pred_stride ** 2 * 3)
+
+
+        MODEL_CLASS = PerUnitDecoderMAE
+    ''',
+)
+
+_op(
+    "upsampled_undo_windowing", "8h",
+    "hiera_utils.py: undo_windowing(..., scale=1) repeats each token scale times per dim; the decoder predicts at 2x (pos embed, pred_stride)",
+    edits=(
+        Edit("hiera_utils.py", "    x: torch.Tensor, shape: List[int], mu_shape: List[int]\n) -> torch.Tensor:\n    \"\"\"\n    Restore spatial",
+             "    x: torch.Tensor, shape: List[int], mu_shape: List[int], scale: int = 1\n) -> torch.Tensor:\n    \"\"\"\n    Restore spatial"),
+        Edit("hiera_utils.py", "    x = x.permute(permute).reshape(B, *shape, C)\n\n    return x\n",
+             "    x = x.permute(permute).reshape(B, *shape, C)\n    for d in range(1, 1 + D):  # nearest upsampling: finer predictions\n"
+             "        x = x.repeat_interleave(scale, dim=d)\n\n    return x\n"),
+        Edit("hiera_mae.py", "                1, math.prod(self.tokens_spatial_shape_final), decoder_embed_dim\n",
+             "                1, math.prod(self.tokens_spatial_shape_final) * 2 ** len(self.q_stride), decoder_embed_dim\n"),
+        Edit("hiera_mae.py", "        )  # patch stride of prediction\n", "        ) // 2  # patch stride of prediction, at 2x\n"),
+        Edit("hiera_mae.py", "        mask = undo_windowing(\n            mask[..., 0:1],\n            self.tokens_spatial_shape_final,\n            self.mask_unit_spatial_shape_final,\n        )\n",
+             "        mask = undo_windowing(\n            mask[..., 0:1],\n            self.tokens_spatial_shape_final,\n            self.mask_unit_spatial_shape_final,\n            scale=2,\n        )\n"),
+        Edit("hiera_mae.py", "        x = undo_windowing(\n            x_dec,\n            self.tokens_spatial_shape_final,\n            self.mask_unit_spatial_shape_final,\n        )\n",
+             "        x = undo_windowing(\n            x_dec,\n            self.tokens_spatial_shape_final,\n            self.mask_unit_spatial_shape_final,\n            scale=2,\n        )\n"),
+    ),
+)
+
 BY_NAME: Dict[str, Operator] = {op.name: op for op in OPERATORS}
 ORDER = {op.name: i for i, op in enumerate(OPERATORS)}
 

@@ -276,7 +276,8 @@ class TinyMAE(TinyHiera):
         pred, pred_mask = self.forward_decoder(latent, mask)
         if not_overridden(self, __class__, "forward_decoder", "forward_loss"):
             # forward_decoder filled latent's units: the rest are masked (static shapes)
-            num_masked = pred_mask.numel() - math.prod(latent.shape[:-1])
+            per_unit = pred_mask.numel() // mask.numel()
+            num_masked = per_unit * (mask.numel() - math.prod(latent.shape[:2]))
             return *self.forward_loss(x, pred, ~pred_mask, num_masked=num_masked), mask
         return *self.forward_loss(x, pred, ~pred_mask), mask
 

@@ -241,7 +241,8 @@ class TinyMAE(TinyHiera):
             "get_pixel_label_2d",
         ):
             # forward_decoder filled latent's units: the rest are masked (static shapes)
-            num_masked = pred_mask.numel() - math.prod(latent.shape[:-1])
+            per_unit = pred_mask.numel() // mask.numel()
+            num_masked = per_unit * (mask.numel() - math.prod(latent.shape[:2]))
             label = (
                 self.get_pixel_label_1d(x, ~pred_mask, num_masked=num_masked)
                 if len(self.q_stride) == 1
