@@ -37,7 +37,10 @@ def function_of(ctx: PlanContext, module: cst.Module, name: str) -> Optional[Tup
     return _top_level(ctx, module, name, cst.FunctionDef, 0)  # type: ignore[return-value]
 
 
-def _top_level(ctx: PlanContext, module: cst.Module, name: str, kind: type, depth: int):
+def _top_level(ctx: PlanContext, module: cst.Module, name: str, kind: type, depth: int, beside: bool = True):
+    """``beside``: ``module`` is the file or a module in its folder. Imports are read as
+    the file imports them (``ctx.sibling``), so those of a module found elsewhere (a
+    dotted or ``..`` import) are not followed further."""
     if depth > 3:
         return None
     here = ctx.context_of(module)
@@ -56,8 +59,13 @@ def _top_level(ctx: PlanContext, module: cst.Module, name: str, kind: type, dept
         ]
         if imported:
             small, alias = imported[-1]
-            sibling = ctx.sibling(code(small.module).split(".")[-1])  # type: ignore[arg-type]
-            found = _top_level(ctx, sibling, code(alias.name), kind, depth + 1) if sibling is not None else None
+            dots, dotted = len(small.relative), code(small.module)  # type: ignore[arg-type]
+            # in the file's folder (`from .m import`, `from m import`): the module's plain
+            # name; elsewhere (`from ..m`, `from pkg.sub.m`) its dotted one, found as the
+            # file imports it (hiera_rewrite.files.sibling_path)
+            near = dots <= 1 and "." not in dotted
+            sibling = ctx.sibling(dotted if near else "." * dots + dotted) if beside else None
+            found = _top_level(ctx, sibling, code(alias.name), kind, depth + 1, near) if sibling is not None else None
         elif {name, "*"} & statement_names(here, stmt)[0]:
             found = None  # bound again by other code: not followed
     return found

@@ -65,12 +65,38 @@ def expand_paths(paths: Sequence[str]) -> Tuple[List[str], List[FileError]]:
     return list(unique.values()), errors
 
 
+def sibling_path(path: Path, name: str) -> Optional[Path]:
+    """The file of the module ``name`` that ``path`` imports: a plain name beside it
+    (``hiera_utils``); a relative one from its folder (``.hiera_utils``, ``..layers.utils``);
+    a dotted absolute one (``models.layers.hiera_utils``) under the nearest folder of the
+    file's own path named like its first part (the root that makes the file importable
+    as ``models....`` too). None when there is none such."""
+    dots = len(name) - len(name.lstrip("."))
+    parts = name.lstrip(".").split(".")
+    if not all(parts):
+        return None
+    if dots:
+        base = path.parent
+        for _ in range(dots - 1):
+            base = base.parent
+        return base.joinpath(*parts[:-1], parts[-1] + ".py")
+    if len(parts) == 1:
+        return path.parent / f"{name}.py"
+    for ancestor in Path(os.path.abspath(path)).parents:
+        if ancestor.name == parts[0]:
+            return ancestor.parent.joinpath(*parts[:-1], parts[-1] + ".py")
+    return None
+
+
 def sibling_reader(path: Path, rewritten: Optional[Dict[str, bytes]] = None) -> Callable[[str], Optional[bytes]]:
-    """``siblings`` for rewrite_bytes: the module ``name``.py beside ``path``, as this run
-    left it (``rewritten``, by real path) or as it is on disk."""
+    """``siblings`` for rewrite_bytes: the module ``name`` that ``path`` imports
+    (:func:`sibling_path`), as this run left it (``rewritten``, by real path) or as it
+    is on disk."""
 
     def read(name: str) -> Optional[bytes]:
-        sibling = path.parent / f"{name}.py"
+        sibling = sibling_path(path, name)
+        if sibling is None:
+            return None
         real = os.path.realpath(sibling)
         if rewritten and real in rewritten:
             return rewritten[real]
@@ -111,7 +137,9 @@ def replan_with_siblings(jobs: Sequence[Job], outcomes: List[Outcome]) -> List[O
     rewritten = {os.path.realpath(n): r.output for n, r, _, _ in outcomes if r is not None and r.changed}
     outcomes = list(outcomes)
     for i, (name, result, _, _) in enumerate(outcomes):
-        if result is not None and any(os.path.realpath(Path(name).parent / f"{s}.py") in rewritten for s in result.consulted):
+        if result is not None and any(
+            (found := sibling_path(Path(name), s)) is not None and os.path.realpath(found) in rewritten for s in result.consulted
+        ):
             outcomes[i] = process_file((*jobs[i][:4], rewritten))
     return outcomes
 

@@ -1,0 +1,80 @@
+"""The modules a file imports, read as the file imports them (hiera_rewrite.files.sibling_path).
+
+A real fork (a robotics repo) keeps hiera_mae.py in models/ and imports its helpers as
+`from models.hiera_layers.hiera_utils import undo_windowing`: read beside the file, that
+module was not found, and a proof needing it (HR005's undo_windowing, HR003's Hiera.forward)
+was refused.  And `from ..utils.hiera_utils import ...` used to read a hiera_utils.py
+*beside* the file, another module than the one imported: a proof over the wrong code."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hiera_rewrite.engine import rewrite_bytes
+from hiera_rewrite.files import sibling_path, sibling_reader
+from tests.upstream import upstream_dir
+
+UPSAMPLE = (
+    "    x = x.permute(permute).reshape(B, *shape, C)\n\n    return x\n",
+    "    x = x.permute(permute).reshape(B, *shape, C)\n    x = x.repeat_interleave(2, dim=1).repeat_interleave(2, dim=2)\n\n    return x\n",
+)
+
+
+def test_sibling_path(tmp_path: Path):
+    f = tmp_path / "repo" / "models" / "hiera_mae.py"
+    assert sibling_path(f, "hiera_utils") == f.parent / "hiera_utils.py"
+    assert sibling_path(f, ".hiera_utils") == f.parent / "hiera_utils.py"
+    assert sibling_path(f, "..utils.hiera_utils") == tmp_path / "repo" / "utils" / "hiera_utils.py"
+    assert sibling_path(f, ".layers.hiera_utils") == f.parent / "layers" / "hiera_utils.py"
+    # dotted absolute: under the nearest folder of the file's path named like its first part
+    assert Path(os.path.abspath(sibling_path(f, "models.layers.hiera_utils"))) == Path(os.path.abspath(tmp_path / "repo" / "models" / "layers" / "hiera_utils.py"))
+    assert sibling_path(f, "other.hiera_utils") is None  # no folder named so: not guessed
+
+
+def _layout(tmp_path: Path, mae_import: str, utils_at: str, decoy: bool = False, upsample: bool = False) -> Path:
+    """models/hiera.py and models/hiera_mae.py from upstream, hiera_utils.py at ``utils_at``
+    (under the repo), hiera_mae.py importing undo_windowing by ``mae_import``."""
+    src = upstream_dir()
+    models = tmp_path / "repo" / "models"
+    models.mkdir(parents=True)
+    utils = tmp_path / "repo" / utils_at
+    utils.parent.mkdir(parents=True, exist_ok=True)
+    text = (src / "hiera_utils.py").read_text()
+    utils.write_text(text.replace(*UPSAMPLE) if upsample else text)
+    if decoy:  # a plain upstream copy beside the file, which the file does not import
+        shutil.copy(src / "hiera_utils.py", models / "hiera_utils.py")
+    shutil.copy(src / "hiera.py", models / "hiera.py")
+    mae = (src / "hiera_mae.py").read_text()
+    old = "from .hiera_utils import pretrained_model, undo_windowing, conv_nd"
+    assert old in mae
+    (models / "hiera_mae.py").write_text(mae.replace(old, mae_import))
+    return models / "hiera_mae.py"
+
+
+def _forward_count(path: Path) -> str:
+    result = rewrite_bytes(path.read_bytes(), siblings=sibling_reader(path))
+    forward = [r for r in result.reports if r.code == "HR005" and ("MAE forward" in r.message or "masked count is not passed" in r.message)]
+    assert len(forward) == 1, result.reports
+    return ("APPLIED " if forward[0].applied else "") + forward[0].message
+
+
+@pytest.mark.parametrize("mae_import, utils_at", [
+    ("from models.hiera_layers.hiera_utils import pretrained_model, undo_windowing, conv_nd", "models/hiera_layers/hiera_utils.py"),
+    ("from .hiera_layers.hiera_utils import pretrained_model, undo_windowing, conv_nd", "models/hiera_layers/hiera_utils.py"),
+    ("from ..utils.hiera_utils import pretrained_model, undo_windowing, conv_nd", "utils/hiera_utils.py"),
+])
+def test_a_helper_imported_from_another_folder_is_read_there(tmp_path: Path, mae_import, utils_at):
+    path = _layout(tmp_path, mae_import, utils_at)
+    assert _forward_count(path).startswith("APPLIED MAE forward"), mae_import
+    # the module imported there does more than rearrange: refused, naming it
+    path = _layout(tmp_path / "up", mae_import, utils_at, upsample=True)
+    assert "undo_windowing (line" in _forward_count(path) and "does more than rearrange" in _forward_count(path)
+
+
+def test_a_module_beside_the_file_that_is_not_the_one_imported_proves_nothing(tmp_path: Path):
+    """`from ..utils.hiera_utils import undo_windowing` with an upstream copy beside the
+    file: the one imported upsamples, so the count is refused (it read the decoy before)."""
+    path = _layout(tmp_path, "from ..utils.hiera_utils import pretrained_model, undo_windowing, conv_nd", "utils/hiera_utils.py", decoy=True, upsample=True)
+    assert _forward_count(path).startswith("skipped: undo_windowing (line")
