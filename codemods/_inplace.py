@@ -117,6 +117,13 @@ class _Unfollowed(Exception):
     """The function's shape is beyond what is followed (reason)."""
 
 
+# hooks that run around a module's forward, given its input (a pre-hook may write it)
+_FORWARD_HOOKS = {
+    "register_forward_pre_hook", "register_forward_hook",
+    "register_module_forward_pre_hook", "register_module_forward_hook",
+}
+
+
 class InplaceFlow:
     """Follows values through the functions of one module (one per plan)."""
 
@@ -127,6 +134,7 @@ class InplaceFlow:
         self._memo: Dict[Tuple[str, int], Tuple[cst.FunctionDef, List[Tuple[cst.Name, Effect]]]] = {}
         self._module_functions: Optional[Dict[str, Optional[cst.FunctionDef]]] = None
         self._module_bound: Optional[Dict[str, int]] = None
+        self._hooks: Optional[bool] = None
 
     # -- public ---------------------------------------------------------------------
     def follow(self, func: cst.FunctionDef, stmt: cst.CSTNode, seed_nodes: Sequence[cst.CSTNode] = (), seed_names: Sequence[str] = ()) -> Outcome:
@@ -465,13 +473,28 @@ class InplaceFlow:
         values: List[cst.BaseExpression] = []
         # a subclass's self.attr may be set by its bases: those defined in this file
         classes = self._class_and_bases(cls)
+        if self._hooked():
+            return None  # a forward (pre-)hook registered in the file may run around any module
         for target in self.ctx.nodes(cst.AssignTarget):
             t = target.target  # type: ignore[attr-defined]
+            if isinstance(t, cst.Attribute) and t.attr.value == attr and not (
+                _is_self_attr(t) and classes & {id(a) for a in self.ctx.ancestors(target)}
+            ):
+                # `blk.attn.proj = ...`, or `self.proj = ...` in another class whose instances
+                # may run this forward (a subclass, a mixin beside it): another module may run here
+                owner = next((a for a in self.ctx.ancestors(target) if isinstance(a, cst.ClassDef)), None)
+                if not _is_self_attr(t) or owner is None or self._related(owner, cls):
+                    return None
             if _is_self_attr(t) and t.attr.value == attr and classes & {id(a) for a in self.ctx.ancestors(target)}:
                 stmt = self.ctx.parent(target)
                 if not isinstance(stmt, cst.Assign) or len(stmt.targets) != 1:
                     return None
                 values.append(stmt.value)
+        for aug in self.ctx.nodes(cst.AugAssign):
+            if isinstance(aug.target, cst.Attribute) and aug.target.attr.value == attr:  # type: ignore[attr-defined]
+                return None
+        if self._setattr(attr):
+            return None
         for ann in self.ctx.nodes(cst.AnnAssign):
             if _is_self_attr(ann.target) and ann.target.attr.value == attr:  # type: ignore[attr-defined]
                 return None
@@ -511,6 +534,51 @@ class InplaceFlow:
                 else:
                     return None
         return verdict
+
+    def _related(self, other: cst.ClassDef, cls: cst.ClassDef) -> bool:
+        """Some instance may run methods of both ``other`` and ``cls``: a class of this
+        file has both among its bases (itself included), or has ``other`` and a base
+        named by a module-level name that is not one class statement (an alias)."""
+        top = [s for s in self.ctx.module.body if isinstance(s, cst.ClassDef)]
+        for klass in top if other in top else [other]:
+            family = self._class_and_bases(klass)
+            if id(other) not in family:
+                continue
+            if id(cls) in family or self._unresolved_base(klass):
+                return True
+        return False
+
+    def _unresolved_base(self, klass: cst.ClassDef) -> bool:
+        """``klass`` or an in-file base of it derives from a plain name the module binds
+        other than by one class statement (`Attn = MaskUnitAttention`)."""
+        names = {s.name.value for s in self.ctx.module.body if isinstance(s, cst.ClassDef)}
+        family = self._class_and_bases(klass)
+        for stmt in self.ctx.module.body:
+            if isinstance(stmt, cst.ClassDef) and id(stmt) in family:
+                for base in stmt.bases:
+                    if isinstance(base.value, cst.Name) and (base.value.value not in names or self._module_binds_other(base.value.value)) and self._bindings().get(base.value.value, 0):
+                        return True
+        return False
+
+    def _hooked(self) -> bool:
+        """The file registers a forward hook or pre-hook (on a module, or globally):
+        code that may run around any submodule call and write its input in place."""
+        if self._hooks is None:
+            self._hooks = any(
+                isinstance(call.func, cst.Attribute) and call.func.attr.value in _FORWARD_HOOKS
+                or isinstance(call.func, cst.Name) and call.func.value in _FORWARD_HOOKS
+                for call in self.ctx.nodes(cst.Call)  # type: ignore[union-attr]
+            )
+        return self._hooks
+
+    def _setattr(self, attr: str) -> bool:
+        """A `setattr(obj, name, value)` in the file that may set ``attr``."""
+        for call in self.ctx.nodes(cst.Call):
+            if isinstance(call.func, cst.Name) and call.func.value == "setattr":
+                name = call.args[1].value if len(call.args) > 1 else None  # type: ignore[attr-defined]
+                if not isinstance(name, cst.SimpleString) or name.evaluated_value == attr:
+                    return True
+        return False
 
     def _class_and_bases(self, cls: cst.ClassDef) -> Set[int]:
         """ids of ``cls`` and of its bases (transitively) that are classes of this file,
