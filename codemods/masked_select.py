@@ -16,8 +16,9 @@ same rows, in the same order, for every mask with that count (ragged rows includ
 
 The count comes from the data's shapes: an MAE ``forward`` whose class's own
 ``forward_decoder`` fills the grid (HR004's idiom, whose fill holds exactly
-``latent``'s units) masks ``pred_mask.numel() - math.prod(latent.shape[:-1])``
-prediction tokens, and passes that to ``forward_loss`` while ``not_overridden(self, __class__,
+``latent``'s units, ``math.prod(latent.shape[:2])``, each brought by ``undo_windowing``
+to ``per_unit = pred_mask.numel() // mask.numel()`` tokens) masks
+``per_unit * (mask.numel() - math.prod(latent.shape[:2]))`` prediction tokens, and passes that to ``forward_loss`` while ``not_overridden(self, __class__,
 "forward_decoder", "forward_loss")``.  A method passing the mask to another of the
 class's methods (forward_loss to get_pixel_label_2d) passes the count only to the
 class's own; an override gets upstream's call, and the count is dropped after it (it
@@ -89,8 +90,9 @@ class MaskedSelect(Rewrite):
     only where the fill's source is the latent argument itself or made from it by an
     `nn.Linear` the class sets in __init__: a fork slicing off a unit it added, or
     expanding pooled units, fills another count and keeps `t[mask]`), so
-    the MAE's forward passes `pred_mask.numel() - math.prod(latent.shape[:-1])` to
-    forward_loss, which passes it to get_pixel_label_2d/3d.  Each count goes only to
+    the MAE's forward passes `per_unit * (mask.numel() - math.prod(latent.shape[:2]))`
+    (`per_unit = pred_mask.numel() // mask.numel()`: tokens per unit, whatever the module
+    the decoder embeds with; undo_windowing proven to only rearrange) to forward_loss, which passes it to get_pixel_label_2d/3d.  Each count goes only to
     a method that is not overridden (`not_overridden(self, __class__, ...)`, one
     helper; `__class__` is the class defining the caller, whatever the module's name
     for it is later bound to): a subclass's override
@@ -385,10 +387,13 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
         return *self.forward_loss(x, pred, ~pred_mask), mask             # L
 
     The class's own forward_decoder fills exactly as many units as ``latent`` holds
-    (its `x_dec[mask] = x.flatten()` raises otherwise) and returns that fill mask in
-    token order (``_decoded_mask``), so ``~pred_mask`` selects
-    ``pred_mask.numel() - math.prod(latent.shape[:-1])`` tokens: for every mask, the
-    model's own or a caller's, ragged rows included.  L becomes ``if not_overridden(self,
+    (its `x_dec[mask] = x.flatten()` raises otherwise: one unit per row of the
+    latent's first two dims) and returns that fill mask in token order
+    (``_decoded_mask``: undo_windowing only rearranges, so each unit has
+    ``pred_mask.numel() // mask.numel()`` tokens), so ``~pred_mask`` selects
+    ``per_unit * (mask.numel() - math.prod(latent.shape[:2]))`` tokens: for every mask,
+    the model's own or a caller's, ragged rows included, whatever module embeds the
+    latent for the decoder (a subclass's per-unit pooling included).  L becomes ``if not_overridden(self,
     __class__, "forward_decoder", "forward_loss"): <count>; <L with num_masked> else: <L>``.
     (the sites, the methods given the count there)."""
     if not imports_module(ctx.module, "math"):
