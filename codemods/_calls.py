@@ -44,6 +44,8 @@ def _top_level(ctx: PlanContext, module: cst.Module, name: str, kind: type, dept
     if depth > 3:
         return None
     here = ctx.context_of(module)
+    if _rebinds_globals(module, name):
+        return None
     found = None
     for stmt in module.body:
         if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
@@ -64,11 +66,48 @@ def _top_level(ctx: PlanContext, module: cst.Module, name: str, kind: type, dept
             # name; elsewhere (`from ..m`, `from pkg.sub.m`) its dotted one, found as the
             # file imports it (hiera_rewrite.files.sibling_path)
             near = dots <= 1 and "." not in dotted
-            sibling = ctx.sibling(dotted if near else "." * dots + dotted) if beside else None
+            if dots == 0 and near and here.sibling("__init__") is not None:
+                # `from m import f` in a package: an absolute import, found on sys.path
+                # (a top-level m.py), not beside the file: which one is not known
+                sibling = None
+            else:
+                sibling = here.sibling(dotted if near else "." * dots + dotted) if beside else None
             found = _top_level(ctx, sibling, code(alias.name), kind, depth + 1, near) if sibling is not None else None
+            others = [s for s in stmt.body if not isinstance(s, cst.ImportFrom)]  # type: ignore[union-attr]
+            if any(isinstance(n, cst.Name) and n.value == name and _stores(n, s) for s in others for n in walk(s)):
+                found = None  # `from m import f; f = wrap(f)`: bound again on the same line
         elif {name, "*"} & statement_names(here, stmt)[0]:
             found = None  # bound again by other code: not followed
     return found
+
+
+def _stores(name: cst.Name, small: cst.CSTNode) -> bool:
+    """``name`` (a node under the small statement ``small``) is bound by it."""
+    for node in walk(small):
+        targets: List[cst.CSTNode] = []
+        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)):
+            targets.append(node.target)
+        elif isinstance(node, cst.NamedExpr):
+            targets.append(node.target)
+        elif isinstance(node, cst.ImportAlias):
+            targets.append(node.asname.name if node.asname is not None else node.name)
+        elif isinstance(node, (cst.Global, cst.Del)):
+            return True
+        if any(n is name for t in targets for n in walk(t)):
+            return True
+    return False
+
+
+def _rebinds_globals(module: cst.Module, name: str) -> bool:
+    """Code of ``module`` that may bind the global ``name`` where the module-level
+    statements do not show it: `global name` in a function, or `globals()` (a store
+    through it)."""
+    for node in walk(module):
+        if isinstance(node, cst.Global) and any(item.name.value == name for item in node.names):
+            return True
+        if isinstance(node, cst.Call) and is_name(node.func, "globals"):
+            return True
+    return False
 
 
 def method_of(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: str, depth: int = 0):
@@ -99,16 +138,15 @@ def replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: st
         return f"{where} is decorated (`@{code(defs[-1].decorators[0].decorator)}`): the decorator may change what it gets or returns"
     for node in walk(module):
         target = node.target if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)) else None
-        if (
-            isinstance(target, cst.Attribute) and target.attr.value == method and is_name(target.value, cls.name.value)
-        ):
+        if isinstance(target, cst.Attribute) and target.attr.value == method:
+            # `Cls.m = ...`, or `self.m = ...` in an __init__ (an instance attribute hides
+            # the class's method from every call `self.m(...)`)
             return f"`{code(target)} = ...`{_at(ctx, module, node)} replaces {where}"
         if (
             isinstance(node, cst.Call) and is_name(node.func, "setattr") and len(node.args) >= 2
-            and is_name(node.args[0].value, cls.name.value)
-            and isinstance(node.args[1].value, cst.SimpleString) and node.args[1].value.evaluated_value == method
+            and not (isinstance(node.args[1].value, cst.SimpleString) and node.args[1].value.evaluated_value != method)
         ):
-            return f"`{code(node)}`{_at(ctx, module, node)} replaces {where}"
+            return f"`{code(node)}`{_at(ctx, module, node)} may replace {where}"
     return None
 
 
@@ -324,6 +362,8 @@ def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
             targets.append((ctx.context_of(forward[0]), forward[1], forward[2], True))
         return targets
     if isinstance(func, cst.Name):
+        if _bound_locally(ctx, call, func.value):
+            return None  # `f = wrap(f)` in the calling function: not the module's f
         found_fn = function_of(ctx, ctx.module, func.value)
         if found_fn is None and func.value in _PURE_BUILTINS and not ctx.qualified_names(func) - {f"builtins.{func.value}"}:
             return []
@@ -331,6 +371,41 @@ def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
             return None
         return [(ctx.context_of(found_fn[0]), None, found_fn[1], False)]
     return None
+
+
+def _bound_locally(ctx: PlanContext, call: cst.Call, name: str) -> bool:
+    """``name`` is bound in a function (or lambda) around ``call``: a parameter, an
+    assignment, a loop or with target, an import, `global`/`nonlocal` -- any of them
+    makes the bare name another object than the module's def."""
+    for scope in ctx.ancestors(call):
+        if not isinstance(scope, (cst.FunctionDef, cst.Lambda)):
+            continue
+        params = scope.params
+        every = [*params.params, *params.kwonly_params, *params.posonly_params]
+        every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+        if any(p.name.value == name for p in every):
+            return True
+        for node in walk(scope.body if isinstance(scope, cst.FunctionDef) else scope.body):
+            if isinstance(node, (cst.Global, cst.Nonlocal)) and any(i.name.value == name for i in node.names):
+                return True
+            targets: List[cst.CSTNode] = []
+            if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)):
+                targets.append(node.target)
+            elif isinstance(node, (cst.For, cst.CompFor)):
+                targets.append(node.target)
+            elif isinstance(node, cst.WithItem) and node.asname is not None:
+                targets.append(node.asname.name)
+            elif isinstance(node, cst.NamedExpr):
+                targets.append(node.target)
+            elif isinstance(node, cst.ImportAlias):
+                bound = node.asname.name if node.asname is not None else node.name
+                if code(bound).split(".")[0] == name:
+                    return True
+            elif isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node.name.value == name:
+                return True
+            if any(isinstance(n, cst.Name) and n.value == name for t in targets for n in walk(t)):
+                return True
+    return False
 
 
 def _submodules(ctx: PlanContext, attr: str) -> List[cst.BaseExpression]:

@@ -471,7 +471,8 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 count = f"{PER_UNIT} * ({unit_mask.value}.numel() - math.prod({latent.value}.shape[:2]))"  # type: ignore[attr-defined]
                 called = [m for m in dict.fromkeys(_callee(c) for c in calls) if m]
                 new = _own_or_upstream(
-                    ctx, owner, after.line, ["forward_decoder", *called],  # type: ignore[arg-type]
+                    # forward_encoder makes the latent whose rows the count reads
+                    ctx, owner, after.line, ["forward_encoder", "forward_decoder", *called] if _encodes(flow, latent.value) else ["forward_decoder", *called],  # type: ignore[arg-type, attr-defined]
                     {c: with_argument(c, f"{COUNT}={COUNT}") for c in calls},
                     "an override gets upstream's call",
                     before=[f"# forward_decoder filled {latent.value}'s units: the rest are masked (static shapes)",  # type: ignore[attr-defined]
@@ -483,6 +484,15 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 roots.update(called)
                 break
     return sites, roots
+
+
+def _encodes(flow, latent: str) -> bool:
+    """``latent`` is bound by a call of `self.forward_encoder(...)`."""
+    for stmt in flow.assigning(latent):
+        assign = single_assign(stmt.line) if stmt.line.body else None
+        if assign is not None and method_call(assign[1], "forward_encoder") is not None:
+            return True
+    return False
 
 
 def _other_use(
@@ -741,9 +751,25 @@ def _fills_the_latent(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.Function
     return None
 
 
+# calls that may set a submodule, or run code around one, unseen by `self.<name> = ...`
+_MODULE_CHANGERS = {
+    "add_module", "register_module", "setattr",
+    "register_forward_pre_hook", "register_forward_hook", "register_module_forward_pre_hook", "register_module_forward_hook",
+}
+
+
 def _linear_attributes(ctx: PlanContext, cls: cst.ClassDef) -> Set[str]:
     """``self.<name>`` the class sets once, in ``__init__``, to ``nn.Linear(...)``, and
-    nowhere else in the module."""
+    nowhere else in the module; none where the module may set submodules otherwise
+    (`add_module`, `setattr`, `_modules[...]`) or hooks a module's forward."""
+    for node in walk(ctx.module):
+        if isinstance(node, cst.Call) and (
+            isinstance(node.func, cst.Attribute) and node.func.attr.value in _MODULE_CHANGERS
+            or isinstance(node.func, cst.Name) and node.func.value in _MODULE_CHANGERS
+        ):
+            return set()
+        if isinstance(node, cst.Attribute) and node.attr.value == "_modules":
+            return set()
     made: Dict[str, List[bool]] = {}
 
     class _Stores(cst.CSTVisitor):

@@ -133,6 +133,7 @@ class PlanContext:
         self._index = index
         self._siblings = siblings
         self._root: "PlanContext" = self  # the context of the file planned (context_of)
+        self._near = True  # a module in the file's folder (the file itself): its imports are read
         self._consulted = consulted if consulted is not None else set()
         # the rewrites selected for this run: a rewrite whose edit calls code another
         # one changes passes arguments only where that one runs too
@@ -146,10 +147,13 @@ class PlanContext:
         self.memo: Dict[str, Any] = {}
 
     def sibling(self, name: str) -> Optional[cst.Module]:
-        """The module ``name`` beside this file, parsed, as the run leaves it (None when
-        not known: stdin, no such file, or it does not parse)."""
+        """The module ``name`` that this file imports, parsed, as the run leaves it (None
+        when not known: stdin, no such file, or it does not parse): a plain name is the
+        module beside the file, a dotted or ``..`` one is found as the file imports it
+        (hiera_rewrite.files.sibling_path).  Asked of a module found that way elsewhere,
+        None: its own imports would be read from the file's folder, not its own."""
         if self._root is not self:
-            return self._root.sibling(name)
+            return self._root.sibling(name) if self._near else None
         key = f"sibling:{name}"
         if key not in self.memo:
             self._consulted.add(name)
@@ -158,6 +162,8 @@ class PlanContext:
                 self.memo[key] = cst.parse_module(data) if data is not None else None
             except Exception:  # a sibling that does not parse proves nothing
                 self.memo[key] = None
+            if self.memo[key] is not None:
+                self.memo[("near", id(self.memo[key]))] = "." not in name
         return self.memo[key]
 
     def context_of(self, module: cst.Module) -> "PlanContext":
@@ -174,6 +180,7 @@ class PlanContext:
                 ModuleIndex(module), "", self._format_statement, self.codes, self._siblings, self._consulted
             )
             found._root = self._root  # siblings parsed once, by the file's own context
+            found._near = bool(self.memo.get(("near", id(module))))  # in the file's folder
         return found
 
     # -- what the module says (hiera_rewrite.index) ---------------------------

@@ -556,6 +556,80 @@ _op(
     ),
 )
 
+# 8i-8k: found by a fourth hunt (stop 36): methods bound on the instance, a subclass's
+# encoder, a followed helper shadowed where it is called
+_op(
+    "instance_get_random_mask", "8i",
+    "hiera.py: Hiera.__init__ picks its masking by `self.get_random_mask = self.get_round_mask` (round(), not int())",
+    edits=(
+        insert_before("hiera.py", "    def get_pos_embed(self) -> torch.Tensor:\n", _method('''
+            def get_round_mask(self, x: torch.Tensor, mask_ratio: float) -> torch.Tensor:
+                """Like get_random_mask, keeping round(N * (1 - r)) units."""
+                B = x.shape[0]
+                num_windows = math.prod(self.mask_spatial_shape)
+                len_keep = round(num_windows * (1 - mask_ratio))
+                noise = torch.rand(B, num_windows, device=x.device)
+                ids = noise.argsort(dim=1)[:, :len_keep]
+                return torch.zeros(B, num_windows, device=x.device).scatter(1, ids, 1.0).bool()
+        ''')),
+        insert_after("hiera.py", "        self.head.projection.bias.data.mul_(head_init_scale)\n",
+                     "        self.get_random_mask = self.get_round_mask  # the masking strategy\n"),
+    ),
+)
+
+_op(
+    "encoder_global_unit_subclass", "8j",
+    "user module: a subclass's forward_encoder appends a pooled unit; its __init__ wraps decoder_embed to drop it",
+    user='''
+        class DropGlobal(torch.nn.Module):
+            def __init__(self, lin):
+                super().__init__()
+                self.lin = lin
+
+            def forward(self, x):
+                return self.lin(x[:, :-1])
+
+
+        class GlobalUnitMAE(Base):
+            """A pooled 'global' unit on the latent, for a probe reading forward_encoder."""
+
+            def __init__(self, **kwargs):
+                super().__init__(**kwargs)
+                self.decoder_embed = DropGlobal(self.decoder_embed)
+
+            def forward_encoder(self, x, mask_ratio, mask=None):
+                latent, mask = super().forward_encoder(x, mask_ratio, mask=mask)
+                glob = latent.mean(dim=tuple(range(1, latent.dim() - 1)), keepdim=True)
+                return torch.cat([latent, glob.expand(-1, 1, *latent.shape[2:-1], -1)], dim=1), mask
+
+
+        MODEL_CLASS = GlobalUnitMAE
+    ''',
+)
+
+_op(
+    "shadowed_masked_conv", "8k",
+    "hiera.py: PatchEmbed.forward binds do_masked_conv locally to a wrapper that shows each row's first unit, in place",
+    edits=(
+        insert_before("hiera.py", "class PatchEmbed(nn.Module):\n", _code('''
+            def keep_first_unit(conv):
+                """do_masked_conv with each row's first unit always shown (written into the mask)."""
+                def run(x, layer, mask=None):
+                    if mask is not None:
+                        mask[:, :, 0, 0] = True
+                    return conv(x, layer, mask)
+                return run
+
+
+            _masked_conv = do_masked_conv
+
+
+        ''')),
+        Edit("hiera.py", "        x = do_masked_conv(x, self.proj, mask)\n",
+             "        do_masked_conv = keep_first_unit(_masked_conv)\n        x = do_masked_conv(x, self.proj, mask)\n"),
+    ),
+)
+
 BY_NAME: Dict[str, Operator] = {op.name: op for op in OPERATORS}
 ORDER = {op.name: i for i, op in enumerate(OPERATORS)}
 

@@ -78,3 +78,38 @@ def test_a_module_beside_the_file_that_is_not_the_one_imported_proves_nothing(tm
     file: the one imported upsamples, so the count is refused (it read the decoy before)."""
     path = _layout(tmp_path, "from ..utils.hiera_utils import pretrained_model, undo_windowing, conv_nd", "utils/hiera_utils.py", decoy=True, upsample=True)
     assert _forward_count(path).startswith("skipped: undo_windowing (line")
+
+
+def test_an_absolute_plain_import_in_a_package_is_not_read_beside(tmp_path: Path):
+    """`from hiera_utils import undo_windowing` in a package module is absolute: Python
+    finds a top-level hiera_utils.py on sys.path, not the one beside the file. With an
+    __init__.py there it is not followed; in a plain folder (scripts run from it) it is."""
+    plain = _layout(tmp_path / "plain", "from hiera_utils import pretrained_model, undo_windowing, conv_nd", "models/hiera_utils.py")
+    assert _forward_count(plain).startswith("APPLIED MAE forward")
+    package = _layout(tmp_path / "package", "from hiera_utils import pretrained_model, undo_windowing, conv_nd", "models/hiera_utils.py")
+    (package.parent / "__init__.py").write_text("")
+    assert "the undo_windowing called is not a function this rewrite can read" in _forward_count(package)
+
+
+def test_the_imports_of_a_module_found_elsewhere_are_not_followed(tmp_path: Path):
+    """hiera.py imports do_masked_conv from `.layers.hiera_utils`, which imports
+    get_resized_mask from `.ops` -- layers/ops.py, whose copy writes the mask. Read from
+    the file's folder, `.ops` was pkg/ops.py (a pure copy): HR003 was applied and the
+    rewritten MAE raised. Now the imports of a module found elsewhere are not followed."""
+    src = upstream_dir()
+    utils = (src / "hiera_utils.py").read_text()
+    a, b = utils.index("def get_resized_mask("), utils.index("def do_masked_conv(")
+    head = "import torch\nimport torch.nn.functional as F\n\n\n"
+    writer = utils[a:b].replace("    # (spatial) mask: [B, C, (t), (h), w]\n", "    # (spatial) mask: [B, C, (t), (h), w]\n    mask[..., 0, 0] = True\n")
+    assert writer != utils[a:b]
+    pkg = tmp_path / "pkg"
+    (pkg / "layers").mkdir(parents=True)
+    (pkg / "hiera.py").write_text((src / "hiera.py").read_text().replace("from .hiera_utils import", "from .layers.hiera_utils import"))
+    (pkg / "layers" / "hiera_utils.py").write_text((utils[:a] + utils[b:]).replace(
+        "import torch.nn.functional as F\n", "import torch.nn.functional as F\n\nfrom .ops import get_resized_mask\n", 1))
+    (pkg / "layers" / "ops.py").write_text(head + writer)
+    (pkg / "ops.py").write_text(head + utils[a:b])  # the decoy beside hiera.py
+    path = pkg / "hiera.py"
+    reports = rewrite_bytes(path.read_bytes(), siblings=sibling_reader(path)).reports
+    drop = [r for r in reports if r.code == "HR003"]
+    assert drop and not any(r.applied for r in drop), drop

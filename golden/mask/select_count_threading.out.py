@@ -131,6 +131,7 @@ def masked_rows(t, mask, count=None):
     """t[mask]; given mask's True count (mask over t's first dims), in static shapes."""
     if count is None:
         return t[mask]
+    torch._assert_async(mask.sum() == count)  # a count that is not mask's raises
     return t.flatten(0, mask.dim() - 1).index_select(0, true_rows(mask, count))
 
 
@@ -318,7 +319,9 @@ class TinyMAE(TinyHiera):
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         latent, mask = self.forward_encoder(x, mask_ratio, mask=mask)
         pred, pred_mask = self.forward_decoder(latent, mask)
-        if not_overridden(self, __class__, "forward_decoder", "forward_loss"):
+        if not_overridden(
+            self, __class__, "forward_encoder", "forward_decoder", "forward_loss"
+        ):
             # forward_decoder filled latent's units: the rest are masked (static shapes)
             per_unit = pred_mask.numel() // mask.numel()
             num_masked = per_unit * (mask.numel() - math.prod(latent.shape[:2]))
