@@ -471,8 +471,7 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 count = f"{PER_UNIT} * ({unit_mask.value}.numel() - math.prod({latent.value}.shape[:2]))"  # type: ignore[attr-defined]
                 called = [m for m in dict.fromkeys(_callee(c) for c in calls) if m]
                 new = _own_or_upstream(
-                    # forward_encoder makes the latent whose rows the count reads
-                    ctx, owner, after.line, ["forward_encoder", "forward_decoder", *called] if _encodes(flow, latent.value) else ["forward_decoder", *called],  # type: ignore[arg-type, attr-defined]
+                    ctx, owner, after.line, ["forward_decoder", *called],  # type: ignore[arg-type]
                     {c: with_argument(c, f"{COUNT}={COUNT}") for c in calls},
                     "an override gets upstream's call",
                     before=[f"# forward_decoder filled {latent.value}'s units: the rest are masked (static shapes)",  # type: ignore[attr-defined]
@@ -484,15 +483,6 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 roots.update(called)
                 break
     return sites, roots
-
-
-def _encodes(flow, latent: str) -> bool:
-    """``latent`` is bound by a call of `self.forward_encoder(...)`."""
-    for stmt in flow.assigning(latent):
-        assign = single_assign(stmt.line) if stmt.line.body else None
-        if assign is not None and method_call(assign[1], "forward_encoder") is not None:
-            return True
-    return False
 
 
 def _other_use(

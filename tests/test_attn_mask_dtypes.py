@@ -80,6 +80,15 @@ GOLDEN_BLOCKS = {
         ],
         lambda module: module._keep(B, N, 4, 20, FULLY_MASKED),
     ),
+    "attention/branches_key_padding": (
+        [
+            ("PaddedAttention", (DIM, 2), dict(q_stride=2, window_size=4)),
+            ("PaddedAttention", (DIM, 2), dict(windowed=False)),
+            ("NegatedPaddedAttention", (DIM, 2), dict(window_size=2)),
+            ("NegatedPaddedAttention", (DIM, 2), dict(windowed=False)),
+        ],
+        lambda module: module._keep(B, N),
+    ),
 }
 FORK_BLOCKS = [
     ("ForkAttention", (DIM, 2), dict(use_mask_unit_attn=False)),

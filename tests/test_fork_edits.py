@@ -181,6 +181,26 @@ def test_fork_edit(forks, name):
     check_fork(forks.fork([name]))
 
 
+@pytest.mark.parametrize("name", ["encoder_global_unit_subclass", "unit_decoder_embed"])
+def test_a_subclass_swapping_submodules_is_exact_or_raises_the_count_check(forks, name):
+    """A subclass in another module whose __init__ swaps decoder_embed (and, for the
+    first, whose forward_encoder appends a unit the swapped embed drops): beyond what the
+    files show. The rewritten model equals the original, or masked_rows' device-side
+    count check raises; never other rows silently (before that check the first selected
+    8 rows too few, loss off by 0.12-0.22)."""
+    fork = forks.fork([name])
+    model_a = fork.original.build_mae(torch)
+    randomize_(model_a, torch, seed=0)
+    model_b = fork.rewritten.build_mae(torch)
+    share_weights(model_a, model_b)
+    for probe in ("generated", "ragged"):
+        try:
+            assert_same_step(model_a, model_b, PROBES[probe], f"probe {probe}", fork.describe())
+        except AssertionError as exc:
+            cause = exc.__cause__
+            assert isinstance(cause, RuntimeError) and "nonzero" in str(cause), exc
+
+
 def test_decoder_fill_rejects_a_latent_with_fewer_units_than_the_mask(forks):
     """9b: forward_decoder given a latent of 8 units and a mask keeping 9: the
     original's `x_dec[mask] = x.flatten()` raises a shape error; so must the rewrite."""

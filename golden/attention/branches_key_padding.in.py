@@ -19,14 +19,18 @@ class PaddedAttention(nn.Module):
         self.proj = nn.Linear(dim, dim)
 
     def padding(self, keep):
-        """Bool, or additive in x's dtype with a finite large negative."""
-        return keep if not self.additive else torch.zeros(keep.shape, dtype=torch.float64).masked_fill(~keep, -1e4)
+        """A caller's (B, N) mask as given (bool, or additive); its own bool one, or
+        that made additive in float64 with a finite large negative."""
+        if keep.is_floating_point() or not self.additive:
+            return keep
+        return torch.zeros(keep.shape, dtype=torch.float64).masked_fill(~keep, -1e4)
 
-    def forward(self, x):
+    def forward(self, x, keep=None):
         B, N, C = x.shape
         num_windows = N // (self.q_stride * self.window_size) if self.windowed else 1
-        energy = x.norm(dim=-1)
-        keep = energy > energy.mean()
+        if keep is None:  # padding: the low-energy tokens
+            energy = x.norm(dim=-1)
+            keep = energy > energy.mean()
         if self.windowed:
             qkv = self.qkv(x).reshape(B, -1, num_windows, 3, self.heads, self.head_dim).permute(3, 0, 4, 2, 1, 5)
             q, k, v = qkv.unbind(0)
@@ -48,9 +52,10 @@ class PaddedAttention(nn.Module):
 class NegatedPaddedAttention(PaddedAttention):
     """The windowed path in the `else` of `if not C:`, num_windows bound there alone."""
 
-    def forward(self, x):
+    def forward(self, x, keep=None):
         B, N, C = x.shape
-        keep = x.norm(dim=-1) > 0.8 * x.norm(dim=-1).mean()
+        if keep is None:
+            keep = x.norm(dim=-1) > 0.8 * x.norm(dim=-1).mean()
         if not self.windowed:
             qkv = self.qkv(x).reshape(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
             q, k, v = qkv.unbind(0)
@@ -66,6 +71,13 @@ class NegatedPaddedAttention(PaddedAttention):
         else:
             x = x.transpose(1, 3).reshape(B, -1, C)
         return self.proj(x)
+
+
+def _keep(B, N):
+    """A caller's padding mask for the dtype matrix (tests/test_attn_mask_dtypes.py): no
+    window or row with every key padded."""
+    n = torch.arange(N)
+    return torch.stack([(n * 7 + b) % 5 != 0 for b in range(B)])
 
 
 def golden_example():

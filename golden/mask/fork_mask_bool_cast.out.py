@@ -282,9 +282,7 @@ class TinyMAE(TinyHiera):
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         latent, mask = self.forward_encoder(x, mask_ratio, mask=mask)
         pred, pred_mask = self.forward_decoder(latent, mask)
-        if not_overridden(
-            self, __class__, "forward_encoder", "forward_decoder", "forward_loss"
-        ):
+        if not_overridden(self, __class__, "forward_decoder", "forward_loss"):
             # forward_decoder filled latent's units: the rest are masked (static shapes)
             per_unit = pred_mask.numel() // mask.numel()
             num_masked = per_unit * (mask.numel() - math.prod(latent.shape[:2]))

@@ -237,7 +237,6 @@ class TinyMAE(TinyHiera):
         if not_overridden(
             self,
             __class__,
-            "forward_encoder",
             "forward_decoder",
             "get_pixel_label_1d",
             "get_pixel_label_2d",
