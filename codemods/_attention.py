@@ -21,7 +21,7 @@ from hiera_rewrite.flow import statement_names
 from hiera_rewrite.rewrite import PlanContext, Refuse
 
 from ._inplace import WHAT, InplaceFlow
-from ._match import code, dim_arg, int_args, int_value, is_name, method_call, positional, single_assign
+from ._match import code, dim_arg, int_args, int_value, is_name, may_setattr, method_call, positional, single_assign
 
 SDPA_NAMES = {
     "torch.nn.functional.scaled_dot_product_attention",
@@ -325,10 +325,7 @@ def _attribute_problem(ctx: PlanContext, func: cst.FunctionDef, attr: str) -> Op
 
         def visit_Call(self, node: cst.Call) -> None:
             # setattr(self, "attr", ...) also stores
-            if is_name(node.func, "setattr"):
-                name = node.args[1].value if len(node.args) > 1 else None
-                if isinstance(name, cst.SimpleString) and name.evaluated_value != attr:
-                    return
+            if may_setattr(node, attr):
                 found.append(f"a setattr at {where(node)} may set self.{attr}")
 
     for owner_class in _class_and_local_bases(ctx.module, cls):

@@ -19,7 +19,7 @@ from hiera_rewrite.flow import METADATA_ATTRIBUTES, METADATA_METHODS, bound_para
 from hiera_rewrite.index import Pos
 from hiera_rewrite.rewrite import PlanContext
 
-from ._match import code, is_name
+from ._match import code, is_name, may_setattr
 
 Found = Tuple[cst.Module, cst.ClassDef]
 
@@ -37,10 +37,9 @@ def function_of(ctx: PlanContext, module: cst.Module, name: str) -> Optional[Tup
     return _top_level(ctx, module, name, cst.FunctionDef, 0)  # type: ignore[return-value]
 
 
-def _top_level(ctx: PlanContext, module: cst.Module, name: str, kind: type, depth: int, beside: bool = True):
-    """``beside``: ``module`` is the file or a module in its folder. Imports are read as
-    the file imports them (``ctx.sibling``), so those of a module found elsewhere (a
-    dotted or ``..`` import) are not followed further."""
+def _top_level(ctx: PlanContext, module: cst.Module, name: str, kind: type, depth: int):
+    """Imports are read as the file imports them (``PlanContext.sibling``); those of a
+    module found elsewhere (a dotted or ``..`` import) are not followed further."""
     if depth > 3:
         return None
     here = ctx.context_of(module)
@@ -71,29 +70,35 @@ def _top_level(ctx: PlanContext, module: cst.Module, name: str, kind: type, dept
                 # (a top-level m.py), not beside the file: which one is not known
                 sibling = None
             else:
-                sibling = here.sibling(dotted if near else "." * dots + dotted) if beside else None
-            found = _top_level(ctx, sibling, code(alias.name), kind, depth + 1, near) if sibling is not None else None
-            others = [s for s in stmt.body if not isinstance(s, cst.ImportFrom)]  # type: ignore[union-attr]
-            if any(isinstance(n, cst.Name) and n.value == name and _stores(n, s) for s in others for n in walk(s)):
+                sibling = here.sibling(dotted if near else "." * dots + dotted)
+            found = _top_level(ctx, sibling, code(alias.name), kind, depth + 1) if sibling is not None else None
+            if any(_binds(s, name) for s in stmt.body if not isinstance(s, cst.ImportFrom)):  # type: ignore[union-attr]
                 found = None  # `from m import f; f = wrap(f)`: bound again on the same line
         elif {name, "*"} & statement_names(here, stmt)[0]:
             found = None  # bound again by other code: not followed
     return found
 
 
-def _stores(name: cst.Name, small: cst.CSTNode) -> bool:
-    """``name`` (a node under the small statement ``small``) is bound by it."""
-    for node in walk(small):
-        targets: List[cst.CSTNode] = []
-        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)):
-            targets.append(node.target)
-        elif isinstance(node, cst.NamedExpr):
-            targets.append(node.target)
-        elif isinstance(node, cst.ImportAlias):
-            targets.append(node.asname.name if node.asname is not None else node.name)
-        elif isinstance(node, (cst.Global, cst.Del)):
+def _binds(root: cst.CSTNode, name: str) -> bool:
+    """Code under ``root`` may bind ``name``: an assignment, walrus, `del`, loop or with
+    target, an import, a def or class, `global`/`nonlocal` (nested scopes included: an
+    over-approximation, never a miss)."""
+    for node in walk(root):
+        if isinstance(node, (cst.Global, cst.Nonlocal)) and any(i.name.value == name for i in node.names):
             return True
-        if any(n is name for t in targets for n in walk(t)):
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node.name.value == name:
+            return True
+        if isinstance(node, cst.ImportAlias):
+            bound = node.asname.name if node.asname is not None else node.name
+            if code(bound).split(".")[0] == name:
+                return True
+            continue
+        target: Optional[cst.CSTNode] = None
+        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.For, cst.CompFor, cst.Del)):
+            target = node.target
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            target = node.asname.name
+        if target is not None and any(is_name(n, name) for n in walk(target)):
             return True
     return False
 
@@ -142,10 +147,7 @@ def replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: st
             # `Cls.m = ...`, or `self.m = ...` in an __init__ (an instance attribute hides
             # the class's method from every call `self.m(...)`)
             return f"`{code(target)} = ...`{_at(ctx, module, node)} replaces {where}"
-        if (
-            isinstance(node, cst.Call) and is_name(node.func, "setattr") and len(node.args) >= 2
-            and not (isinstance(node.args[1].value, cst.SimpleString) and node.args[1].value.evaluated_value != method)
-        ):
+        if may_setattr(node, method):
             return f"`{code(node)}`{_at(ctx, module, node)} may replace {where}"
     return None
 
@@ -383,28 +385,8 @@ def _bound_locally(ctx: PlanContext, call: cst.Call, name: str) -> bool:
         params = scope.params
         every = [*params.params, *params.kwonly_params, *params.posonly_params]
         every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
-        if any(p.name.value == name for p in every):
+        if any(p.name.value == name for p in every) or _binds(scope.body, name):
             return True
-        for node in walk(scope.body if isinstance(scope, cst.FunctionDef) else scope.body):
-            if isinstance(node, (cst.Global, cst.Nonlocal)) and any(i.name.value == name for i in node.names):
-                return True
-            targets: List[cst.CSTNode] = []
-            if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)):
-                targets.append(node.target)
-            elif isinstance(node, (cst.For, cst.CompFor)):
-                targets.append(node.target)
-            elif isinstance(node, cst.WithItem) and node.asname is not None:
-                targets.append(node.asname.name)
-            elif isinstance(node, cst.NamedExpr):
-                targets.append(node.target)
-            elif isinstance(node, cst.ImportAlias):
-                bound = node.asname.name if node.asname is not None else node.name
-                if code(bound).split(".")[0] == name:
-                    return True
-            elif isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node.name.value == name:
-                return True
-            if any(isinstance(n, cst.Name) and n.value == name for t in targets for n in walk(t)):
-                return True
     return False
 
 

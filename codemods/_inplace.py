@@ -36,7 +36,7 @@ import libcst as cst
 from hiera_rewrite.flow import body_of, bound_parameter, is_inplace_function, is_inplace_method, loaded_names
 from hiera_rewrite.rewrite import PlanContext
 
-from ._match import code
+from ._match import code, may_setattr
 
 TENSOR = "tensor"
 CONTAINER = "container"  # a tuple/list/... that may hold it (binary ops keep it: `t + (y,)`)
@@ -118,7 +118,7 @@ class _Unfollowed(Exception):
 
 
 # hooks that run around a module's forward, given its input (a pre-hook may write it)
-_FORWARD_HOOKS = {
+FORWARD_HOOKS = {
     "register_forward_pre_hook", "register_forward_hook",
     "register_module_forward_pre_hook", "register_module_forward_hook",
 }
@@ -493,7 +493,7 @@ class InplaceFlow:
         for aug in self.ctx.nodes(cst.AugAssign):
             if isinstance(aug.target, cst.Attribute) and aug.target.attr.value == attr:  # type: ignore[attr-defined]
                 return None
-        if self._setattr(attr):
+        if any(may_setattr(call, attr) for call in self.ctx.nodes(cst.Call)):
             return None
         for ann in self.ctx.nodes(cst.AnnAssign):
             if _is_self_attr(ann.target) and ann.target.attr.value == attr:  # type: ignore[attr-defined]
@@ -565,20 +565,11 @@ class InplaceFlow:
         code that may run around any submodule call and write its input in place."""
         if self._hooks is None:
             self._hooks = any(
-                isinstance(call.func, cst.Attribute) and call.func.attr.value in _FORWARD_HOOKS
-                or isinstance(call.func, cst.Name) and call.func.value in _FORWARD_HOOKS
+                isinstance(call.func, cst.Attribute) and call.func.attr.value in FORWARD_HOOKS
+                or isinstance(call.func, cst.Name) and call.func.value in FORWARD_HOOKS
                 for call in self.ctx.nodes(cst.Call)  # type: ignore[union-attr]
             )
         return self._hooks
-
-    def _setattr(self, attr: str) -> bool:
-        """A `setattr(obj, name, value)` in the file that may set ``attr``."""
-        for call in self.ctx.nodes(cst.Call):
-            if isinstance(call.func, cst.Name) and call.func.value == "setattr":
-                name = call.args[1].value if len(call.args) > 1 else None  # type: ignore[attr-defined]
-                if not isinstance(name, cst.SimpleString) or name.evaluated_value == attr:
-                    return True
-        return False
 
     def _class_and_bases(self, cls: cst.ClassDef) -> Set[int]:
         """ids of ``cls`` and of its bases (transitively) that are classes of this file,

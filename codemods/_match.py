@@ -139,6 +139,15 @@ def is_name(node: Optional[cst.CSTNode], value: Optional[str] = None) -> bool:
     return isinstance(node, cst.Name) and (value is None or node.value == value)
 
 
+def may_setattr(node: cst.CSTNode, attr: str) -> bool:
+    """``node`` is a `setattr(obj, name, value)` that may set ``attr``: its name is
+    not a string literal naming another attribute."""
+    if not (isinstance(node, cst.Call) and is_name(node.func, "setattr")):
+        return False
+    name = node.args[1].value if len(node.args) > 1 else None
+    return not (isinstance(name, cst.SimpleString) and name.evaluated_value != attr)
+
+
 def reduction_values(node: cst.BaseExpression) -> Optional[Tuple[str, cst.BaseExpression, int]]:
     """Match ``X.max(dim=k).values`` / ``X.max(k)[0]`` / ``X.amax(dim=k)``.
 

@@ -38,6 +38,7 @@ from hiera_rewrite.flow import loaded_names
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
 from ._calls import function_of, method_of, replaced, walk
+from ._inplace import FORWARD_HOOKS
 from ._match import code, is_name, method_call, single_assign, target_code
 from ._mask import (
     MASK_CONTRACT,
@@ -742,10 +743,7 @@ def _fills_the_latent(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.Function
 
 
 # calls that may set a submodule, or run code around one, unseen by `self.<name> = ...`
-_MODULE_CHANGERS = {
-    "add_module", "register_module", "setattr",
-    "register_forward_pre_hook", "register_forward_hook", "register_module_forward_pre_hook", "register_module_forward_hook",
-}
+_MODULE_CHANGERS = {"add_module", "register_module", "setattr", *FORWARD_HOOKS}
 
 
 def _linear_attributes(ctx: PlanContext, cls: cst.ClassDef) -> Set[str]:

@@ -21,12 +21,14 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Dict, List, Optional
 
+from .runner import EPS
+
 MATH_SUFFIX = " math"
 # a fused kernel's output error on one call, against float64 on the same inputs, in eps
 # of the call's dtype (over max|reference|): rounding the probabilities and the output
 # to the dtype gives a few eps; a misread mask gives errors of order one
 CALL_ULPS = 8
-_EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "bfloat16": 2.0**-7, "float16": 2.0**-10}
+_EPS = {"float64": 2.0**-52, **EPS}
 
 
 def math_twin(cname: str) -> str:
