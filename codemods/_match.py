@@ -140,12 +140,19 @@ def is_name(node: Optional[cst.CSTNode], value: Optional[str] = None) -> bool:
 
 
 def may_setattr(node: cst.CSTNode, attr: str) -> bool:
-    """``node`` is a `setattr(obj, name, value)` that may set ``attr``: its name is
-    not a string literal naming another attribute."""
-    if not (isinstance(node, cst.Call) and is_name(node.func, "setattr")):
+    """``node`` is a `setattr(obj, name, value)`, or a call of some `__setattr__`
+    (`type.__setattr__(cls, name, value)`, `obj.__setattr__(name, value)`), that may set
+    ``attr``: no string literal where the name goes names another attribute."""
+    if not isinstance(node, cst.Call):
         return False
-    name = node.args[1].value if len(node.args) > 1 else None
-    return not (isinstance(name, cst.SimpleString) and name.evaluated_value != attr)
+    if is_name(node.func, "setattr"):
+        names = node.args[1:2]
+    elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "__setattr__":
+        names = node.args[:2]  # unbound (type.__setattr__(cls, name, v)) or bound (obj.__setattr__(name, v))
+    else:
+        return False
+    strings = [a.value for a in names if isinstance(a.value, cst.SimpleString)]
+    return not strings or any(s.evaluated_value == attr for s in strings)
 
 
 def reduction_values(node: cst.BaseExpression) -> Optional[Tuple[str, cst.BaseExpression, int]]:

@@ -76,6 +76,8 @@ def kept_count(ctx: PlanContext, func: cst.FunctionDef) -> KeptCount:
     ):
         raise Refuse(f"{func.name.value}'s parameters are not plain (self, ...) positional ones")
     flow = ctx.flow(func)
+    if flow.opaque:
+        raise Refuse(flow.opaque)
     if flow.compound_assigned or any(not isinstance(s, cst.SimpleStatementLine) for s in func.body.body):  # type: ignore[union-attr]
         raise Refuse(f"{func.name.value} has control flow: its kept count cannot be followed")
     pure: Dict[str, cst.BaseExpression] = {}

@@ -555,6 +555,8 @@ def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:
     ):
         return f"{decoder.name.value} does not end with one `return x, mask`, so the mask it returns is not followed"
     flow = ctx.flow(decoder)
+    if flow.opaque:
+        return flow.opaque
     fills = [
         s for s in flow.stmts
         if s.line.body and (assign := single_assign(s.line)) is not None and isinstance(assign[0], cst.Subscript)
@@ -618,6 +620,8 @@ def _rearranges_only(ctx: PlanContext, name: str) -> Optional[str]:
     module, func = found
     here = ctx.context_of(module)
     why = f"{name} (line {here.position(func).line}) does more than rearrange its first argument"
+    if here.flow(func).opaque:
+        return here.flow(func).opaque
     params = func.params.params
     if not params or func.decorators or func.asynchronous:
         return why
@@ -712,6 +716,8 @@ def _fills_the_latent(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.Function
     vector per unit back to the unit's tokens, fills another count: why not."""
     params = [p.name.value for p in decoder.params.params]
     flow = ctx.flow(decoder)
+    if flow.opaque:
+        return flow.opaque
     fills = [
         s for s in flow.stmts
         if s.line.body and (assign := single_assign(s.line)) is not None and isinstance(assign[0], cst.Subscript)

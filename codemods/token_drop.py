@@ -570,7 +570,13 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
     maker = method_of(ctx, module, owner, "get_random_mask")
     if maker is None or maker[1] is not owner:
         raise Refuse(f"{owner.name.value} does not define the get_random_mask its count is read from")
-    again = replaced(ctx, module, owner, "get_random_mask") or replaced(ctx, module, owner, "forward")
+    again = next(
+        (
+            why for where in dict.fromkeys([module, ctx.module])  # a patch of its class in this file too
+            for method in ("get_random_mask", "forward") if (why := replaced(ctx, where, owner, method))
+        ),
+        None,
+    )
     if again is not None:
         raise Refuse(f"{again}: the kept count is not passed")
     flow = ctx.flow(func)

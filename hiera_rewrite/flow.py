@@ -40,6 +40,7 @@ class FunctionFlow:
         self.stmts: List[Stmt] = []
         self.compound_assigned: Dict[str, int] = {}
         self._collect(ctx, func.body)
+        self.opaque = _opaque(ctx, func, self)
 
     def _collect(self, ctx: "PlanContext", block: cst.BaseSuite) -> None:
         for stmt in body_of(block):
@@ -74,6 +75,7 @@ class FunctionFlow:
         flow.stmts = []
         flow.compound_assigned = {}
         flow._collect(ctx, cst.IndentedBlock(body=list(statements)))
+        flow.opaque = None
         return flow
 
     def stmt_of(self, line: cst.SimpleStatementLine) -> Stmt:
@@ -87,6 +89,78 @@ class FunctionFlow:
 
     def loads_of(self, name: str) -> List[Tuple[Stmt, cst.Name]]:
         return [(s, n) for s in self.stmts for n in s.loaded if n.value == name]
+
+
+# Calls that read or write a function's locals by name, out of any statement's sight.
+DYNAMIC_SCOPE = frozenset({"locals", "vars", "eval", "exec", "_getframe", "currentframe", "stack", "getouterframes"})
+
+
+def _opaque(ctx: "PlanContext", func: cst.FunctionDef, flow: "FunctionFlow") -> Optional[str]:
+    """Why the statements of ``func`` may not show every read and write of its locals,
+    else None: a nested def, lambda or class that names one of them (a call of it,
+    anywhere, may write the tensor one holds, or rebind it with ``nonlocal``), or a
+    call that reaches them by name (`locals()`, `sys._getframe()`...)."""
+    local = set(flow.params)
+    for stmt in flow.stmts:
+        local |= stmt.assigned
+    found: List[Tuple[cst.CSTNode, str]] = []
+
+    def line(node: cst.CSTNode) -> str:
+        try:
+            return f" (line {ctx.position(node).line})"
+        except KeyError:  # a function of another module, read with this one's context
+            return ""
+
+    class _Scopes(cst.CSTVisitor):
+        def _nested(self, node: cst.CSTNode, own: Set[str], what: str) -> bool:
+            named = sorted(_referenced(ctx, node) & local - own)
+            if named:
+                found.append((node, f"{what}{line(node)} names {', '.join(named)} of"
+                              f" {func.name.value}: a call of it may write or rebind them where no statement shows it"))
+            return False
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            own = {node.name.value} | {p.name.value for p in all_params(node.params)}
+            return self._nested(node, own, f"the nested `def {node.name.value}`")
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            return self._nested(node, {node.name.value}, f"the nested `class {node.name.value}`")
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return self._nested(node, {p.name.value for p in all_params(node.params)}, "a lambda")
+
+        def visit_Call(self, node: cst.Call) -> None:
+            callee = node.func
+            name = callee.attr.value if isinstance(callee, cst.Attribute) else getattr(callee, "value", None)
+            if name in DYNAMIC_SCOPE:
+                found.append((node, f"`{name}()`{line(node)} reaches the locals of"
+                              f" {func.name.value} by name"))
+
+    ctx.visit(_Scopes(), func.body)
+    if not found:
+        return None
+    return f"{found[0][1]}: nothing about them is proven there"
+
+
+def _referenced(ctx: "PlanContext", node: cst.CSTNode) -> Set[str]:
+    """Every variable name ``node`` reads, binds or declares (``nonlocal``), at any
+    depth; not attribute names or keywords."""
+    names: Set[str] = set()
+
+    class _Names(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            names.add(name.value)
+
+        def visit_Attribute(self, attr: cst.Attribute) -> bool:
+            ctx.visit(self, attr.value)
+            return False
+
+        def visit_Arg(self, arg: cst.Arg) -> bool:
+            ctx.visit(self, arg.value)
+            return False
+
+    ctx.visit(_Names(), node)
+    return names
 
 
 def body_of(block: cst.BaseSuite) -> Sequence[cst.BaseStatement]:

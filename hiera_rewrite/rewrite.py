@@ -249,6 +249,10 @@ class PlanContext:
         reported: a NotThisIdiom, or any refusal where ``quiet_if()`` holds (asked only
         then: code this rewrite emitted is recognised only once the match fails)."""
         try:
+            first = at[0] if isinstance(at, (list, tuple)) else at
+            func = next((a for a in [first, *self.ancestors(first)] if isinstance(a, cst.FunctionDef)), None)
+            if func is not None and self.flow(func).opaque:
+                raise Refuse(self.flow(func).opaque)  # type: ignore[arg-type]
             return analyse()
         except Refuse as refusal:
             if not isinstance(refusal, NotThisIdiom) and not (quiet_if is not None and quiet_if()):

@@ -631,6 +631,98 @@ _op(
     ),
 )
 
+# nested scopes and patches from a sibling file (the fifth hunt)
+_op(
+    "closure_writes_encoder_mask", "8l",
+    "hiera_mae.py: forward_encoder defines, before its mask is made, a closure that shows the centre unit"
+    " (writes the mask it closes over), called before the encoder",
+    edits=(
+        Edit("hiera_mae.py", "    ) -> Tuple[torch.Tensor, torch.Tensor]:\n\n        if mask is None:\n",
+             "    ) -> Tuple[torch.Tensor, torch.Tensor]:\n\n        def keep_centre_visible():\n"
+             "            mask[:, mask.shape[1] // 2] = True\n\n        if mask is None:\n"),
+        insert_before("hiera_mae.py", BEFORE_ENCODER_CALL, "        keep_centre_visible()\n"),
+    ),
+)
+
+_op(
+    "nonlocal_decoder_mask", "8m",
+    "hiera_mae.py: forward_decoder rolls its mask through a nested function's `nonlocal mask` before the fill"
+    " (the same count, other units)",
+    edits=(
+        insert_before("hiera_mae.py", "        # Embed tokens\n", _indent(8, '''
+            def shift():
+                nonlocal mask
+                mask = mask.roll(1, 1)
+
+        ''')),
+        insert_before("hiera_mae.py", "        x_dec[mask] = x.flatten()\n", "        shift()\n"),
+    ),
+)
+
+_op(
+    "mae_patches_hiera_random_mask", "8n",
+    "hiera_mae.py: `Hiera.get_random_mask = _keep_more` at module level (one unit more than upstream's)",
+    edits=(
+        insert_before("hiera_mae.py", "def apply_fusion_head(", _code('''
+            def _keep_more(self, x, mask_ratio):
+                """Keeps one unit more than upstream's random mask."""
+                B = x.shape[0]
+                num_windows = math.prod(self.mask_spatial_shape)
+                len_keep = int(num_windows * (1 - mask_ratio)) + 1
+                noise = torch.rand(B, num_windows, device=x.device)
+                ids_restore = torch.argsort(torch.argsort(noise, dim=1), dim=1)
+                mask = torch.zeros([B, num_windows], device=x.device)
+                mask[:, :len_keep] = 1
+                return torch.gather(mask, dim=1, index=ids_restore).bool()
+
+
+            Hiera.get_random_mask = _keep_more
+
+
+        ''')),
+    ),
+)
+
+_op(
+    "mae_wraps_hiera_forward", "8o",
+    "hiera_mae.py: `Hiera.forward = _forward_with_log`, a wrapper with upstream's signature",
+    edits=(
+        insert_before("hiera_mae.py", "def apply_fusion_head(", _code('''
+            _hiera_forward = Hiera.forward
+
+
+            def _forward_with_log(self, x, mask=None, return_intermediates=False):
+                return _hiera_forward(self, x, mask, return_intermediates)
+
+
+            Hiera.forward = _forward_with_log
+
+
+        ''')),
+    ),
+)
+
+_op(
+    "type_setattr_random_mask", "8p",
+    "hiera.py: `type.__setattr__(Hiera, \"get_random_mask\", ...)` at the end of the file (one unit more)",
+    edits=(
+        Edit("hiera.py", "", "\n\n" + _code('''
+            def _keep_more(self, x, mask_ratio):
+                B = x.shape[0]
+                num_windows = math.prod(self.mask_spatial_shape)
+                len_keep = int(num_windows * (1 - mask_ratio)) + 1
+                noise = torch.rand(B, num_windows, device=x.device)
+                ids_restore = torch.argsort(torch.argsort(noise, dim=1), dim=1)
+                mask = torch.zeros([B, num_windows], device=x.device)
+                mask[:, :len_keep] = 1
+                return torch.gather(mask, dim=1, index=ids_restore).bool()
+
+
+            type.__setattr__(Hiera, "get_random_mask", _keep_more)
+        ''')),
+    ),
+)
+
 BY_NAME: Dict[str, Operator] = {op.name: op for op in OPERATORS}
 ORDER = {op.name: i for i, op in enumerate(OPERATORS)}
 
