@@ -16,8 +16,11 @@ What it emits:
     q = q.unflatten(2, (S, Tq)).max(dim=2).values        # the user's own reduction
     out = F.scaled_dot_product_attention(q, k, v, ...)
     y = out.transpose(1, 2).reshape(B, N, C)
-    # attn_mask=None if m is None else <m in q's dtype, a bool m as 0/-inf>[(None,) * (5 - m.dim())]
-    #     .expand(-1, H, nw, -1, -1).transpose(1, 2).flatten(1, 2)     (B, nw*H, Tq, Tk)
+    # with attn_mask=m: a float m goes to the original's 5-D call on 5-D views,
+    #     F.scaled_dot_product_attention(q.unflatten(1, (nw, H)).transpose(1, 2), ..., attn_mask=m)
+    #     .transpose(1, 2).flatten(1, 2); else attn_mask=None if m is None else
+    #     <bool m as 0/-inf in q's dtype>[(None,) * (5 - m.dim())].expand(-1, H, nw, -1, -1)
+    #     .transpose(1, 2).flatten(1, 2)                                 (B, nw*H, Tq, Tk)
 
 Two shapes of control flow around it are understood (timm's MaskUnitAttention has
 both):
@@ -80,7 +83,10 @@ from ._match import (
 # SDPA keywords that mean the same on 4-D as on 5-D inputs.
 PASS_THROUGH_KEYWORDS = {"scale", "is_causal"}
 # Above the statement that calls SDPA with a converted attn_mask.
-MASK_NOTE = "# attn_mask in q's dtype (a bool one as 0/-inf): fused kernels misread other dtypes\n"
+MASK_NOTE = (
+    "# a float attn_mask: the original's 5-D call (math backend; fused kernels read float masks otherwise);\n"
+    "# a bool one: the additive mask the math backend makes of it, in q's dtype, 4-D\n"
+)
 
 
 @register
@@ -148,42 +154,35 @@ class MaskUnitAttention(Rewrite):
     reads self.scale (its default scale is head_dim ** -0.5, the same on 4-D input).
 
     An `attn_mask=m` (or `m if C else None`) in the 5-D layout, e.g. a padding mask
-    `mask.reshape(B, -1, num_windows).permute(0, 2, 1)[:, None, :, None, :]`, is
-    brought to the 4-D layout and to q's dtype at the call: `(m.to(q.dtype) if
-    m.is_floating_point() else q.new_zeros(m.shape).masked_fill(~m,
-    float("-inf")))[(None,) * (5 - m.dim())].expand(-1, heads, num_windows, -1, -1)
-    .transpose(1, 2).flatten(1, 2)` (None stays None).  SDPA broadcast the mask against
-    (B, heads, num_windows, Tq, Tk); the 4-D mask holds at (b, w*heads + h, i, j) the
-    element the 5-D call read at (b, h, w, i, j) for every broadcastable shape, bool
-    or float; batch, Tq and Tk keep the mask's own sizes.  It is a view where
-    num_windows is 1 (global attention) and otherwise a copy of (B, num_windows*heads,
-    1, T) for a padding mask, small beside the attention.  Why q's dtype: the 5-D call
-    always ran SDPA's math backend, which reads every mask SDPA accepts (bool,
-    float32, q's dtype) as its semantics say; the 4-D call reaches fused kernels,
-    which misread a floating mask of another dtype (measured: a float32 mask under
-    bf16/fp16 q on cuDNN, errors 0.37-1.3 and NaN in fp16 with -inf entries, H200,
-    torch 2.11; under float64 q on CPU's flash kernel, errors 1.6-4.4), and cuDNN
-    gives a bool mask's fully masked rows other values than the math backend's
-    zeros.  Bool masks and masks in q's dtype are right on every backend.  So a bool
-    mask becomes the additive mask the math backend makes of it (0 where True, -inf
-    where False, in q's dtype), exactly; a mask in q's dtype is passed as is; a
-    float32 mask under float64 q is widened, exactly as the math backend adds
-    it.  Under bf16/fp16 q the math backend (torch >= 2.5) adds a float32 mask to
-    float32 logits, the 4-D call adds it rounded to q's dtype: the logits move by the
-    mask's rounding (relative 2**-9 in bf16, 2**-11 in fp16, as q and k are rounded
-    themselves), but finite values beyond q's range (fp16: |mask| > 65504; bf16: only
-    float32's extremes, e.g. torch.finfo(torch.float32).min) become -inf, so a row
-    masked entirely by such values gets zeros where the original gave uniform
-    weights.  Under autocast nothing changes: SDPA's autocast kernel already casts the
-    mask to q's dtype (checked on CPU).  An integer mask raises before (SDPA) and after
-    (masked_fill); a floating mask of a third dtype, which SDPA refuses, is cast and
-    runs.  A kept manual fallback that adds the same mask to its logits gets the same
-    layout change only (a bool mask stays bool there: it adds 0/1, as before).  Fully
-    masked rows (a padded window): the 5-D original runs the math backend, which
-    returns zeros there on recent torch (its safe softmax, since 2.5; checked on
-    2.14), as the 4-D call does; on older torch the math backend returned NaN there,
-    and such a row may then differ.  The manual fallback gives NaN there before and
-    after.
+    `mask.reshape(B, -1, num_windows).permute(0, 2, 1)[:, None, :, None, :]`:
+    a bool m is brought to the 4-D layout and to q's dtype at the call:
+    `q.new_zeros(m.shape).masked_fill(~m, float("-inf"))[(None,) * (5 - m.dim())]
+    .expand(-1, heads, num_windows, -1, -1).transpose(1, 2).flatten(1, 2)` (None stays
+    None).  SDPA broadcast the mask against (B, heads, num_windows, Tq, Tk); the 4-D
+    mask holds at (b, w*heads + h, i, j) the element the 5-D call read at (b, h, w, i, j)
+    for every broadcastable shape; batch, Tq and Tk keep the mask's own sizes.  It is a
+    view where num_windows is 1 (global attention) and otherwise a copy of (B,
+    num_windows*heads, 1, T) for a padding mask, small beside the attention.  0/-inf in
+    q's dtype is the additive mask the math backend makes of a bool one, and every
+    backend reads it so, fully masked rows included (zeros); cuDNN gives a bool mask's
+    fully masked rows other values.  A float m is not given to the fused kernels at
+    all: the call becomes `(<the original call on 5-D views of q, k, v, with m as it
+    is>.transpose(1, 2).flatten(1, 2) if m is not None and m.is_floating_point() else
+    <the 4-D call>)` -- the original's own 5-D call, which SDPA runs on its math backend.
+    Fused kernels read float masks otherwise: a float32 mask under bf16/fp16 q on cuDNN
+    (errors 0.37-1.3, NaN in fp16 with -inf entries, H200, torch 2.11) or under float64
+    q on CPU's flash kernel (errors 1.6-4.4); a cast to q's dtype turns
+    torch.finfo(torch.float32).min into -inf in bf16 (a row padded entirely then gets
+    zeros where the math backend's absorbed logits give uniform weights); and with such
+    large finite fills the fused backwards lose rows padded entirely (CPU flash,
+    float64: gradients off by 2e5).  So a float mask costs the fast path in that call
+    alone, and is exact.  An integer mask raises before (SDPA) and after (masked_fill).
+    A kept manual fallback that adds the same mask to its logits gets the same layout
+    change only (a bool mask stays bool there: it adds 0/1, as before).  Fully masked
+    rows under a bool mask: the 5-D original runs the math backend, which returns zeros
+    there on recent torch (its safe softmax, since 2.5; checked on 2.14), as the 4-D
+    call does; on older torch the math backend returned NaN there, and such a row may
+    then differ.  The manual fallback gives NaN there before and after.
 
     The unpack `q, k, v = qkv[0], qkv[1], qkv[2]` becomes `q, k, v = qkv.unbind(0)`:
     the same three views, and a backward of one `stack` instead of three
@@ -279,6 +278,7 @@ class _Match:
         self.manual_check: Optional[str] = None  # the run-time test emitted into the fallback
         self.mask_arg: Optional[cst.Arg] = None  # SDPA's attn_mask= (not None)
         self.mask_name: Optional[str] = None  # the local name holding the 5-D mask
+        self.mask_split: Tuple[str, str] = ("", "")  # heads, num_windows, read again at SDPA
         self.fallback_mask_reads: List[cst.Name] = []  # `attn + mask` in a kept manual fallback
         self.flow: Optional[InplaceFlow] = None  # for the unbind unpack, made when needed
         self.clone_reason: Optional[str] = None  # why the restored output gets .clone()
@@ -413,10 +413,28 @@ class _Match:
                 if not isinstance(self.mask_arg.value, (cst.Name, cst.Attribute)):
                     given = f"({given})"
                 value = f"({value}) if {test} else {given}" if restore.side == "body" else f"{given} if {test} else ({value})"
-            call_code = code(self.call.with_changes(args=[
+            bool_call = code(self.call.with_changes(args=[
                 a.with_changes(value=cst.parse_expression(value)) if a is self.mask_arg else a
                 for a in self.call.args
             ]))
+            # A float mask goes to the original's 5-D call, on 5-D views of the 4-D q, k, v:
+            # its math backend reads the mask in its own dtype, and rows masked entirely by
+            # large finite values (torch.finfo(dtype).min) as uniform weights, where fused
+            # kernels misread another dtype, saturate a cast to -inf or lose such rows in
+            # their backward (CPU flash, float64: gradients off by 2e5).
+            h, w = self.mask_split
+            float_call = code(self.call.with_changes(args=[
+                a.with_changes(value=cst.parse_expression(f"{code(a.value)}.unflatten(1, ({w}, {h})).transpose(1, 2)"))
+                if (a.keyword is None and i < 3) or (a.keyword is not None and a.keyword.value in ("query", "key", "value"))
+                else a
+                for i, a in enumerate(self.call.args)
+            ]))
+            m = self.mask_name
+            floating = f"{m} is not None and {m}.is_floating_point()"
+            if restore.condition is not None:
+                test = code(restore.condition)
+                floating = f"({test}) and {floating}" if restore.side == "body" else f"not ({test}) and {floating}"
+            call_code = f"({float_call}.transpose(1, 2).flatten(1, 2) if {floating} else {bool_call})"
             # the fallback adds the mask as it is (a bool mask adds 0/1): its layout only
             layout = self.mask_to_4d(q, heads, windows, items[permute_at + 1 :], changed, additive=False)
             for name in self.fallback_mask_reads:
@@ -543,18 +561,15 @@ class _Match:
         if additive and shadowed_builtins(self.ctx, self.func, "float"):
             raise Refuse("SDPA's attn_mask needs float(\"-inf\") in the emitted code, but the file binds float")
         m = self.mask_name
-        # The 4-D call hands the mask to fused kernels, which read it right only in q's
-        # dtype (a float32 mask under bf16/fp16 q on cuDNN, or under float64 q on CPU
-        # flash, is misread): a floating mask is cast to q's dtype, and a bool mask
-        # becomes the additive mask SDPA's math backend makes of it (0 where True, -inf
-        # where False, in q's dtype; with a bool mask, cuDNN gives fully masked rows
-        # other values than the math backend's zeros, H200, bf16/fp16).
+        # The 4-D call hands the mask to fused kernels: a bool mask becomes the additive
+        # mask SDPA's math backend makes of it (0 where True, -inf where False, in q's
+        # dtype; with a bool mask, cuDNN gives fully masked rows other values than the
+        # math backend's zeros, H200, bf16/fp16).  A float mask never reaches them (the
+        # call site sends it to the original's 5-D call).
         source = m
         if additive:
-            source = (
-                f"({m}.to({q}.dtype) if {m}.is_floating_point()"
-                f" else {q}.new_zeros({m}.shape).masked_fill(~{m}, float(\"-inf\")))"
-            )
+            source = f"{q}.new_zeros({m}.shape).masked_fill(~{m}, float(\"-inf\"))"
+            self.mask_split = (h, w)
         return (
             f"None if {m} is None else {source}[(None,) * (5 - {m}.dim())]"
             f".expand(-1, {h}, {w}, -1, -1).transpose(1, 2).flatten(1, 2)"

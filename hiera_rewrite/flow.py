@@ -116,7 +116,7 @@ def _opaque(ctx: "PlanContext", func: cst.FunctionDef, flow: "FunctionFlow") -> 
             named = sorted(_referenced(ctx, node) & local - own)
             if named:
                 found.append((node, f"{what}{line(node)} names {', '.join(named)} of"
-                              f" {func.name.value}: a call of it may write or rebind them where no statement shows it"))
+                              f" {func.name.value}: a call of it may write or rebind them unseen"))
             return False
 
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
@@ -139,7 +139,7 @@ def _opaque(ctx: "PlanContext", func: cst.FunctionDef, flow: "FunctionFlow") -> 
     ctx.visit(_Scopes(), func.body)
     if not found:
         return None
-    return f"{found[0][1]}: nothing about them is proven there"
+    return f"{found[0][1]}, so nothing about them is proven there"
 
 
 def _referenced(ctx: "PlanContext", node: cst.CSTNode) -> Set[str]:

@@ -97,7 +97,13 @@ FORK_BLOCKS = [
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 # (input dtype, mask kind): bool, float32, and q's dtype where that is another
-CELLS = [(d, m) for d in DTYPES for m in ("bool", "float32", "q") if not (m == "q" and d == "float32")]
+# float32_min: a float32 mask padded with torch.finfo(torch.float32).min, as Hugging Face
+# builds one (hunt 5): a row padded entirely gets uniform weights from the math backend
+# (the padding swamps the logits); a cast to bf16 makes it -inf, CPU's flash kernel
+# loses such rows in its backward (float64: gradients off by 2e5)
+CELLS = [
+    (d, m) for d in DTYPES for m in ("bool", "float32", "q", "float32_min") if not (m == "q" and d == "float32")
+]
 
 
 def _module(source: bytes, name: str) -> types.ModuleType:
@@ -140,6 +146,8 @@ def _mask(keep, kind, dtype):
     """bool, or additive: -inf where padded, finite values not all exact in bfloat16."""
     if kind == "bool":
         return keep
+    if kind == "float32_min":
+        return torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
     bias = torch.where(keep, -0.3 * (torch.arange(N, dtype=torch.float64) % 3), float("-inf"))
     return bias.to(torch.float32 if kind == "float32" else dtype)
 

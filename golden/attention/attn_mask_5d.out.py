@@ -37,29 +37,44 @@ class PaddedMaskUnitAttention(nn.Module):
         q, k, v = qkv.unbind(0)
         if self.q_stride > 1:
             q = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values
-        # attn_mask in q's dtype (a bool one as 0/-inf): fused kernels misread other dtypes
-        x = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=(
-                (
-                    None
-                    if attn_mask is None
-                    else (
-                        attn_mask.to(q.dtype)
-                        if attn_mask.is_floating_point()
-                        else q.new_zeros(attn_mask.shape).masked_fill(
-                            ~attn_mask, float("-inf")
-                        )
-                    )[(None,) * (5 - attn_mask.dim())]
-                    .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
-                    .transpose(1, 2)
-                    .flatten(1, 2)
-                )
-                if not self.use_mask_unit_attn
-                else None
-            ),
+        # a float attn_mask: the original's 5-D call (math backend; fused kernels read float masks otherwise);
+        # a bool one: the additive mask the math backend makes of it, in q's dtype, 4-D
+        x = (
+            F.scaled_dot_product_attention(
+                q.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
+                    1, 2
+                ),
+                k.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
+                    1, 2
+                ),
+                v.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
+                    1, 2
+                ),
+                attn_mask=attn_mask if not self.use_mask_unit_attn else None,
+            )
+            .transpose(1, 2)
+            .flatten(1, 2)
+            if attn_mask is not None and attn_mask.is_floating_point()
+            else F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=(
+                    (
+                        None
+                        if attn_mask is None
+                        else q.new_zeros(attn_mask.shape)
+                        .masked_fill(~attn_mask, float("-inf"))[
+                            (None,) * (5 - attn_mask.dim())
+                        ]
+                        .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
+                        .transpose(1, 2)
+                        .flatten(1, 2)
+                    )
+                    if not self.use_mask_unit_attn
+                    else None
+                ),
+            )
         )
         x = x.transpose(1, 2).reshape(B, -1, self.dim_out)
         return self.proj(x)
@@ -82,23 +97,38 @@ class EveryBlockMaskAttention(PaddedMaskUnitAttention):
         q, k, v = qkv.unbind(0)
         if self.q_stride > 1:
             q = q.unflatten(2, (self.q_stride, -1)).amax(dim=2)
-        # attn_mask in q's dtype (a bool one as 0/-inf): fused kernels misread other dtypes
-        x = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=(
-                None
-                if mask is None
-                else (
-                    mask.to(q.dtype)
-                    if mask.is_floating_point()
-                    else q.new_zeros(mask.shape).masked_fill(~mask, float("-inf"))
-                )[(None,) * (5 - mask.dim())]
-                .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
-                .transpose(1, 2)
-                .flatten(1, 2)
-            ),
+        # a float attn_mask: the original's 5-D call (math backend; fused kernels read float masks otherwise);
+        # a bool one: the additive mask the math backend makes of it, in q's dtype, 4-D
+        x = (
+            F.scaled_dot_product_attention(
+                q.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
+                    1, 2
+                ),
+                k.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
+                    1, 2
+                ),
+                v.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
+                    1, 2
+                ),
+                attn_mask=mask,
+            )
+            .transpose(1, 2)
+            .flatten(1, 2)
+            if mask is not None and mask.is_floating_point()
+            else F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=(
+                    None
+                    if mask is None
+                    else q.new_zeros(mask.shape)
+                    .masked_fill(~mask, float("-inf"))[(None,) * (5 - mask.dim())]
+                    .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
+                    .transpose(1, 2)
+                    .flatten(1, 2)
+                ),
+            )
         )
         x = x.transpose(1, 2).reshape(B, -1, self.dim_out)
         return self.proj(x)
@@ -123,23 +153,32 @@ class FusedFlagMaskAttention(PaddedMaskUnitAttention):
         )
         q, k, v = qkv.unbind(0)
         if self.fused:
-            # attn_mask in q's dtype (a bool one as 0/-inf): fused kernels misread other dtypes
-            x = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=(
-                    None
-                    if bias is None
-                    else (
-                        bias.to(q.dtype)
-                        if bias.is_floating_point()
-                        else q.new_zeros(bias.shape).masked_fill(~bias, float("-inf"))
-                    )[(None,) * (5 - bias.dim())]
-                    .expand(-1, self.heads, num_windows, -1, -1)
-                    .transpose(1, 2)
-                    .flatten(1, 2)
-                ),
+            # a float attn_mask: the original's 5-D call (math backend; fused kernels read float masks otherwise);
+            # a bool one: the additive mask the math backend makes of it, in q's dtype, 4-D
+            x = (
+                F.scaled_dot_product_attention(
+                    q.unflatten(1, (num_windows, self.heads)).transpose(1, 2),
+                    k.unflatten(1, (num_windows, self.heads)).transpose(1, 2),
+                    v.unflatten(1, (num_windows, self.heads)).transpose(1, 2),
+                    attn_mask=bias,
+                )
+                .transpose(1, 2)
+                .flatten(1, 2)
+                if bias is not None and bias.is_floating_point()
+                else F.scaled_dot_product_attention(
+                    q,
+                    k,
+                    v,
+                    attn_mask=(
+                        None
+                        if bias is None
+                        else q.new_zeros(bias.shape)
+                        .masked_fill(~bias, float("-inf"))[(None,) * (5 - bias.dim())]
+                        .expand(-1, self.heads, num_windows, -1, -1)
+                        .transpose(1, 2)
+                        .flatten(1, 2)
+                    ),
+                )
             )
         else:
             attn = (q * 0.5) @ k.transpose(-1, -2)

@@ -46,27 +46,42 @@ class PaddedAttention(nn.Module):
             qkv = self.qkv(x).reshape(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
             q, k, v = qkv.unbind(0)
             pad = self.padding(keep)[:, None, None, :]
-        # attn_mask in q's dtype (a bool one as 0/-inf): fused kernels misread other dtypes
-        x = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=(
-                (
-                    None
-                    if pad is None
-                    else (
-                        pad.to(q.dtype)
-                        if pad.is_floating_point()
-                        else q.new_zeros(pad.shape).masked_fill(~pad, float("-inf"))
-                    )[(None,) * (5 - pad.dim())]
-                    .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
-                    .transpose(1, 2)
-                    .flatten(1, 2)
-                )
-                if self.windowed
-                else pad
-            ),
+        # a float attn_mask: the original's 5-D call (math backend; fused kernels read float masks otherwise);
+        # a bool one: the additive mask the math backend makes of it, in q's dtype, 4-D
+        x = (
+            F.scaled_dot_product_attention(
+                q.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
+                    1, 2
+                ),
+                k.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
+                    1, 2
+                ),
+                v.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
+                    1, 2
+                ),
+                attn_mask=pad,
+            )
+            .transpose(1, 2)
+            .flatten(1, 2)
+            if (self.windowed) and pad is not None and pad.is_floating_point()
+            else F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=(
+                    (
+                        None
+                        if pad is None
+                        else q.new_zeros(pad.shape)
+                        .masked_fill(~pad, float("-inf"))[(None,) * (5 - pad.dim())]
+                        .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
+                        .transpose(1, 2)
+                        .flatten(1, 2)
+                    )
+                    if self.windowed
+                    else pad
+                ),
+            )
         )
         if self.windowed:
             x = x.transpose(1, 2).reshape(B, -1, C)
@@ -96,27 +111,42 @@ class NegatedPaddedAttention(PaddedAttention):
             )
             q, k, v = qkv.unbind(0)
             pad = self.padding(keep.reshape(B, -1, num_windows).transpose(1, 2))[:, None, :, None, :]
-        # attn_mask in q's dtype (a bool one as 0/-inf): fused kernels misread other dtypes
-        x = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=(
-                pad
-                if not self.windowed
-                else (
-                    None
-                    if pad is None
+        # a float attn_mask: the original's 5-D call (math backend; fused kernels read float masks otherwise);
+        # a bool one: the additive mask the math backend makes of it, in q's dtype, 4-D
+        x = (
+            F.scaled_dot_product_attention(
+                q.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
+                    1, 2
+                ),
+                k.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
+                    1, 2
+                ),
+                v.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
+                    1, 2
+                ),
+                attn_mask=pad,
+            )
+            .transpose(1, 2)
+            .flatten(1, 2)
+            if not (not self.windowed) and pad is not None and pad.is_floating_point()
+            else F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=(
+                    pad
+                    if not self.windowed
                     else (
-                        pad.to(q.dtype)
-                        if pad.is_floating_point()
-                        else q.new_zeros(pad.shape).masked_fill(~pad, float("-inf"))
-                    )[(None,) * (5 - pad.dim())]
-                    .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
-                    .transpose(1, 2)
-                    .flatten(1, 2)
-                )
-            ),
+                        None
+                        if pad is None
+                        else q.new_zeros(pad.shape)
+                        .masked_fill(~pad, float("-inf"))[(None,) * (5 - pad.dim())]
+                        .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
+                        .transpose(1, 2)
+                        .flatten(1, 2)
+                    )
+                ),
+            )
         )
         if not self.windowed:
             x = x.transpose(1, 2).reshape(B, -1, C)
