@@ -120,8 +120,10 @@ def _opaque(ctx: "PlanContext", func: cst.FunctionDef, flow: "FunctionFlow") -> 
             return False
 
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-            own = {node.name.value} | {p.name.value for p in all_params(node.params)}
-            return self._nested(node, own, f"the nested `def {node.name.value}`")
+            # its own names: its parameters and what it binds without `nonlocal`/`global`
+            inner = FunctionFlow(node, ctx)
+            bound = set().union(*(s.assigned for s in inner.stmts)) - _declared(ctx, node)
+            return self._nested(node, {node.name.value} | inner.params | bound, f"the nested `def {node.name.value}`")
 
         def visit_ClassDef(self, node: cst.ClassDef) -> bool:
             return self._nested(node, {node.name.value}, f"the nested `class {node.name.value}`")
@@ -140,6 +142,31 @@ def _opaque(ctx: "PlanContext", func: cst.FunctionDef, flow: "FunctionFlow") -> 
     if not found:
         return None
     return f"{found[0][1]}, so nothing about them is proven there"
+
+
+def _declared(ctx: "PlanContext", func: cst.FunctionDef) -> Set[str]:
+    """The names ``func``'s own body declares ``nonlocal`` or ``global`` (not those of a
+    scope nested in it)."""
+    names: Set[str] = set()
+
+    class _Declared(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+        def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+            names.update(n.name.value for n in node.names)
+
+        def visit_Global(self, node: cst.Global) -> None:
+            names.update(n.name.value for n in node.names)
+
+    ctx.visit(_Declared(), func.body)
+    return names
 
 
 def _referenced(ctx: "PlanContext", node: cst.CSTNode) -> Set[str]:
