@@ -10,7 +10,7 @@ It matches, in one function (names are followed, not assumed):
 and emits:
 
     kept = true_rows(mask, x.shape[0] * x.shape[1])            # before the reshape
-    torch._assert_async(mask.sum() == len(kept))               # x fills all True units
+    torch._assert_async(mask.count_nonzero() == len(kept))     # x fills all True units
     mask = mask.reshape(...)                                   # unchanged
     mask = mask.expand(...).bool()                             # unchanged
     x_dec = x_dec.flatten(0, 1).index_copy(0, kept, x.flatten(0, 1)).view_as(x_dec)
@@ -61,8 +61,9 @@ class DecoderFill(Rewrite):
     same values land in the same places, for the model's own masks and for a
     caller's, ragged rows included.  No count is passed in, so hiera_mae.py's
     rewrite stands on its own.  Where the original raised (x's units and the mask's
-    True units differ in number), `torch._assert_async(mask.sum() == len(kept))`
-    raises too, on the device (no host sync; under torch.compile inductor drops it).
+    True units differ in number), `torch._assert_async(mask.count_nonzero() ==
+    len(kept))` raises too (it counts the nonzero entries the fill reads as True: a
+    uint8 mask of 0/255 included), on the device (no host sync; under torch.compile inductor drops it).
     The blend `~mask * mask_tokens + mask * x_dec` that follows is left untouched, so
     dtype promotion (under autocast too) is exactly as before.
     """ + MASK_CONTRACT
@@ -190,7 +191,7 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
     # The original raises when x's units are not the mask's True units in number; so
     # does this (on the device: no host sync), instead of filling other units.
     check_stmt = ctx.statement(
-        f"torch._assert_async({unit_mask}.sum() == len({INDEX}))  # x fills all True units\n",
+        f"torch._assert_async({unit_mask}.count_nonzero() == len({INDEX}))  # x fills all True units\n",
         like=reshape_stmt.line,  # type: ignore[union-attr]
         replaces=False,
     )

@@ -43,7 +43,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from hiera_rewrite.flow import FunctionFlow, enclosing_function, enclosing_line, names_in, statement_names
-from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
+from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._attention import (
     CLONE_WHY,
@@ -315,6 +315,8 @@ class _Match:
         if set(names) != set(slots):
             raise Refuse("SDPA does not get all of query, key and value")
         for slot in slots:
+            if not is_name(names[slot]) and _five_d_view(names[slot]):
+                raise NotThisIdiom()  # this rewrite's own call for a float attn_mask
             if not is_name(names[slot]):
                 raise Refuse(
                     f"SDPA's {slot} is `{code(names[slot])}`, not a plain local name: q, k and v are not"
@@ -1317,3 +1319,13 @@ def _restore_prefix(line: cst.SimpleStatementLine) -> str:
     return "return" if isinstance(line.body[0], cst.Return) else target_code(line)
 
 
+def _five_d_view(expr: cst.BaseExpression) -> bool:
+    """``q.unflatten(1, (...)).transpose(1, 2)``: the 5-D view of a 4-D q the float
+    attn_mask branch this rewrite emits gives SDPA."""
+    outer = method_call(expr, "transpose")
+    inner = method_call(outer[0], "unflatten") if outer is not None else None
+    return (
+        inner is not None and is_name(inner[0])
+        and [int_value(a.value) for a in outer[1].args] == [1, 2]  # type: ignore[index]
+        and len(inner[1].args) == 2 and int_value(inner[1].args[0].value) == 1
+    )

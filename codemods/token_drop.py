@@ -8,7 +8,7 @@ count the tool reads) it matches
 and emits (the method gains ``random_mask_ratio=None``; ``kept_tokens`` goes above the class):
 
     num_kept = None  # kept units per row, known for get_random_mask's masks
-    if random_mask_ratio is not None and type(self).get_random_mask is __class__.get_random_mask:
+    if type(random_mask_ratio) in (int, float) and type(self).get_random_mask is __class__.get_random_mask:
         num_kept = int(mask.shape[1] * (1 - random_mask_ratio))     # get_random_mask's own formula
     x = kept_tokens(x, mask, MU, num_kept).view(B, -1, C)
 
@@ -84,7 +84,10 @@ class EncoderTokenDrop(Rewrite):
       defining the forward; an intermediate class or a subclass overriding
       get_random_mask gets the boolean drop), the count is the file's own
       get_random_mask formula (a fork's `round(...)` included), read from its body and
-      evaluated on the mask's column count and that ratio: nothing is evaluated twice.
+      evaluated on the mask's column count and that ratio, and only where the ratio is
+      a plain int or float (`type(r) in (int, float)`): the formula evaluates
+      `1 - r` again, which for another object (a tensor, a ratio class whose
+      arithmetic draws a random ratio) need not give the value get_random_mask got.
       A formula reading anything else (an attribute, the batch) is refused.
     - nothing the encoder forward runs before the drop writes the mask: calls given
       it (or a view of it, or what may hold it) are followed into the file's own
@@ -463,7 +466,7 @@ def _count_lines(ctx: PlanContext, line: cst.SimpleStatementLine, formula: str) 
     return [
         ctx.statement(f"{COUNT} = None  # kept units per row, known for get_random_mask's masks\n", like=line, replaces=False),
         ctx.statement(
-            f"if {RATIO} is not None and type(self).get_random_mask is __class__.get_random_mask:\n    {COUNT} = {formula}\n",
+            f"if type({RATIO}) in (int, float) and type(self).get_random_mask is __class__.get_random_mask:\n    {COUNT} = {formula}\n",
             like=line, replaces=False,
         ),
     ]
@@ -612,7 +615,7 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
 
 def _takes_our_ratio(forward: cst.FunctionDef) -> bool:
     """Whether a forward of another file takes RATIO as this rewrite gave it: a parameter
-    read only by the kept count it emits, `if RATIO is not None and ...: COUNT = ...`.
+    read only by the kept count it emits, `if type(RATIO) in (int, float) and ...: COUNT = ...`.
     A fork's own parameter of that name (the original's, or one the rewrite refused to
     add beside) means something else: the count must not be passed into it."""
     if not any(p.name.value == RATIO for p in all_params(forward.params)):
@@ -623,9 +626,12 @@ def _takes_our_ratio(forward: cst.FunctionDef) -> bool:
             continue
         test = node.test
         first = test.left if isinstance(test, cst.BooleanOperation) else test
-        guarded = (
-            isinstance(first, cst.Comparison) and is_name(first.left, RATIO) and len(first.comparisons) == 1
-            and isinstance(first.comparisons[0].operator, cst.IsNot) and is_name(first.comparisons[0].comparator, "None")
+        guarded = (  # `type(RATIO) in (int, float)`
+            isinstance(first, cst.Comparison) and len(first.comparisons) == 1
+            and isinstance(first.left, cst.Call) and is_name(first.left.func, "type") and len(first.left.args) == 1
+            and is_name(first.left.args[0].value, RATIO)
+            and isinstance(first.comparisons[0].operator, cst.In)
+            and code(first.comparisons[0].comparator).replace(" ", "") == "(int,float)"
         )
         body = getattr(node.body, "body", ())
         assign = single_assign(body[0]) if len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) else None

@@ -70,6 +70,24 @@ def _mismatched_latent(model):
 PROBES["decoder_fill_mismatch"] = _mismatched_latent
 
 
+class RandomRatio:
+    """A mask ratio drawn afresh each time it is used (`1 - r` draws one): variable-ratio
+    masking written as a ratio object.  The original evaluates `1 - r` once, in
+    get_random_mask; a count evaluating it again gets another value (hunt 6)."""
+
+    def __rsub__(self, other):
+        return other - (0.3 + 0.6 * torch.rand(()).item())
+
+
+PROBES["ratio_object"] = lambda model: ((lambda m, x: m(x, RandomRatio())), (_image(),))
+# a uint8 mask of 0/255 (4 units kept in each row): the original's boolean drop and fill
+# read every nonzero entry as True (hunt 6: the fill's count check summed the values)
+PROBES["uint8_255"] = lambda model: (
+    (lambda m, x, mask: m(x, MASK_RATIO, mask=mask)),
+    (_image(), _masks(2, 16)["uniform"].to(torch.uint8) * 255),
+)
+
+
 # -- the comparison --------------------------------------------------------------------
 
 
@@ -167,10 +185,11 @@ def check_fork(fork, probes=("generated", "ragged")) -> Dict[str, str]:
 # -- the tests -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("probe", ["generated", "ragged", "uniform", "all_true", "all_false"])
+@pytest.mark.parametrize("probe", ["generated", "ragged", "uniform", "all_true", "all_false", "ratio_object", "uint8_255"])
 def test_upstream_control(forks, probe):
     """No edit: the mask made in the model, and caller masks (rows keeping 3 and 7
-    units, 5 and 5, all, none)."""
+    units, 5 and 5, all, none; a uint8 one of 0/255), and a ratio object whose `1 - r`
+    draws a ratio."""
     check_fork(forks.fork(), (probe,))
 
 

@@ -94,7 +94,7 @@ class TinyHiera(nn.Module):
         if mask is not None:
             num_kept = None  # kept units per row, known for get_random_mask's masks
             if (
-                random_mask_ratio is not None
+                type(random_mask_ratio) in (int, float)
                 and type(self).get_random_mask is __class__.get_random_mask
             ):
                 num_kept = round(mask.shape[1] * (1 - random_mask_ratio) + 0.4)
@@ -219,7 +219,7 @@ class TinyMAE(TinyHiera):
         x_dec = torch.zeros(*mask.shape, *x.shape[2:], device=x.device, dtype=x.dtype)
         mask_tokens = self.mask_token.view((1,) * (len(mask.shape) + len(x.shape[2:-1])) + (-1,))
         kept = true_rows(mask, x.shape[0] * x.shape[1])
-        torch._assert_async(mask.sum() == len(kept))  # x fills all True units
+        torch._assert_async(mask.count_nonzero() == len(kept))  # x fills all True units
         mask = mask.reshape(mask.shape + (1,) * len(x.shape[2:]))
         mask = mask.expand((-1,) * 2 + x.shape[2:]).bool()
         x_dec = x_dec.flatten(0, 1).index_copy(0, kept, x.flatten(0, 1)).view_as(x_dec)

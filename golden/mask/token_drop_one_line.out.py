@@ -47,7 +47,7 @@ class TinyHiera(nn.Module):
         if mask is not None:
             num_kept = None  # kept units per row, known for get_random_mask's masks
             if (
-                random_mask_ratio is not None
+                type(random_mask_ratio) in (int, float)
                 and type(self).get_random_mask is __class__.get_random_mask
             ):
                 num_kept = int(mask.shape[1] * (1 - random_mask_ratio))
@@ -64,7 +64,7 @@ class OneLine(TinyHiera):
         if mask is not None:
             num_kept = None  # kept units per row, known for get_random_mask's masks
             if (
-                random_mask_ratio is not None
+                type(random_mask_ratio) in (int, float)
                 and type(self).get_random_mask is __class__.get_random_mask
             ):
                 num_kept = int(mask.shape[1] * (1 - random_mask_ratio))

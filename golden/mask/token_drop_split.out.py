@@ -44,7 +44,7 @@ class SplitHiera(nn.Module):
         B, N, C = x.shape
         num_kept = None  # kept units per row, known for get_random_mask's masks
         if (
-            random_mask_ratio is not None
+            type(random_mask_ratio) in (int, float)
             and type(self).get_random_mask is __class__.get_random_mask
         ):
             num_kept = int(mask.shape[1] * (1 - random_mask_ratio))
@@ -60,7 +60,7 @@ class ViewInline(SplitHiera):
         hidden_states = self.embed(x)
         num_kept = None  # kept units per row, known for get_random_mask's masks
         if (
-            random_mask_ratio is not None
+            type(random_mask_ratio) in (int, float)
             and type(self).get_random_mask is __class__.get_random_mask
         ):
             num_kept = int(mask.shape[1] * (1 - random_mask_ratio))

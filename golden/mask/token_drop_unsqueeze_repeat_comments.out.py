@@ -43,7 +43,7 @@ class Unsqueezed(nn.Module):
             # keep only the visible mask units
             num_kept = None  # kept units per row, known for get_random_mask's masks
             if (
-                random_mask_ratio is not None
+                type(random_mask_ratio) in (int, float)
                 and type(self).get_random_mask is __class__.get_random_mask
             ):
                 num_kept = int(mask.shape[1] * (1 - random_mask_ratio))
@@ -59,7 +59,7 @@ class Repeated(Unsqueezed):
         if mask is not None:
             num_kept = None  # kept units per row, known for get_random_mask's masks
             if (
-                random_mask_ratio is not None
+                type(random_mask_ratio) in (int, float)
                 and type(self).get_random_mask is __class__.get_random_mask
             ):
                 num_kept = int(mask.shape[1] * (1 - random_mask_ratio))
@@ -75,7 +75,7 @@ class UnsqueezeTwoRepeat(Unsqueezed):
         if mask is not None:
             num_kept = None  # kept units per row, known for get_random_mask's masks
             if (
-                random_mask_ratio is not None
+                type(random_mask_ratio) in (int, float)
                 and type(self).get_random_mask is __class__.get_random_mask
             ):
                 num_kept = int(mask.shape[1] * (1 - random_mask_ratio))
