@@ -620,8 +620,9 @@ def _rearranges_only(ctx: PlanContext, name: str) -> Optional[str]:
     module, func = found
     here = ctx.context_of(module)
     why = f"{name} (line {here.position(func).line}) does more than rearrange its first argument"
-    if here.flow(func).opaque:
-        return here.flow(func).opaque
+    opaque = here.flow(func).opaque
+    if opaque:
+        return opaque
     params = func.params.params
     if not params or func.decorators or func.asynchronous:
         return why

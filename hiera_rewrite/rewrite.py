@@ -251,8 +251,9 @@ class PlanContext:
         try:
             first = at[0] if isinstance(at, (list, tuple)) else at
             func = next((a for a in [first, *self.ancestors(first)] if isinstance(a, cst.FunctionDef)), None)
-            if func is not None and self.flow(func).opaque:
-                raise Refuse(self.flow(func).opaque)  # type: ignore[arg-type]
+            opaque = self.flow(func).opaque if func is not None else None
+            if opaque:
+                raise Refuse(opaque)
             return analyse()
         except Refuse as refusal:
             if not isinstance(refusal, NotThisIdiom) and not (quiet_if is not None and quiet_if()):
