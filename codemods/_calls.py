@@ -11,7 +11,7 @@ anything that may hold it, is taken to write it.
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -117,39 +117,233 @@ def _rebinds_globals(module: cst.Module, name: str) -> bool:
 
 def method_of(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: str, depth: int = 0):
     """(module, class, function) defining ``method`` for ``cls``, following single bases
-    (a class with several bases that does not define it: None, not resolved)."""
-    for stmt in cls.body.body:  # type: ignore[union-attr]
-        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == method:
-            return module, cls, stmt
-        if not isinstance(stmt, cst.FunctionDef) and method in _names_bound(stmt):
-            return None
+    (a class with several bases that does not define it: None, not resolved).  A class
+    whose body binds the name other than by one `def` at its top level (a second def, a
+    def under `if` or `try`, an import, a tuple assignment, `locals()[...] = ...`), or
+    that is decorated (a class decorator may replace any method), resolves to None."""
+    if cls.decorators:
+        return None
+    bound = class_bindings(cls)
+    if ANY_NAME in bound:
+        return None
+    if method in bound:
+        found = sole_def(cls, bound[method])
+        return (module, cls, found) if found is not None else None
     if depth > 8 or len(cls.bases) != 1 or not is_name(cls.bases[0].value) or cls.keywords:
         return None
     base = resolve_class(ctx, module, cls.bases[0].value.value)  # type: ignore[attr-defined]
     return method_of(ctx, base[0], base[1], method, depth + 1) if base is not None else None
 
 
+def sole_def(cls: cst.ClassDef, bindings: List[cst.CSTNode]) -> Optional[cst.FunctionDef]:
+    """The def, when a name's only binding in the class body is one def at its top level."""
+    if len(bindings) == 1 and isinstance(bindings[0], cst.FunctionDef) and bindings[0] in cls.body.body:  # type: ignore[operator]
+        return bindings[0]
+    return None
+
+
 def replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: str) -> Optional[str]:
-    """Why ``cls.<method>`` may not run the def the file shows, else None: the def is
-    decorated, the class body binds the name again (``m = wrap(m)``), or the module
-    assigns it on the class (``Cls.m = ...``, ``setattr(Cls, "m", ...)``).  A count
-    read from that def, or a mask it returns, then holds for the def only."""
+    """Why ``cls.<method>`` may not run the def the file shows, else None: the class is
+    decorated, the def is decorated, the class body binds the name again or otherwise
+    (a second def, one under `if`/`try`, `m = wrap(m)`, an import, a tuple target), or the
+    module assigns it on the class (``Cls.m = ...``, ``Cls.m, Cls.n = ...``,
+    ``setattr(Cls, "m", ...)``) or hands the class to a call that may (``patch(Cls)``).
+    A count read from that def, or a mask it returns, then holds for the def only."""
     where = f"{cls.name.value}.{method}"
-    defs = [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == method]  # type: ignore[union-attr]
-    for stmt in cls.body.body:  # type: ignore[union-attr]
-        if not isinstance(stmt, cst.FunctionDef) and method in _names_bound(stmt):
-            return f"`{code(stmt).strip().splitlines()[0]}` binds {where} again in the class body"
+    if cls.decorators:
+        return f"{cls.name.value} is decorated (`@{code(cls.decorators[0].decorator)}`): the decorator may replace {where}"
+    bound = class_bindings(cls)
+    if ANY_NAME in bound:
+        return f"`{_first_line(bound[ANY_NAME][0])}` in the class body of {cls.name.value} may bind {where}"
+    bindings = bound.get(method, [])
+    if bindings and sole_def(cls, bindings) is None:
+        other = next((b for b in bindings if not (isinstance(b, cst.FunctionDef) and b in cls.body.body)), bindings[-1])  # type: ignore[operator]
+        return f"`{_first_line(other)}`{_at(ctx, module, other)} binds {where} again in the class body"
+    defs = [b for b in bindings if isinstance(b, cst.FunctionDef)]
     if defs and defs[-1].decorators:
         return f"{where} is decorated (`@{code(defs[-1].decorators[0].decorator)}`): the decorator may change what it gets or returns"
     for node in walk(module):
-        target = node.target if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)) else None
-        if isinstance(target, cst.Attribute) and target.attr.value == method:
-            # `Cls.m = ...`, or `self.m = ...` in an __init__ (an instance attribute hides
-            # the class's method from every call `self.m(...)`)
-            return f"`{code(target)} = ...`{_at(ctx, module, node)} replaces {where}"
+        targets: List[cst.BaseExpression] = []
+        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)):
+            targets = [node.target]
+        elif isinstance(node, cst.For):
+            targets = [node.target]
+        elif isinstance(node, cst.Del):
+            targets = [node.target]
+        for target in (t for each in targets for t in _unpacked(each)):
+            if isinstance(target, cst.Attribute) and target.attr.value == method:
+                # `Cls.m = ...`, or `self.m = ...` in an __init__ (an instance attribute hides
+                # the class's method from every call `self.m(...)`)
+                return f"`{code(target)} = ...`{_at(ctx, module, node)} replaces {where}"
         if may_setattr(node, method):
             return f"`{code(node)}`{_at(ctx, module, node)} may replace {where}"
+        if isinstance(node, cst.Call) and _hands_over_a_class(node, cls.name.value):
+            return f"`{code(node)}`{_at(ctx, module, node)} is given the class {cls.name.value}: it may replace {where}"
     return None
+
+
+def self_attributes(func: cst.FunctionDef) -> Set[str]:
+    """The names ``func`` reads as ``self.<name>`` (methods it calls, submodules, values)."""
+    return {
+        node.attr.value for node in walk(func.body)
+        if isinstance(node, cst.Attribute) and is_name(node.value, "self")
+    }
+
+
+def overridden_between(ctx: PlanContext, cls: cst.ClassDef, owner: cst.ClassDef, names: Set[str]) -> Optional[str]:
+    """Why ``self.<name>`` may be another for an instance of ``cls`` than for one of
+    ``owner`` (a base ``cls`` reaches through single bases, in this file or beside it):
+    ``cls`` or a class between them binds one of ``names``, or is decorated, or its
+    chain is not followed.  None when each class on the way leaves them all alone."""
+    module, here, depth = ctx.module, cls, 0
+    while here is not owner:
+        bound = class_bindings(here)
+        hit = sorted(names & set(bound)) or ([ANY_NAME] if ANY_NAME in bound else [])
+        if here.decorators:
+            return f"{here.name.value} is decorated (`@{code(here.decorators[0].decorator)}`)"
+        if hit:
+            return f"{here.name.value} binds `{hit[0]}`"
+        if depth > 8 or len(here.bases) != 1 or not is_name(here.bases[0].value) or here.keywords:
+            return f"the bases of {here.name.value} are not followed"
+        found = resolve_class(ctx, module, here.bases[0].value.value)  # type: ignore[attr-defined]
+        if found is None:
+            return f"the base of {here.name.value} is not found"
+        module, here, depth = found[0], found[1], depth + 1
+    return None
+
+
+def subclasses_in(modules: Iterable[cst.Module], name: str) -> List[cst.ClassDef]:
+    """The classes of ``modules`` that derive from the class ``name`` (by name, through
+    classes of these modules), in source order."""
+    classes = [node for module in modules for node in walk(module) if isinstance(node, cst.ClassDef)]
+    family = {name}
+    grew = True
+    while grew:
+        grew = False
+        for c in classes:
+            if c.name.value not in family and any(_base_name(b.value) in family for b in c.bases):
+                family.add(c.name.value)
+                grew = True
+    return [c for c in classes if c.name.value != name and c.name.value in family]
+
+
+def overridden_below(modules: Iterable[cst.Module], cls: cst.ClassDef, names: Set[str]) -> Optional[str]:
+    """Why a subclass of ``cls`` in ``modules`` may see ``self.<name>`` or ``super()``
+    otherwise than ``cls``: it binds one of ``names``, or mixes ``cls`` with other
+    bases (its MRO may put another class between ``cls`` and its base)."""
+    for sub in subclasses_in(modules, cls.name.value):
+        if len(sub.bases) > 1:
+            return f"`class {sub.name.value}` derives from {cls.name.value} and other classes: its super() may reach another class"
+        bound = class_bindings(sub)
+        hit = sorted(names & set(bound)) or ([ANY_NAME] if ANY_NAME in bound else [])
+        if hit:
+            return f"its subclass {sub.name.value} binds `{hit[0]}`"
+    return None
+
+
+def _base_name(value: cst.BaseExpression) -> Optional[str]:
+    """`Name` or `module.Name` as a base class: its last name."""
+    if isinstance(value, cst.Name):
+        return value.value
+    if isinstance(value, cst.Attribute):
+        return value.attr.value
+    return None
+
+
+# calls that may be given a class without changing it
+_CLASS_READERS = frozenset({"isinstance", "issubclass", "super", "type", "id", "repr", "str", "print", "getattr", "hasattr"})
+
+
+def _hands_over_a_class(call: cst.Call, name: str) -> bool:
+    """``call`` gets the class ``name`` (or ``type(x)``, ``x.__class__``) as an argument,
+    and is not one of the builtins that only read it.  (A method's own ``__class__`` is
+    what this rewrite's checks pass to `not_overridden`, which only reads it.)"""
+    if is_name(call.func) and call.func.value in _CLASS_READERS | {"partial"}:  # type: ignore[attr-defined]
+        return False
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value == "partial" and is_name(call.func.value, "functools"):
+        return False  # a factory `partial(Hiera, embed_dim=96)` only stores it
+    for arg in call.args:
+        value = arg.value
+        if is_name(value, name):
+            return True
+        if isinstance(value, cst.Attribute) and value.attr.value == "__class__":
+            return True
+        if isinstance(value, cst.Call) and is_name(value.func, "type") and len(value.args) == 1:
+            return True
+    return False
+
+
+def _unpacked(target: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    """The targets an assignment target stands for (through tuples, lists, starred)."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _unpacked(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from _unpacked(target.value)
+    else:
+        yield target
+
+
+ANY_NAME = "*"  # a class body that may bind any name: locals()/vars()/exec/eval, global/nonlocal
+_DYNAMIC = frozenset({"locals", "vars", "exec", "eval"})
+
+
+def class_bindings(cls: cst.ClassDef) -> Dict[str, List[cst.CSTNode]]:
+    """Every binding of a name in ``cls``'s own scope (its body, inside if/try/with/for
+    too, not inside nested defs, classes, lambdas or comprehensions), in source order:
+    name -> the binding nodes (a def, a class, an assignment, an import, ...).  ``ANY_NAME``
+    maps to the statements that may bind any name."""
+    found: Dict[str, List[cst.CSTNode]] = {}
+
+    def add(name: str, node: cst.CSTNode) -> None:
+        found.setdefault(name, []).append(node)
+
+    def targets(node: cst.CSTNode, target: cst.BaseExpression) -> None:
+        for each in _unpacked(target):
+            if isinstance(each, cst.Name):
+                add(each.value, node)
+
+    def visit(node: cst.CSTNode) -> None:
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            add(node.name.value, node)
+            for decorator in node.decorators:
+                visit(decorator)
+            return  # its body is its own scope
+        if isinstance(node, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+            return
+        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.Del)):
+            targets(node, node.target)
+        elif isinstance(node, cst.NamedExpr):
+            targets(node, node.target)
+        elif isinstance(node, cst.AsName) and isinstance(node.name, (cst.Name, cst.Tuple, cst.List)):
+            targets(node, node.name)  # with ... as m, except E as m, import x as m
+        elif isinstance(node, cst.ImportAlias) and node.asname is None:
+            root = node.name
+            while isinstance(root, cst.Attribute):
+                root = root.value
+            if isinstance(root, cst.Name):
+                add(root.value, node)
+        elif isinstance(node, cst.ImportStar):
+            add(ANY_NAME, node)
+        elif isinstance(node, (cst.Global, cst.Nonlocal)):
+            add(ANY_NAME, node)
+        elif isinstance(node, cst.Call) and is_name(node.func) and node.func.value in _DYNAMIC:  # type: ignore[attr-defined]
+            add(ANY_NAME, node)
+        elif isinstance(node, (cst.MatchAs, cst.MatchStar)) and node.name is not None:
+            add(node.name.value, node)
+        elif isinstance(node, cst.MatchMapping) and node.rest is not None:
+            add(node.rest.value, node)
+        for child in node.children:
+            visit(child)
+
+    for stmt in cls.body.body:  # type: ignore[union-attr]
+        visit(stmt)
+    return found
+
+
+def _first_line(node: cst.CSTNode) -> str:
+    text = code(node).strip().splitlines()
+    return text[0] if text else ""
 
 
 def _at(ctx: PlanContext, module: cst.Module, node: cst.CSTNode) -> str:
@@ -157,19 +351,6 @@ def _at(ctx: PlanContext, module: cst.Module, node: cst.CSTNode) -> str:
         return f" at line {ctx.position(node).line}" if module is ctx.module else ""
     except KeyError:  # pragma: no cover -- a node without a position
         return ""
-
-
-def _names_bound(stmt: cst.CSTNode) -> Set[str]:
-    """Names a class-body statement binds (attributes of the class)."""
-    found: Set[str] = set()
-    if isinstance(stmt, cst.ClassDef):
-        found.add(stmt.name.value)
-    for node in walk(stmt):
-        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)):
-            target = node.target
-            if isinstance(target, cst.Name):
-                found.add(target.value)
-    return found
 
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:

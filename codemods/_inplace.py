@@ -347,11 +347,10 @@ class InplaceFlow:
         callee = _short(call.func)
         if arg.keyword is not None and arg.keyword.value == "out":
             return f"`{callee}(..., out=...)` at line {line} writes {WHAT} in place"
-        for other in call.args:
-            if other.keyword is not None and other.keyword.value == "inplace" and not _is_false(other.value):
-                return f"`{callee}(..., inplace=...)` at line {line} modifies {WHAT} in place"
         func = call.func
         qualified = self.ctx.qualified_names(func)
+        if inplace_given(call, qualified):
+            return f"`{callee}(..., inplace=...)` at line {line} modifies {WHAT} in place"
         if qualified and all(q.startswith("torch.") for q in qualified):
             if any(q.startswith(CALLING_FUNCTIONS) for q in qualified):
                 return f"{WHAT} is passed to `{callee}(...)` at line {line}, which runs code it is given on it"
@@ -509,12 +508,9 @@ class InplaceFlow:
                 continue
             if not isinstance(value, cst.Call):
                 return None
-            for a in value.args:
-                if a.keyword is not None and a.keyword.value == "inplace" and not _is_false(a.value):
-                    return None
-                if a.star:
-                    return None
             qualified = self.ctx.qualified_names(value.func)
+            if inplace_given(value, qualified) or any(a.star for a in value.args):
+                return None
             if not qualified:
                 return None
             for q in qualified:
@@ -975,6 +971,46 @@ def _is_self(node: cst.CSTNode) -> bool:
     return (isinstance(node, cst.Name) and node.value == "self") or (
         isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "super"
     )
+
+
+# The position of `inplace` among the positional arguments of torch.nn's modules and
+# torch.nn.functional's functions that take it (torch 2.x signatures: `nn.ReLU(True)`,
+# `nn.Dropout(p, True)`, `F.relu(x, True)`, `F.dropout(x, p, training, True)`).
+INPLACE_MODULE_POSITION = {
+    "ReLU": 0, "ReLU6": 0, "SELU": 0, "SiLU": 0, "Mish": 0, "Hardsigmoid": 0, "Hardswish": 0,
+    "Dropout": 1, "Dropout1d": 1, "Dropout2d": 1, "Dropout3d": 1, "AlphaDropout": 1, "FeatureAlphaDropout": 1,
+    "ELU": 1, "CELU": 1, "LeakyReLU": 1, "Hardtanh": 2, "RReLU": 2, "Threshold": 2,
+}
+INPLACE_FUNCTION_POSITION = {
+    "relu": 1, "relu6": 1, "selu": 1, "silu": 1, "mish": 1, "hardsigmoid": 1, "hardswish": 1,
+    "elu": 2, "celu": 2, "leaky_relu": 2, "threshold": 3, "hardtanh": 3, "dropout": 3, "dropout1d": 3,
+    "dropout2d": 3, "dropout3d": 3, "alpha_dropout": 3, "feature_alpha_dropout": 3, "rrelu": 4,
+}
+
+
+def inplace_given(call: cst.Call, qualified: Set[str]) -> bool:
+    """The call may ask for in-place work: `inplace=` not literally False, or, for a
+    torch.nn module or torch.nn.functional function with an `inplace` parameter, a
+    positional argument in its place (or *args) not literally False."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "inplace" and not _is_false(arg.value):
+            return True
+    positional = [a for a in call.args if a.keyword is None]
+    for q in qualified:
+        owner, _, last = q.rpartition(".")
+        if owner == "torch.nn.functional":
+            at = INPLACE_FUNCTION_POSITION.get(last)
+        elif owner == "torch.nn" or owner.startswith("torch.nn.modules"):
+            at = INPLACE_MODULE_POSITION.get(last)
+        else:
+            continue
+        if at is None:
+            continue
+        if any(a.star for a in positional[: at + 1]):
+            return True
+        if len(positional) > at and not _is_false(positional[at].value):
+            return True
+    return False
 
 
 def _is_false(node: cst.BaseExpression) -> bool:

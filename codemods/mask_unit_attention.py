@@ -125,9 +125,14 @@ class MaskUnitAttention(Rewrite):
     backward raise "modified by an inplace operation" where the original ran.
 
     Same parameters, same state_dict, same outputs and gradients (up to float
-    rounding of the SDPA kernel).  One thing differs, on purpose: the
-    `hasattr(F, "scaled_dot_product_attention")` fallback branch is removed: every
-    torch >= 2.0 has SDPA, and the branch would otherwise be dead code.
+    rounding of the SDPA kernel).  The `hasattr(F, "scaled_dot_product_attention")`
+    guard stays, and so does its else branch, which torch < 2.0 runs (it has no SDPA):
+    there q, k and v are made 5-D views (B, heads, num_windows, T, head_dim) of the 4-D
+    ones first and the output is put back in the 4-D order after, so the branch runs as
+    the original did, whatever its scale (a per-head tensor included) or mask.  Its
+    statements must be a manual attention whose values do not depend on strides
+    (matmul, a scale, transpose(-1, -2), softmax(dim=-1), the added attn_mask), else
+    the site is refused.
 
     One limit comes from PyTorch, not from the rewrite: the fused kernels (CPU flash,
     CUDA flash / memory-efficient / cuDNN) have no double backward and no forward-mode
@@ -251,7 +256,8 @@ class _Region:
 
     top: cst.BaseStatement  # the outermost statement of the region
     out: Optional[str]  # the name the output is bound to (None: restored on the SDPA line)
-    guard: Optional[cst.If]  # hasattr guard to drop
+    guard: Optional[cst.If]  # the hasattr(F, "scaled_dot_product_attention") guard, kept
+    old_torch: Optional[cst.IndentedBlock]  # its else branch (torch < 2.0), run on 5-D views
     manual: Optional[cst.IndentedBlock]  # kept rank-agnostic fallback
     temporaries: Set[str]  # names the fallback binds besides out
     allowed_reads: Set[int]  # ids of Name nodes that may read q, k, v
@@ -486,19 +492,12 @@ class _Match:
                 if is_name(small.target) and small.target.value in changed:  # type: ignore[attr-defined]
                     value = f" = {code(small.value)}" if small.value is not None else ""  # type: ignore[attr-defined]
                     new[line] = ctx.statement(f"{_layout_target(line).rstrip(' =')}{value}", like=line)
-        if region.guard is not None:
-            body = [
-                new_restore if s is restore.line else new_sdpa if s is sdpa_line and new_sdpa is not None else s
-                for s in region.guard.body.body  # type: ignore[union-attr]
-            ]
-            first = body[0].with_changes(leading_lines=list(region.guard.leading_lines) + list(body[0].leading_lines))
-            new[region.guard] = cst.FlattenSentinel([first, *body[1:]])
-            if restore.line is not sdpa_line:
-                new[restore.line] = new_restore
-        else:
-            new[restore.line] = new_restore
-            if new_sdpa is not None:
-                new[sdpa_line] = new_sdpa
+        new[restore.line] = new_restore
+        if new_sdpa is not None:
+            new[sdpa_line] = new_sdpa
+        if region.old_torch is not None:
+            split = self.five_d_split(reshape_args, items, permute_at, changed, "torch < 2.0's manual attention (the hasattr guard's else branch)")
+            new.update(five_d_views(self.ctx, region.old_torch, q, k, v, region.out, split, None, "torch < 2.0 (no SDPA): the manual attention on 5-D views, as before"))  # type: ignore[arg-type]
         if region.manual is not None:
             new.update(self.manual_tensor_scale(region, restore, reshape_args, items, permute_at, changed, q, k, v))
         return new
@@ -611,18 +610,7 @@ class _Match:
             )
         self.manual_check = check
         assert region.manual is not None and region.out is not None
-        rebound = set().union(*(item.assigned for item in items[permute_at + 1 :]))
-        heads, windows = reshape_args[4], reshape_args[2]
-        split = None
-        for expr, pattern in ((heads, "(-1, {})"), (windows, "({}, -1)")):
-            if int_value(expr) != -1 and arithmetic(expr) and not names_in(self.ctx, expr) & (rebound | changed):
-                split = pattern.format(code(expr))
-                break
-        if split is None:
-            raise Refuse(
-                "the manual fallback's scale needs a run-time check, and neither the heads nor the num_windows"
-                " of the qkv reshape can be read again there"
-            )
+        split = self.five_d_split(reshape_args, items, permute_at, changed, "the manual fallback's scale needs a run-time check")
         condition = f"not ({check})" if " and " in check else f"not {check}"
         if restore.condition is not None:
             windowed = restore.condition
@@ -634,28 +622,26 @@ class _Match:
             else:
                 windowed_code = code(windowed)
             condition = f"{windowed_code} and {condition}"
-        to_5d = "".join(f"    {t} = {t}.unflatten(1, {split}).transpose(1, 2)\n" for t in (q, k, v))
-        first_src = (
-            f"if {condition}:\n"
-            "    # a tensor scale broadcasts against the 5-D dims (B, heads, num_windows, T, D):\n"
-            "    # run the manual attention on 5-D views, as before\n"
-            f"{to_5d}"
+        return five_d_views(
+            self.ctx, region.manual, q, k, v, region.out, split, condition,
+            "a tensor scale broadcasts against the 5-D dims (B, heads, num_windows, T, D):\n"
+            "run the manual attention on 5-D views, as before",
         )
-        out = region.out
-        last_src = (
-            f"if {condition}:\n"
-            "    # back to 4-D order: the restore below transposes (1, 2), not (1, 3)\n"
-            f"    {out} = {out}.transpose(1, 3).transpose(1, 2)\n"
+
+    def five_d_split(
+        self, reshape_args: List[cst.BaseExpression], items: List[_Item], permute_at: int, changed: Set[str], why: str
+    ) -> str:
+        """`(-1, heads)` or `(num_windows, -1)`: unflatten's sizes for dim 1 of the 4-D q, k,
+        v, from a size of the qkv reshape that can be read again at the attention."""
+        rebound = set().union(*(item.assigned for item in items[permute_at + 1 :]))
+        heads, windows = reshape_args[4], reshape_args[2]
+        for expr, pattern in ((heads, "(-1, {})"), (windows, "({}, -1)")):
+            if int_value(expr) != -1 and arithmetic(expr) and not names_in(self.ctx, expr) & (rebound | changed):
+                return pattern.format(code(expr))
+        raise Refuse(
+            f"{why}, and neither the heads nor the num_windows of the qkv reshape can be read again there"
+            " to give it 5-D views"
         )
-        body = list(region.manual.body)
-        first_if = self.ctx.statement(first_src, like=body[0], replaces=False)  # type: ignore[arg-type]
-        last_if = self.ctx.statement(last_src, like=body[-1], replaces=False)  # type: ignore[arg-type]
-        if len(body) == 1:
-            return {body[0]: lambda updated: cst.FlattenSentinel([first_if, updated, last_if])}
-        return {
-            body[0]: lambda updated: cst.FlattenSentinel([first_if, updated]),
-            body[-1]: lambda updated: cst.FlattenSentinel([updated, last_if]),
-        }
 
     # -- the attention region -------------------------------------------------------
     def region(self, sdpa_line: cst.SimpleStatementLine, q: str, k: str, v: str) -> _Region:
@@ -664,6 +650,7 @@ class _Match:
         assign = single_assign(sdpa_line)
         out = assign[0].value if assign is not None and is_name(assign[0]) and assign[1] is self.call else None  # type: ignore[attr-defined]
         guard: Optional[cst.If] = None
+        old_torch: Optional[cst.IndentedBlock] = None
         manual: Optional[cst.IndentedBlock] = None
         temporaries: Set[str] = set()
         cur: cst.BaseStatement = sdpa_line
@@ -681,7 +668,8 @@ class _Match:
                 continue
             if isinstance(owner, cst.If) and owner.body is block and self.is_hasattr_guard(owner) and guard is None:
                 guard = owner
-                if owner.orelse is not None:  # dead on torch >= 2.0; removed with the guard
+                if owner.orelse is not None:  # torch < 2.0's branch: kept, on 5-D views of q, k, v
+                    old_torch = self.old_torch_fallback(owner, q, k, v, out)
                     allowed |= {id(n) for n in all_loads(ctx, owner.orelse)}
                 cur = owner
                 continue
@@ -706,7 +694,27 @@ class _Match:
             manual = other
             allowed |= {id(n) for s in other.body for n in statement_names(self.ctx, s)[1]}
             cur = branch_if
-        return _Region(cur, out, guard, manual, temporaries, allowed)
+        return _Region(cur, out, guard, old_torch, manual, temporaries, allowed)
+
+    def old_torch_fallback(self, guard: cst.If, q: str, k: str, v: str, out: Optional[str]) -> cst.IndentedBlock:
+        """The else branch of `if hasattr(F, "scaled_dot_product_attention"):` (torch < 2.0,
+        which has no SDPA): kept, and run on 5-D views of the 4-D q, k, v, so it computes
+        what the original's did whatever its scale or mask (see five_d_views).  Its ops must
+        not depend on the views' strides (the proof of a manual attention: matmul, a
+        numeric scale, transpose(-1, -2), softmax(dim=-1), the added attn_mask)."""
+        orelse = guard.orelse
+        if not isinstance(orelse, cst.Else) or not isinstance(orelse.body, cst.IndentedBlock):
+            raise Refuse("the hasattr(F, \"scaled_dot_product_attention\") guard has an elif or a one-line else")
+        if out is None:
+            raise Refuse(
+                "SDPA's output is restored on the SDPA line inside the hasattr guard, and its else branch"
+                " (torch < 2.0) would need its own restore"
+            )
+        recorded = (list(self.manual_scales), list(self.fallback_mask_reads))
+        self.manual_attention(orelse.body, q, k, v, out)
+        # on 5-D views the branch reads its scale and its mask as the original did
+        self.manual_scales, self.fallback_mask_reads = recorded
+        return orelse.body
 
     def is_hasattr_guard(self, node: cst.If) -> bool:
         test = node.test
@@ -1108,6 +1116,41 @@ class _Match:
 
 # -- helpers --------------------------------------------------------------------------
 
+
+
+def five_d_views(
+    ctx: PlanContext,
+    block: cst.IndentedBlock,
+    q: str,
+    k: str,
+    v: str,
+    out: str,
+    split: str,
+    condition: Optional[str],
+    why: str,
+) -> Dict[cst.CSTNode, Replacement]:
+    """A kept manual attention run as the original ran it: q, k, v made 5-D views
+    (B, heads, num_windows, T, D) of the 4-D ones before its first statement, its 5-D
+    output put back in the 4-D order after its last (the restore below transposes (1, 2),
+    not (1, 3)); under ``if condition:`` when given, else always."""
+    comment = "".join(f"# {line}\n" for line in why.split("\n"))
+    to_5d = [f"{t} = {t}.unflatten(1, {split}).transpose(1, 2)\n" for t in (q, k, v)]
+    back = f"{out} = {out}.transpose(1, 3).transpose(1, 2)"
+    if condition is not None:
+        indent = lambda text: "".join(f"    {line}\n" for line in text.splitlines())  # noqa: E731
+        back = f"# back to 4-D order: the restore below transposes (1, 2), not (1, 3)\n{back}\n"
+        first_src, last_src = [f"if {condition}:\n{indent(comment + ''.join(to_5d))}"], [f"if {condition}:\n{indent(back)}"]
+    else:
+        first_src, last_src = [comment + to_5d[0], *to_5d[1:]], [f"{back}  # back to 4-D order\n"]
+    body = list(block.body)
+    first = [ctx.statement(src, like=body[0], replaces=False) for src in first_src]  # type: ignore[arg-type]
+    last = [ctx.statement(src, like=body[-1], replaces=False) for src in last_src]  # type: ignore[arg-type]
+    if len(body) == 1:
+        return {body[0]: lambda updated: cst.FlattenSentinel([*first, updated, *last])}
+    return {
+        body[0]: lambda updated: cst.FlattenSentinel([*first, updated]),
+        body[-1]: lambda updated: cst.FlattenSentinel([updated, *last]),
+    }
 
 def _already_4d(ctx: PlanContext, func: Optional[cst.FunctionDef], call: cst.Call) -> bool:
     """SDPA's k and v come from this rewrite's (or HR006's) own 4-D qkv: the code is

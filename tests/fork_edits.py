@@ -120,6 +120,26 @@ _op(
                 return out
     '''),
 )
+# 9h (hunt 7) here: its intermediate class is in hiera.py, before those of hiera_mae.py
+_op(
+    "hook_overridden_below", "9h",
+    "hiera.py: Hiera.forward hands the mask to a no-op `self.prepare_mask(mask)`; KeepCentreHiera(Hiera) overrides it"
+    " to reveal the centre unit in place; the MAE derives from it",
+    edits=(
+        insert_before("hiera.py", "    def get_pos_embed(self) -> torch.Tensor:\n", _method('''
+            def prepare_mask(self, mask: torch.Tensor) -> None:
+                """A hook for subclasses."""
+        ''') + "\n"),
+        insert_before("hiera.py", "        # Discard masked tokens\n", "        if mask is not None:\n            self.prepare_mask(mask)\n\n"),
+    ),
+    intermediate=("hiera.py", "KeepCentreHiera", '''
+        class KeepCentreHiera({base}):
+            """Always shows the centre unit to the encoder."""
+
+            def prepare_mask(self, mask):
+                mask[:, mask.shape[1] // 2] = True
+    '''),
+)
 _op(
     "block_mask_hiera", "1b", "hiera_mae.py: BlockMaskHiera(Hiera) drops one rectangle of units, keeps >= 2",
     intermediate=("hiera_mae.py", "BlockMaskHiera", '''
@@ -720,6 +740,121 @@ _op(
 
             type.__setattr__(Hiera, "get_random_mask", _keep_more)
         ''')),
+    ),
+)
+
+# 9: hunt 7 (2026-12-03): what Python runs for a name is not the def the file shows, and
+# hooks or bases the MAE's MRO reaches from the files
+
+_KEEP_ROUND = _indent(4, '''
+    def get_random_mask(self, x, mask_ratio):
+        """Keeps round(), not int(), of the kept fraction, at least 2 units."""
+        B = x.shape[0]
+        num_windows = math.prod(self.mask_spatial_shape)
+        len_keep = max(2, round(num_windows * (1 - mask_ratio)))
+        noise = torch.rand(B, num_windows, device=x.device)
+        ids_restore = torch.argsort(torch.argsort(noise, dim=1), dim=1)
+        mask = torch.zeros([B, num_windows], device=x.device)
+        mask[:, :len_keep] = 1
+        return torch.gather(mask, dim=1, index=ids_restore).bool()
+''')
+_GET_POS_EMBED = "    def get_pos_embed(self) -> torch.Tensor:\n"
+_op(
+    "second_random_mask_def", "9a",
+    "hiera.py: a second `def get_random_mask` further down Hiera's class body (round(), at least 2 units): Python runs the last",
+    edits=(insert_before("hiera.py", _GET_POS_EMBED, _KEEP_ROUND + "\n"),),
+)
+_op(
+    "random_mask_def_under_if", "9b",
+    "hiera.py: `if ROUND_KEEP:` in Hiera's class body defines another get_random_mask",
+    edits=(
+        insert_before("hiera.py", _GET_POS_EMBED, "    if ROUND_KEEP:\n\n" + textwrap.indent(_KEEP_ROUND, "    ") + "\n"),
+        insert_before("hiera.py", "class Hiera(", "ROUND_KEEP = True\n\n\n"),
+    ),
+)
+_KEEP_ONE_MORE = _code('''
+    def keep_one_more(cls):
+        """Makes a Hiera class's random mask keep one unit more than it did."""
+        made = cls.get_random_mask
+
+        def get_random_mask(self, x, mask_ratio):
+            return made(self, x, mask_ratio - 1 / math.prod(self.mask_spatial_shape))
+
+        cls.get_random_mask = get_random_mask
+        return cls
+
+
+''')
+_UTILS_IMPORT = "from .hiera_utils import pretrained_model, conv_nd, do_pool, do_masked_conv, Unroll, Reroll\n"
+_KEEP_ONE_MORE_IN_UTILS = (
+    Edit("hiera_utils.py", "", "\n\n" + _KEEP_ONE_MORE),
+    Edit("hiera.py", _UTILS_IMPORT, _UTILS_IMPORT + "from .hiera_utils import keep_one_more\n"),
+)
+_op(
+    "class_decorator_on_hiera", "9c",
+    "hiera.py: `@keep_one_more` on class Hiera, a class decorator (in hiera_utils.py) replacing its get_random_mask",
+    edits=(*_KEEP_ONE_MORE_IN_UTILS, Edit("hiera.py", "class Hiera(", "@keep_one_more\nclass Hiera(")),
+)
+_op(
+    "module_call_patches_hiera", "9d",
+    "hiera.py: `keep_one_more(Hiera)` at module level: a function of hiera_utils.py given the class replaces its"
+    " get_random_mask",
+    edits=(*_KEEP_ONE_MORE_IN_UTILS, insert_before("hiera.py", "# Image models\n", "keep_one_more(Hiera)\n\n\n")),
+)
+_op(
+    "tuple_target_patch", "9e",
+    "hiera.py: `Hiera.get_random_mask, Hiera.mask_rule = _keep_round, \"round\"` at module level",
+    edits=(
+        insert_before("hiera.py", "# Image models\n", textwrap.dedent(_KEEP_ROUND).replace("def get_random_mask", "def _keep_round")
+                      + "\n\nHiera.get_random_mask, Hiera.mask_rule = _keep_round, \"round\"\n\n\n"),
+    ),
+)
+_op(
+    "second_forward_loss_def", "9f",
+    "hiera_mae.py: a second `def forward_loss` further down the MAE (an L1 loss): Python runs the last",
+    edits=(
+        insert_before("hiera_mae.py", "    def forward(\n", _method('''
+            def forward_loss(self, x, pred, mask):
+                """L1 reconstruction loss, for an ablation."""
+                if len(self.q_stride) == 2:
+                    label = self.get_pixel_label_2d(x, mask)
+                else:
+                    label = self.get_pixel_label_3d(x, mask)
+                pred = pred[mask]
+                loss = (pred - label).abs()
+                return loss.mean(), pred, label
+        ''') + "\n"),
+    ),
+)
+_op(
+    "diamond_feature_hiera", "9g",
+    "hiera_mae.py: MaskedAutoencoderHieraFeatures(MaskedAutoencoderHiera, HieraFeatures), HieraFeatures(Hiera) with"
+    " upstream's forward signature: the MAE's super().forward reaches HieraFeatures.forward",
+    edits=(
+        insert_before("hiera_mae.py", "# Image Models\n", _code('''
+            class HieraFeatures(Hiera):
+                """Keeps the last forward's features, for a probe."""
+
+                def forward(self, x, mask=None, return_intermediates=False):
+                    out = super().forward(x, mask, return_intermediates)
+                    self.last_tokens = (out[0] if return_intermediates else out).detach()
+                    return out
+
+
+            class MaskedAutoencoderHieraFeatures(MaskedAutoencoderHiera, HieraFeatures):
+                pass
+
+
+        ''')),
+    ),
+    user="MODEL_CLASS = hiera_mae.MaskedAutoencoderHieraFeatures\n",
+)
+_op(
+    "positional_inplace_relu", "9i",
+    "hiera.py: `nn.ReLU(True)` (inplace given positionally) on the attention's restored output",
+    edits=(
+        insert_after("hiera.py", "        self.proj = nn.Linear(dim_out, dim_out)\n", "        self.act = nn.ReLU(True)\n"),
+        insert_after("hiera.py", "        x = x.transpose(1, 3).reshape(B, -1, self.dim_out)\n", "        x = self.act(x)\n"),
     ),
 )
 

@@ -1,6 +1,6 @@
 """Compare an export of the rewritten Hiera with the installed original, on the torch at hand.
 
-    python tests/old_torch_parity.py EXPORT_DIR
+    python tests/old_torch_parity.py [--without-sdpa] EXPORT_DIR
 
 EXPORT_DIR is what `hiera-rewrite --export EXPORT_DIR` wrote (the rewritten copy of the
 installed `hiera` package).  CI produces it with the main venv and runs this script with a
@@ -12,7 +12,10 @@ Each case builds the original model and the exported one in float64 with the sam
 weights, runs forward (the MAE makes its own random mask; both runs get the same seed),
 backpropagates the MAE's loss plus a fixed weighted sum of every floating output, and
 compares every output and every parameter and input gradient (relative error <= 1e-10).
-One line per case; exit status 1 on any mismatch or error in a case, 2 when the export
+--without-sdpa deletes `torch.nn.functional.scaled_dot_product_attention` first, as torch
+< 2.0 has none: both sides then run the manual attention of upstream's
+`hasattr(F, "scaled_dot_product_attention")` fallback (the main suite runs it so,
+tests/test_without_sdpa.py).  One line per case; exit status 1 on any mismatch or error in a case, 2 when the export
 does not import.
 """
 
@@ -114,6 +117,12 @@ def cases(torch):
         return model(x, mask=mask, return_intermediates=True)
 
     classify = lambda model, x: model(x, return_intermediates=True)  # noqa: E731
+
+    def classify_head_scales(model, x):  # a per-head temperature (heads, 1, 1, 1) as the scale
+        for block in model.blocks:
+            heads = block.attn.heads
+            block.attn.scale = torch.linspace(0.5, 1.5, heads, dtype=x.dtype).view(heads, 1, 1, 1)
+        return model(x)
     img, vid = (2, 3, 128, 128), (2, 3, 4, 64, 64)
     head = dict(embed_dim=32, num_heads=2, stages=(1, 2, 3, 1), num_classes=10)
     return [
@@ -126,6 +135,7 @@ def cases(torch):
         ("hiera-2d classifier", "Hiera", dict(input_size=(128, 128), **head), img, classify),
         ("hiera-2d masked q_pool=2", "Hiera", dict(input_size=(128, 128), q_pool=2, **head), img, classify_masked),
         ("hiera-3d classifier", "Hiera", dict(input_size=(4, 64, 64), q_pool=2, **head, **VIDEO), vid, classify),
+        ("hiera-2d per-head scales", "Hiera", dict(input_size=(128, 128), q_pool=2, **head), img, classify_head_scales),
     ]
 
 
@@ -139,6 +149,8 @@ def import_export(export_dir: Path, workdir: Path):
 
 
 def main(argv) -> int:
+    without_sdpa = "--without-sdpa" in argv[1:]
+    argv = [a for a in argv if a != "--without-sdpa"]
     if len(argv) != 2 or not Path(argv[1]).is_dir():
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
@@ -150,6 +162,9 @@ def main(argv) -> int:
     import hiera as original
 
     versions = f"torch {torch.__version__}"
+    if without_sdpa and hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        del torch.nn.functional.scaled_dot_product_attention
+        versions += " without SDPA"
     try:
         import timm
 

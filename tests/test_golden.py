@@ -159,3 +159,28 @@ def test_golden_parity(case: Path):
     before = _load(case.read_bytes(), "golden_before")
     after = _load(_expected(case), "golden_after")
     assert_same_model_behaviour(before.golden_example, after.golden_example, torch)
+
+
+GUARDED = [c for c in EXAMPLES if b'hasattr(F, "scaled_dot_product_attention")' in c.read_bytes()]
+
+
+@pytest.mark.parametrize("case", GUARDED, ids=_id)
+def test_golden_parity_without_sdpa(case: Path, monkeypatch):
+    """torch < 2.0 has no SDPA: both sides run the else branch of the
+    `hasattr(F, "scaled_dot_product_attention")` guard (the rewritten one on 5-D views)."""
+    torch = pytest.importorskip("torch")
+    from tests.parity_tools import assert_same_model_behaviour
+
+    monkeypatch.delattr(torch.nn.functional, "scaled_dot_product_attention")
+    before = _load(case.read_bytes(), "golden_before")
+    after = _load(_expected(case), "golden_after")
+    model, inputs = before.golden_example()
+    try:
+        model(*inputs)
+    except AttributeError as exc:  # a model calling SDPA outside the guard: the rewritten one too
+        assert "scaled_dot_product_attention" in str(exc)
+        model, inputs = after.golden_example()
+        with pytest.raises(AttributeError, match="scaled_dot_product_attention"):
+            model(*inputs)
+        return
+    assert_same_model_behaviour(before.golden_example, after.golden_example, torch)

@@ -28,55 +28,21 @@ class PaddedMaskUnitAttention(nn.Module):
         num_windows = (N // (self.q_stride * self.window_size)) if self.use_mask_unit_attn else 1
         if attn_mask is not None:
             attn_mask = attn_mask.reshape(B, -1, num_windows).permute(0, 2, 1)[:, None, :, None, :]
-        qkv = (
-            self.qkv(x)
-            .reshape(B, -1, num_windows, 3, self.heads, self.head_dim)
-            .permute(3, 0, 2, 4, 1, 5)
-            .flatten(2, 3)
-        )
-        q, k, v = qkv.unbind(0)
+        qkv = self.qkv(x).reshape(B, -1, num_windows, 3, self.heads, self.head_dim).permute(3, 0, 4, 2, 1, 5)
+        q, k, v = qkv[0], qkv[1], qkv[2]
         if self.q_stride > 1:
-            q = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values
-        # a float attn_mask: the original's 5-D call (math backend; fused kernels read float masks otherwise);
-        # a bool one: the additive mask the math backend makes of it, in q's dtype, 4-D
-        x = (
-            F.scaled_dot_product_attention(
-                q.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
-                    1, 2
-                ),
-                k.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
-                    1, 2
-                ),
-                v.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
-                    1, 2
-                ),
-                attn_mask=attn_mask if not self.use_mask_unit_attn else None,
+            q = q.view(B, self.heads, num_windows, self.q_stride, -1, self.head_dim).amax(dim=3)
+        if hasattr(F, "scaled_dot_product_attention"):
+            x = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask if not self.use_mask_unit_attn else None
             )
-            .transpose(1, 2)
-            .flatten(1, 2)
-            if attn_mask is not None and attn_mask.is_floating_point()
-            else F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=(
-                    (
-                        None
-                        if attn_mask is None
-                        else q.new_zeros(attn_mask.shape)
-                        .masked_fill(~attn_mask, float("-inf"))[
-                            (None,) * (5 - attn_mask.dim())
-                        ]
-                        .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
-                        .transpose(1, 2)
-                        .flatten(1, 2)
-                    )
-                    if not self.use_mask_unit_attn
-                    else None
-                ),
-            )
-        )
-        x = x.transpose(1, 2).reshape(B, -1, self.dim_out)
+        else:
+            attn = (q * self.scale) @ k.transpose(-1, -2)
+            if attn_mask is not None:
+                attn = attn + attn_mask
+            attn = attn.softmax(dim=-1)
+            x = attn @ v
+        x = x.transpose(1, 3).reshape(B, -1, self.dim_out)
         return self.proj(x)
 
 

@@ -34,8 +34,18 @@ class MaskUnitAttention(nn.Module):
 			# pool the query over its stride (the slowest part of T)
 			q = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values
 
-		# fused when the inputs allow it
-		x = F.scaled_dot_product_attention(q, k, v)
+		if hasattr(F, "scaled_dot_product_attention"):
+			# fused when the inputs allow it
+			x = F.scaled_dot_product_attention(q, k, v)
+		else:
+			# torch < 2.0 (no SDPA): the manual attention on 5-D views, as before
+			q = q.unflatten(1, (-1, self.heads)).transpose(1, 2)
+			k = k.unflatten(1, (-1, self.heads)).transpose(1, 2)
+			v = v.unflatten(1, (-1, self.heads)).transpose(1, 2)
+			attn = (q * self.scale) @ k.transpose(-1, -2)
+			attn = attn.softmax(dim=-1)
+			x = (attn @ v)
+			x = x.transpose(1, 3).transpose(1, 2)  # back to 4-D order
 
 		x = x.transpose(1, 2).reshape(B, -1, self.dim_out)
 		x = self.proj(x)
