@@ -9,7 +9,9 @@ function body that overlaps it ran there (a compound statement counts by its hea
 lines).  On the rewritten side, where a region holds simple statements of new text
 (not a line of the original), only those count: a rewrite that keeps the original
 statement as a fallback branch (``if num_kept is None: <original> else: <new>``) is
-proven by its new branch running, not by its test or its fallback.  Regions that touch no function body (an import, a signature, a class
+proven by its new branch running, not by its test or its fallback.  Statements in the else
+branch of `if hasattr(F, "scaled_dot_product_attention"):` run only on torch < 2.0: they
+are not asked for (the suite runs that branch with SDPA deleted).  Regions that touch no function body (an import, a signature, a class
 attribute) run at import on both sides and prove nothing about behaviour: they are
 not required.  A whole function the rewrite adds for the file's callers (a *helper*
 region: ``forward.leaves_mask``, which only an MAE calls) is required only when some
@@ -183,6 +185,7 @@ def sites_of(path: str, source: bytes, output: bytes, reports: Sequence) -> List
             if lo <= site.line <= hi:
                 site.shadowed = by
     original_text = {line.strip() for line in a_lines}
+    old_torch = (_without_sdpa(before), _without_sdpa(after))
     helpers: List[Region] = []
     matcher = difflib.SequenceMatcher(None, a_lines, b_lines, autojunk=False)
     for tag, a0, a1, b0, b1 in matcher.get_opcodes():
@@ -195,10 +198,16 @@ def sites_of(path: str, source: bytes, output: bytes, reports: Sequence) -> List
             r for r in new_stmts
             if r not in new_scan.headers and new[0] <= r[0] <= new[1] and b_lines[r[0] - 1].strip() not in original_text
         ]
+        orig_stmts = _overlapping(old_scan.ranges, *orig) if a1 > a0 else []
+        # statements only torch < 2.0 runs (a hasattr(F, "scaled_dot_product_attention")
+        # guard's else) prove nothing here: the suite runs them with SDPA deleted
+        orig_stmts = [r for r in orig_stmts if not _inside(r, old_torch[0])]
+        new_stmts = [r for r in new_stmts if not _inside(r, old_torch[1])]
+        fresh = [r for r in fresh if not _inside(r, old_torch[1])]
         region = Region(
             orig,
             new,
-            _overlapping(old_scan.ranges, *orig) if a1 > a0 else [],
+            orig_stmts,
             fresh or new_stmts,
             a1 == a0 and bool(new_stmts) and all(_in_added_function(new_scan, r, new) for r in new_stmts),
         )
@@ -232,6 +241,30 @@ def sites_of(path: str, source: bytes, output: bytes, reports: Sequence) -> List
         for site in calling or [min(sites, key=lambda s: abs(s.line - region.orig[1]))]:
             site.regions.append(region)
     return sites
+
+
+def _without_sdpa(text: str) -> List[Range]:
+    """The line ranges of the else branches of `if hasattr(X, "scaled_dot_product_attention"):`
+    (what torch < 2.0, which has no SDPA, runs instead)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    out: List[Range] = []
+    for node in ast.walk(tree):
+        test = node.test if isinstance(node, ast.If) else None
+        if (
+            isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr"
+            and len(test.args) == 2 and isinstance(test.args[1], ast.Constant)
+            and test.args[1].value == "scaled_dot_product_attention" and node.orelse  # type: ignore[union-attr]
+        ):
+            last = node.orelse[-1]  # type: ignore[union-attr]
+            out.append((node.orelse[0].lineno, last.end_lineno or last.lineno))  # type: ignore[union-attr]
+    return out
+
+
+def _inside(stmt: Range, ranges: Sequence[Range]) -> bool:
+    return any(lo <= stmt[0] and stmt[1] <= hi for lo, hi in ranges)
 
 
 def _last_statements(scan: _Statements, added: Range) -> List[Range]:
