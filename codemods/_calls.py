@@ -11,6 +11,7 @@ anything that may hold it, is taken to write it.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -354,9 +355,26 @@ def _at(ctx: PlanContext, module: cst.Module, node: cst.CSTNode) -> str:
 
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """``node`` and every node below it, in source order.  A whole module's list is kept
+    (the last few modules walked: the proofs walk the same files again and again)."""
+    if isinstance(node, cst.Module):
+        cached = _WALKED.get(id(node))
+        if cached is None or cached[0] is not node:
+            cached = (node, list(_walk(node)))
+            _WALKED[id(node)] = cached
+            while len(_WALKED) > 8:
+                _WALKED.popitem(last=False)
+        return iter(cached[1])
+    return _walk(node)
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     yield node
     for child in node.children:
-        yield from walk(child)
+        yield from _walk(child)
+
+
+_WALKED: "OrderedDict[int, Tuple[cst.Module, List[cst.CSTNode]]]" = OrderedDict()
 
 
 # -- may a call write the tensor it is given ---------------------------------------------
