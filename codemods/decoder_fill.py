@@ -36,6 +36,7 @@ import libcst as cst
 from hiera_rewrite.flow import FunctionFlow, Stmt, enclosing_function
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
 
+from ._calls import passed_to_a_writer
 from ._match import code, is_name, method_call, single_assign
 from ._mask import MASK_CONTRACT, TRUE_ROWS, add_helper, free_names, imports_module, name_taken, written_in_place
 
@@ -171,8 +172,12 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
     reads = [s for s, _ in flow.loads_of(grid) if grid_stmt.index < s.index < put.index]  # type: ignore[union-attr]
     if reads:
         raise Refuse(f"{grid} is read before the fill: the in-place write may be observed through it")
+    owner = ctx.parent(ctx.parent(func))
+    cls = owner if isinstance(owner, cst.ClassDef) else None
     for name in dict.fromkeys([unit_mask, expand[0].value, mask]):  # type: ignore[attr-defined]
-        written = written_in_place(ctx, func, name)
+        # in place anywhere, or through a call (a method of the file, a submodule, a function)
+        # before the fill reads it: the count is taken at the reshape
+        written = written_in_place(ctx, func, name) or passed_to_a_writer(ctx, cls, func, name, before=put.line)
         if written is not None:
             raise Refuse(f"{written}: the kept units may not be the ones the count states")
     if free_names(flow, INDEX):

@@ -284,7 +284,6 @@ class _Match:
         self.manual_check: Optional[str] = None  # the run-time test emitted into the fallback
         self.mask_arg: Optional[cst.Arg] = None  # SDPA's attn_mask= (not None)
         self.mask_name: Optional[str] = None  # the local name holding the 5-D mask
-        self.mask_split: Tuple[str, str] = ("", "")  # heads, num_windows, read again at SDPA
         self.fallback_mask_reads: List[cst.Name] = []  # `attn + mask` in a kept manual fallback
         self.flow: Optional[InplaceFlow] = None  # for the unbind unpack, made when needed
         self.clone_reason: Optional[str] = None  # why the restored output gets .clone()
@@ -411,7 +410,7 @@ class _Match:
         call_code = code(self.call)
         if self.mask_arg is not None:
             self.not_reading(self.mask_arg.value, changed_out, "SDPA's attn_mask")
-            to_4d = self.mask_to_4d(q, heads, windows, items[permute_at + 1 :], changed, additive=True)
+            to_4d, (h, w) = self.mask_to_4d(q, heads, windows, items[permute_at + 1 :], changed, additive=True)
             value = self.mask_value(self.mask_arg.value, to_4d)
             if restore.condition is not None:
                 # two layouts, one SDPA call: the mask is converted on the 5-D path alone;
@@ -430,7 +429,6 @@ class _Match:
             # large finite values (torch.finfo(dtype).min) as uniform weights, where fused
             # kernels misread another dtype, saturate a cast to -inf or lose such rows in
             # their backward (CPU flash, float64: gradients off by 2e5).
-            h, w = self.mask_split
             float_call = code(self.call.with_changes(args=[
                 a.with_changes(value=cst.parse_expression(f"{code(a.value)}.unflatten(1, ({w}, {h})).transpose(1, 2)"))
                 if (a.keyword is None and i < 3) or (a.keyword is not None and a.keyword.value in ("query", "key", "value"))
@@ -444,7 +442,7 @@ class _Match:
                 floating = f"({test}) and {floating}" if restore.side == "body" else f"not ({test}) and {floating}"
             call_code = f"({float_call}.transpose(1, 2).flatten(1, 2) if {floating} else {bool_call})"
             # the fallback adds the mask as it is (a bool mask adds 0/1): its layout only
-            layout = self.mask_to_4d(q, heads, windows, items[permute_at + 1 :], changed, additive=False)
+            layout, _ = self.mask_to_4d(q, heads, windows, items[permute_at + 1 :], changed, additive=False)
             for name in self.fallback_mask_reads:
                 line = enclosing_line(ctx, name)
                 assert line is not None
@@ -524,10 +522,11 @@ class _Match:
         between: List[_Item],
         changed: Set[str],
         additive: bool,
-    ) -> str:
-        """The expression that brings the mask (a name) to q's 4-D layout; with
-        ``additive`` (SDPA's mask), also to q's dtype: a bool mask becomes the float
-        mask SDPA makes of it, a floating one is cast (see the explanation).
+    ) -> Tuple[str, Tuple[str, str]]:
+        """The expression that brings the mask (a name) to q's 4-D layout, and the code of
+        the heads and num_windows it reads (again at SDPA: the float mask's 5-D views split
+        q's dim 1 by them); with ``additive`` (SDPA's mask), also to q's dtype: a bool
+        mask becomes the float mask SDPA makes of it (a float mask goes to the 5-D call).
 
         SDPA broadcasts the mask against (B, heads, num_windows, Tq, Tk); the 4-D q is
         (B, num_windows*heads, Tq, Tk) with index w*heads + h.  Prepending dims up to
@@ -570,11 +569,10 @@ class _Match:
         source = m
         if additive:
             source = f"{q}.new_zeros({m}.shape).masked_fill(~{m}, float(\"-inf\"))"
-            self.mask_split = (h, w)
         return (
             f"None if {m} is None else {source}[(None,) * (5 - {m}.dim())]"
             f".expand(-1, {h}, {w}, -1, -1).transpose(1, 2).flatten(1, 2)"
-        )
+        ), (h, w)
 
     def mask_value(self, value: cst.BaseExpression, to_4d: str) -> str:
         """SDPA's attn_mask value with the mask name converted (a None stays None)."""

@@ -37,7 +37,7 @@ import libcst as cst
 from hiera_rewrite.flow import loaded_names
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
-from ._calls import function_of, method_of, replaced, walk
+from ._calls import function_of, method_of, passed_to_a_writer, replaced, walk
 from ._inplace import FORWARD_HOOKS
 from ._match import code, is_name, method_call, single_assign, target_code
 from ._mask import (
@@ -290,7 +290,12 @@ def _method_site(
     for stmt, calls, names in _given_the_mask(ctx, cls, func, mask, methods):
         if owner is None:
             raise Refuse(f"the class name {cls.name.value} is bound again in the module: the own-method check needs it")
-        swaps = {c: with_argument(c, f"{COUNT}={COUNT}") for c in calls if _callee(c) in methods}
+        # the count goes only with the mask itself: `m(x, ~mask)`, `m(x, mask.repeat(2, 1))`
+        # or `m(x, mask & valid)` select other rows (their call keeps upstream's form)
+        swaps = {
+            c: with_argument(c, f"{COUNT}={COUNT}") for c in calls
+            if _callee(c) in methods and is_name(methods[_callee(c)].mask_argument(c), mask)  # type: ignore[index]
+        }
         edits[stmt] = _own_or_upstream(
             ctx, owner, stmt, names, swaps, f"an override gets upstream's call, and may change {mask}",
             after=[f"{COUNT} = None"],
@@ -598,6 +603,14 @@ def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:
             at_fill = [s for s in flow.assigning(filled) if s.index < fill.index]
             if not source or not at_fill or source[-1] is not at_fill[-1]:
                 return why
+            # the fill mask itself unchanged after the fill (`mask[:, 0] = True`, a call
+            # writing it): the units filled are the units the returned mask shows
+            owner = ctx.parent(ctx.parent(decoder))
+            written = written_in_place(ctx, decoder, filled) or passed_to_a_writer(
+                ctx, owner if isinstance(owner, cst.ClassDef) else None, decoder, filled
+            )
+            if written is not None:
+                return f"{written}: the units {decoder.name.value} fills may not be those the mask it returns shows"
             return _rearranges_only(ctx, "undo_windowing")
         return why
 

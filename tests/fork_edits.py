@@ -858,6 +858,65 @@ _op(
     ),
 )
 
+# 10: hunt 8 (2026-12-04): the decoder fill and the loss
+
+_op(
+    "visible_token_loss", "10a",
+    "hiera_mae.py: forward_loss adds a loss on the visible tokens, labels from `torch.logical_not(mask)`",
+    edits=(
+        Edit(
+            "hiera_mae.py",
+            "        pred = pred[mask]\n        loss = (pred - label) ** 2\n\n        return loss.mean(), pred, label\n",
+            _indent(8, '''
+                label_vis = self.get_pixel_label_2d(x, torch.logical_not(mask))
+                pred_vis = pred[~mask]
+                pred = pred[mask]
+                loss = (pred - label) ** 2
+                loss_vis = (pred_vis - label_vis) ** 2
+
+                return loss.mean() + 0.1 * loss_vis.mean(), pred, label
+            '''),
+        ),
+    ),
+)
+_op(
+    "decoder_registers_kept", "10b",
+    "hiera_mae.py: the decoder prepends 4 register tokens and never slices them off (the original's `pred[mask]` raises)",
+    edits=(
+        insert_after("hiera_mae.py", "        # Add pos embed\n        x = x + self.decoder_pos_embed\n",
+                     "        x = torch.cat([self.decoder_registers.expand(x.shape[0], -1, -1), x], dim=1)\n"),
+        insert_before("hiera_mae.py", "        self.decoder_blocks = nn.ModuleList(",
+                      "        self.decoder_registers = nn.Parameter(torch.zeros(1, 4, decoder_embed_dim))\n"),
+    ),
+)
+_op(
+    "decoder_shifts_units_by_a_method", "10c",
+    "hiera_mae.py: between the mask reshape and the fill, `self._shift_units(mask)` rolls the units in place",
+    edits=(
+        insert_before("hiera_mae.py", "        mask = mask.expand((-1,) * 2 + x.shape[2:]).bool()\n",
+                      "        self._shift_units(mask)\n"),
+        insert_before("hiera_mae.py", "    def forward_loss(\n", _method('''
+            def _shift_units(self, m):
+                m.copy_(m.roll(1, 1))
+        ''') + "\n"),
+    ),
+)
+_op(
+    "decoder_reveals_unit_after_fill", "10d",
+    "hiera_mae.py: forward_decoder sets unit 0 of its fill mask after the fill (never scored) and returns the mask"
+    " under another name",
+    edits=(
+        Edit("hiera_mae.py", "        mask = mask.expand((-1,) * 2 + x.shape[2:]).bool()\n",
+             "        mask = mask.expand((-1,) * 2 + x.shape[2:]).bool().contiguous()\n"),
+        insert_after("hiera_mae.py", "        x_dec = ~mask * mask_tokens + mask * x_dec\n", "        mask[:, 0] = True  # unit 0: never scored\n"),
+        Edit("hiera_mae.py", "        mask = undo_windowing(\n            mask[..., 0:1],",
+             "        pmask = undo_windowing(\n            mask[..., 0:1],"),
+        Edit("hiera_mae.py", "        mask = mask.view(x.shape[0], -1)\n", "        pmask = pmask.view(x.shape[0], -1)\n"),
+        Edit("hiera_mae.py", "        x = self.decoder_pred(x)\n\n        return x, mask\n",
+             "        x = self.decoder_pred(x)\n\n        return x, pmask\n"),
+    ),
+)
+
 BY_NAME: Dict[str, Operator] = {op.name: op for op in OPERATORS}
 ORDER = {op.name: i for i, op in enumerate(OPERATORS)}
 

@@ -226,6 +226,26 @@ def test_decoder_fill_rejects_a_latent_with_fewer_units_than_the_mask(forks):
     assert check_fork(forks.fork(), ("decoder_fill_mismatch",)) == {"decoder_fill_mismatch": "raises"}
 
 
+def test_validation_forward_under_no_grad(forks):
+    """10d: forward_decoder writes its fill mask after the fill (with grads both sides
+    raise: autograd's in-place check); a validation forward under no_grad runs in the
+    original, and must give the same outputs rewritten (hunt 8: the count check raised)."""
+    fork = forks.fork(["decoder_reveals_unit_after_fill"])
+    model_a = fork.original.build_mae(torch)
+    randomize_(model_a, torch, seed=0)
+    model_b = fork.rewritten.build_mae(torch)
+    share_weights(model_a, model_b)
+    outs = []
+    for model in (model_a, model_b):
+        torch.manual_seed(1)
+        with torch.no_grad():
+            outs.append(model(_image(), MASK_RATIO))
+    assert len(outs[0]) == len(outs[1])
+    for i, (a, b) in enumerate(zip(*outs)):
+        assert a.shape == b.shape and a.dtype == b.dtype, (i, fork.describe())
+        assert (max_rel_error(a, b, torch) if a.is_floating_point() else float(not torch.equal(a, b))) <= REL_TOL, (i, fork.describe())
+
+
 def _classifier(package):
     with default_dtype(torch, torch.float64), skip_init(torch):
         return package.hiera.Hiera(input_size=IMG16, num_classes=5, embed_dim=32, num_heads=2, stages=(1, 2, 3, 1))

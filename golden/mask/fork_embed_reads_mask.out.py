@@ -139,7 +139,7 @@ def true_rows(mask, count):
 
 def masked_rows(t, mask, count=None):
     """t[mask]; given mask's True count (mask over t's first dims), in static shapes."""
-    if count is None:
+    if count is None or t.shape[: mask.dim()] != mask.shape:  # (t[mask] raises for the latter)
         return t[mask]
     torch._assert_async(mask.sum() == count)  # a count that is not mask's raises
     return t.flatten(0, mask.dim() - 1).index_select(0, true_rows(mask, count))
