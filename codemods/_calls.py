@@ -153,6 +153,9 @@ def replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: st
     where = f"{cls.name.value}.{method}"
     if cls.decorators:
         return f"{cls.name.value} is decorated (`@{code(cls.decorators[0].decorator)}`): the decorator may replace {where}"
+    hook = class_hooks(ctx, module, cls)
+    if hook is not None:
+        return f"{hook}: it may replace {where}"
     bound = class_bindings(cls)
     if ANY_NAME in bound:
         return f"`{_first_line(bound[ANY_NAME][0])}` in the class body of {cls.name.value} may bind {where}"
@@ -179,8 +182,54 @@ def replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: st
         if may_setattr(node, method):
             return f"`{code(node)}`{_at(ctx, module, node)} may replace {where}"
         if isinstance(node, cst.Call) and _hands_over_a_class(node, cls.name.value):
-            return f"`{code(node)}`{_at(ctx, module, node)} is given the class {cls.name.value}: it may replace {where}"
+            return f"`{code(node)}`{_at(ctx, module, node)} is given the class {cls.name.value} (or an instance): it may replace {where}"
+        if _writes_a_namespace(node):
+            return f"`{code(node)}`{_at(ctx, module, node)} writes an object's namespace: it may replace {where}"
     return None
+
+
+# class-body names through which a class, its metaclass or a base changes what an
+# attribute lookup on it (or on its subclasses) finds
+_CLASS_HOOKS = ("__init_subclass__", "__getattribute__", "__getattr__", "__set_name__")
+
+
+def class_hooks(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, depth: int = 0) -> Optional[str]:
+    """Why a method of ``cls`` may be replaced when ``cls`` (or a subclass) is made or
+    looked up: a metaclass (or any class keyword), or `__init_subclass__`,
+    `__getattribute__`, `__getattr__` in it or in a base the files define (followed
+    here or beside the file; a third-party base such as nn.Module is not read)."""
+    if cls.keywords:
+        return f"`class {cls.name.value}({code(cls.keywords[0])})`"
+    bound = class_bindings(cls)
+    hooked = next((name for name in _CLASS_HOOKS if name in bound), None)
+    if hooked is not None:
+        return f"{cls.name.value} defines {hooked}"
+    if depth > 8:
+        return f"the bases of {cls.name.value} are not followed"
+    for base in cls.bases:
+        name = _base_name(base.value)
+        found = resolve_class(ctx, module, name) if isinstance(base.value, cst.Name) and name else None
+        if found is not None:
+            why = class_hooks(ctx, found[0], found[1], depth + 1)
+            if why is not None:
+                return why
+    return None
+
+
+def _writes_a_namespace(node: cst.CSTNode) -> bool:
+    """A store through `x.__dict__[...]` / `vars(x)[...]`, or their `.update(...)` /
+    `.setdefault(...)` / `.__setitem__(...)`: a method set on an instance or class by name."""
+
+    def namespace(expr: cst.BaseExpression) -> bool:
+        if isinstance(expr, cst.Attribute) and expr.attr.value == "__dict__":
+            return True
+        return isinstance(expr, cst.Call) and is_name(expr.func, "vars") and len(expr.args) == 1
+
+    if isinstance(node, (cst.AssignTarget, cst.AugAssign)):
+        return any(isinstance(t, cst.Subscript) and namespace(t.value) for t in _unpacked(node.target))
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        return node.func.attr.value in ("update", "setdefault", "__setitem__") and namespace(node.func.value)
+    return False
 
 
 def self_attributes(func: cst.FunctionDef) -> Set[str]:
@@ -263,9 +312,11 @@ def _hands_over_a_class(call: cst.Call, name: str) -> bool:
         return False
     if isinstance(call.func, cst.Attribute) and call.func.attr.value == "partial" and is_name(call.func.value, "functools"):
         return False  # a factory `partial(Hiera, embed_dim=96)` only stores it
+    if is_name(call.func, "not_overridden"):
+        return False  # this rewrite's own check: `not_overridden(self, __class__, "m")` reads them
     for arg in call.args:
         value = arg.value
-        if is_name(value, name):
+        if is_name(value, name) or is_name(value, "self"):  # the class, or an instance
             return True
         if isinstance(value, cst.Attribute) and value.attr.value == "__class__":
             return True
@@ -474,6 +525,7 @@ def passed_to_a_writer(
     name: str,
     before: Optional[cst.CSTNode] = None,
     _seen: Tuple[Tuple[int, str], ...] = (),
+    after: Optional[cst.CSTNode] = None,
 ) -> Optional[str]:
     """Why ``func`` may write the tensor ``name`` holds (in place, itself or through a
     call given it), else None.  ``before``: only what runs before that node counts (the
@@ -488,13 +540,18 @@ def passed_to_a_writer(
     holders = _holders(ctx, func, name)
     for held, since in sorted(holders.items()):
         node = in_place_write(ctx, func, held)
-        if node is not None and ctx.position(node) >= since and (before is None or _runs_before(ctx, node, before)):
+        if (
+            node is not None and ctx.position(node) >= since and (before is None or _runs_before(ctx, node, before))
+            and (after is None or _runs_after(ctx, node, after))
+        ):
             return f"{name} is written in place by `{code(node).splitlines()[0]}` at line {ctx.position(node).line}"
     if len(_seen) > 8:
         return f"{name} is passed through more than 8 calls from {func.name.value}: not followed"
     calls = [n for n in walk(func.body) if isinstance(n, cst.Call)]
     for call in calls:
         if before is not None and not _runs_before(ctx, call, before):
+            continue
+        if after is not None and not _runs_after(ctx, call, after):
             continue
         given = [a for a in call.args if _hands_on(ctx, a.value, holders)]
         if not given:
@@ -515,6 +572,14 @@ def passed_to_a_writer(
                 if why is not None:
                     return f"{why} in {callee.name.value}, called by {where}"
     return None
+
+
+def _runs_after(ctx: PlanContext, node: cst.CSTNode, after: cst.CSTNode) -> bool:
+    """``node`` may run after the statement ``after`` (it comes later, or a loop holds both)."""
+    around = {id(a) for a in ctx.ancestors(after) if isinstance(a, (cst.For, cst.While))}
+    if any(id(a) in around for a in ctx.ancestors(node)):
+        return True
+    return ctx.position(node).line > ctx.span(after).end.line
 
 
 def _runs_before(ctx: PlanContext, node: cst.CSTNode, before: cst.CSTNode) -> bool:

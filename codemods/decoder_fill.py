@@ -176,8 +176,10 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
     cls = owner if isinstance(owner, cst.ClassDef) else None
     for name in dict.fromkeys([unit_mask, expand[0].value, mask]):  # type: ignore[attr-defined]
         # in place anywhere, or through a call (a method of the file, a submodule, a function)
-        # before the fill reads it: the count is taken at the reshape
-        written = written_in_place(ctx, func, name) or passed_to_a_writer(ctx, cls, func, name, before=put.line)
+        # between the reshape, where the kept units are taken, and the fill
+        written = written_in_place(ctx, func, name) or passed_to_a_writer(
+            ctx, cls, func, name, before=put.line, after=reshape_stmt.line  # type: ignore[union-attr]
+        )
         if written is not None:
             raise Refuse(f"{written}: the kept units may not be the ones the count states")
     if free_names(flow, INDEX):

@@ -495,7 +495,11 @@ class _Match:
             new[sdpa_line] = new_sdpa
         if region.old_torch is not None:
             split = self.five_d_split(reshape_args, items, permute_at, changed, "torch < 2.0's manual attention (the hasattr guard's else branch)")
-            new.update(five_d_views(self.ctx, region.old_torch, q, k, v, region.out, split, None, "torch < 2.0 (no SDPA): the manual attention on 5-D views, as before"))  # type: ignore[arg-type]
+            # (two layouts: only the windowed path's q, k, v are 4-D views of 5-D ones)
+            new.update(five_d_views(
+                self.ctx, region.old_torch, q, k, v, region.out, split, self.windowed(restore),  # type: ignore[arg-type]
+                "torch < 2.0 (no SDPA): the manual attention on 5-D views, as before",
+            ))
         if region.manual is not None:
             new.update(self.manual_tensor_scale(region, restore, reshape_args, items, permute_at, changed, q, k, v))
         return new
@@ -610,21 +614,26 @@ class _Match:
         assert region.manual is not None and region.out is not None
         split = self.five_d_split(reshape_args, items, permute_at, changed, "the manual fallback's scale needs a run-time check")
         condition = f"not ({check})" if " and " in check else f"not {check}"
-        if restore.condition is not None:
-            windowed = restore.condition
-            if restore.side == "orelse":
-                if isinstance(windowed, cst.UnaryOperation) and isinstance(windowed.operator, cst.Not):
-                    windowed_code = code(windowed.expression)
-                else:
-                    windowed_code = f"not {code(windowed)}"
-            else:
-                windowed_code = code(windowed)
-            condition = f"{windowed_code} and {condition}"
+        windowed = self.windowed(restore)
+        if windowed is not None:
+            condition = f"{windowed} and {condition}"
         return five_d_views(
             self.ctx, region.manual, q, k, v, region.out, split, condition,
             "a tensor scale broadcasts against the 5-D dims (B, heads, num_windows, T, D):\n"
             "run the manual attention on 5-D views, as before",
         )
+
+    def windowed(self, restore: _Restore) -> Optional[str]:
+        """The test that selects the 5-D (windowed) path where the output is restored under
+        `if C:` (two layouts, one SDPA call), else None (one layout)."""
+        test = restore.condition
+        if test is None:
+            return None
+        if restore.side == "body":
+            return code(test)
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            return code(test.expression)
+        return f"not {code(test)}"
 
     def five_d_split(
         self, reshape_args: List[cst.BaseExpression], items: List[_Item], permute_at: int, changed: Set[str], why: str

@@ -32,7 +32,7 @@ import libcst as cst
 from hiera_rewrite.flow import all_params, enclosing_function, enclosing_line, loaded_names, names_in, statement_names
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
-from ._calls import method_of, overridden_below, overridden_between, passed_to_a_writer, replaced, resolve_class, self_attributes, walk
+from ._calls import class_hooks, method_of, overridden_below, overridden_between, passed_to_a_writer, replaced, resolve_class, self_attributes, walk
 from ._match import code, int_value, is_name, method_call, positional, single_assign
 from ._random_mask import PURE_CALLS, get_random_mask_call, kept_count, random_mask_guard
 from ._mask import (
@@ -587,7 +587,11 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
     # class of these files may mix this class with others (its MRO may put another
     # forward between them, where super() lands, that does not take the ratio).
     reads = self_attributes(forward)
-    why = overridden_between(ctx, cls, owner, reads) or overridden_below(dict.fromkeys([ctx.module, module]), cls, reads)
+    why = (
+        class_hooks(ctx, ctx.module, cls)  # a metaclass, __getattribute__, __init_subclass__...
+        or overridden_between(ctx, cls, owner, reads)
+        or overridden_below(dict.fromkeys([ctx.module, module]), cls, reads)
+    )
     if why is not None:
         raise Refuse(f"{why}, which {owner.name.value}.forward reads: the kept count is not passed")
     flow = ctx.flow(func)

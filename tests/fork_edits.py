@@ -917,6 +917,115 @@ _op(
     ),
 )
 
+# 11: hunt 8 (2026-12-04): a class's methods replaced when it is made, looked up or built
+
+_KEEP_MORE_METHOD = _method('''
+    def _keep_more(self, x, mask_ratio):
+        """The random mask, one unit more."""
+        return Hiera.get_random_mask(self, x, mask_ratio - 1 / math.prod(self.mask_spatial_shape))
+''')
+_INIT_END = "        self.apply(partial(self._init_weights))\n"
+_KEEP_MORE_UTILS = _code('''
+    def _one_more(get_random_mask):
+        def wrapped(self, x, mask_ratio):
+            return get_random_mask(self, x, mask_ratio - 1 / math.prod(self.mask_spatial_shape))
+
+        return wrapped
+
+
+    class KeepMoreMeta(type):
+        """Makes the random mask of the classes it builds keep one unit more."""
+
+        def __new__(mcs, name, bases, ns, **kwargs):
+            if "get_random_mask" in ns:
+                ns["get_random_mask"] = _one_more(ns["get_random_mask"])
+            return super().__new__(mcs, name, bases, ns, **kwargs)
+
+
+    class KeepMore:
+        """Mixin: the random mask of each subclass keeps one unit more."""
+
+        def __init_subclass__(cls, **kwargs):
+            super().__init_subclass__(**kwargs)
+            if "get_random_mask" in vars(cls):
+                cls.get_random_mask = _one_more(vars(cls)["get_random_mask"])
+''')
+_op(
+    "metaclass_on_hiera", "11a",
+    "hiera.py: `class Hiera(..., metaclass=KeepMoreMeta)`, a metaclass of hiera_utils.py wrapping get_random_mask"
+    " (one unit more)",
+    edits=(
+        Edit("hiera_utils.py", "", "\n\n" + _KEEP_MORE_UTILS),
+        Edit("hiera.py", _UTILS_IMPORT, _UTILS_IMPORT + "from .hiera_utils import KeepMoreMeta\n"),
+        Edit("hiera.py", "class Hiera(nn.Module, PyTorchModelHubMixin):",
+             "class Hiera(nn.Module, PyTorchModelHubMixin, metaclass=KeepMoreMeta):"),
+    ),
+)
+_op(
+    "init_subclass_mixin_on_hiera", "11f",
+    "hiera.py: `class Hiera(KeepMore, nn.Module, ...)`, a mixin of hiera_utils.py whose __init_subclass__ wraps"
+    " get_random_mask (one unit more)",
+    edits=(
+        Edit("hiera_utils.py", "", "\n\n" + _KEEP_MORE_UTILS),
+        Edit("hiera.py", _UTILS_IMPORT, _UTILS_IMPORT + "from .hiera_utils import KeepMore\n"),
+        Edit("hiera.py", "class Hiera(nn.Module, ", "class Hiera(KeepMore, nn.Module, "),
+    ),
+)
+_op(
+    "init_subclass_wraps_loss", "11b",
+    "hiera.py: Hiera.__init_subclass__ wraps each subclass's own forward_loss (upstream's signature)",
+    edits=(
+        insert_before("hiera.py", "    def get_pos_embed(self) -> torch.Tensor:\n", _method('''
+            def __init_subclass__(cls, **kwargs):
+                """Every subclass's forward_loss gets its arguments as given (a hook point)."""
+                super().__init_subclass__(**kwargs)
+                own = cls.__dict__.get("forward_loss")
+                if own is not None:
+
+                    def forward_loss(self, x, pred, mask):
+                        return own(self, x, pred, mask)
+
+                    cls.forward_loss = forward_loss
+        ''') + "\n"),
+    ),
+)
+_op(
+    "instance_dict_random_mask", "11c",
+    "hiera.py: Hiera.__init__ ends with `self.__dict__[\"get_random_mask\"] = self._keep_more` (one unit more)",
+    edits=(
+        insert_after("hiera.py", _INIT_END, "        self.__dict__[\"get_random_mask\"] = self._keep_more\n"),
+        insert_before("hiera.py", "    def get_pos_embed(self) -> torch.Tensor:\n", _KEEP_MORE_METHOD + "\n"),
+    ),
+)
+_op(
+    "init_hands_self_to_a_policy", "11d",
+    "hiera.py: Hiera.__init__ ends with `apply_mask_policy(self)`, a hiera_utils.py function setting"
+    " model.get_random_mask (one unit more)",
+    edits=(
+        Edit("hiera_utils.py", "", "\n\n" + _code('''
+            def apply_mask_policy(model):
+                """A masking policy: the random mask keeps one unit more."""
+                made = model.get_random_mask
+                model.get_random_mask = lambda x, r: made(x, r - 1 / math.prod(model.mask_spatial_shape))
+        ''')),
+        Edit("hiera.py", _UTILS_IMPORT, _UTILS_IMPORT + "from .hiera_utils import apply_mask_policy\n"),
+        insert_after("hiera.py", _INIT_END, "        apply_mask_policy(self)\n"),
+    ),
+)
+_op(
+    "mae_getattribute", "11e",
+    "hiera_mae.py: the MAE's __getattribute__ caps the ratio get_random_mask gets at 0.5",
+    edits=(
+        insert_before("hiera_mae.py", "    def forward_encoder(\n", _method('''
+            def __getattribute__(self, name):
+                attr = super().__getattribute__(name)
+                if name == "get_random_mask":
+                    return lambda x, mask_ratio: attr(x, min(mask_ratio, 0.5))
+                return attr
+        ''') + "\n"),
+    ),
+)
+
 BY_NAME: Dict[str, Operator] = {op.name: op for op in OPERATORS}
 ORDER = {op.name: i for i, op in enumerate(OPERATORS)}
 

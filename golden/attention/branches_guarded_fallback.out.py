@@ -1,0 +1,108 @@
+"""Golden: the two-layout form (windowed 5-D path under `if C:`, global 4-D path in the
+else, one SDPA call under upstream's `hasattr(F, "scaled_dot_product_attention")` guard,
+the output restored under `if C:` again) whose manual fallback (torch < 2.0 runs it)
+adds a key-padding mask built in each path's own layout.  Only the windowed path's q, k,
+v become 4-D, so only there does the fallback get 5-D views: on the global path they are
+the original's own tensors (5-D views there read the batch as heads: wrong where heads ==
+B, a shape error elsewhere).  test_golden_parity_without_sdpa runs the fallback."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class GuardedPaddedAttention(nn.Module):
+    def __init__(self, dim, heads, q_stride=1, window_size=2, windowed=True):
+        super().__init__()
+        self.heads, self.q_stride, self.window_size = heads, q_stride, window_size
+        self.head_dim = dim // heads
+        self.scale = self.head_dim**-0.5
+        self.windowed = windowed
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        keep = x.norm(dim=-1) > x.norm(dim=-1).mean(dim=-1, keepdim=True)  # key padding
+        if self.windowed:
+            num_windows = N // (self.q_stride * self.window_size)
+            qkv = (
+                self.qkv(x)
+                .reshape(B, -1, num_windows, 3, self.heads, self.head_dim)
+                .permute(3, 0, 2, 4, 1, 5)
+                .flatten(2, 3)
+            )
+            q, k, v = qkv.unbind(0)
+            if self.q_stride > 1:
+                q = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values
+            pad = torch.zeros(keep.shape, dtype=x.dtype).masked_fill(~keep, -1e4)
+            pad = pad.reshape(B, -1, num_windows).transpose(1, 2)[:, None, :, None, :]
+        else:
+            qkv = self.qkv(x).reshape(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv[0], qkv[1], qkv[2]
+            pad = torch.zeros(keep.shape, dtype=x.dtype).masked_fill(~keep, -1e4)[:, None, None, :]
+        if hasattr(F, "scaled_dot_product_attention"):
+            # a float attn_mask: the original's 5-D call (math backend; fused kernels read float masks otherwise);
+            # a bool one: the additive mask the math backend makes of it, in q's dtype, 4-D
+            x = (
+                F.scaled_dot_product_attention(
+                    q.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
+                        1, 2
+                    ),
+                    k.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
+                        1, 2
+                    ),
+                    v.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
+                        1, 2
+                    ),
+                    attn_mask=pad,
+                )
+                .transpose(1, 2)
+                .flatten(1, 2)
+                if (self.windowed) and pad is not None and pad.is_floating_point()
+                else F.scaled_dot_product_attention(
+                    q,
+                    k,
+                    v,
+                    attn_mask=(
+                        (
+                            None
+                            if pad is None
+                            else q.new_zeros(pad.shape)
+                            .masked_fill(~pad, float("-inf"))[(None,) * (5 - pad.dim())]
+                            .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
+                            .transpose(1, 2)
+                            .flatten(1, 2)
+                        )
+                        if self.windowed
+                        else pad
+                    ),
+                )
+            )
+        else:
+            if self.windowed:
+                # torch < 2.0 (no SDPA): the manual attention on 5-D views, as before
+                q = q.unflatten(1, (-1, self.heads)).transpose(1, 2)
+                k = k.unflatten(1, (-1, self.heads)).transpose(1, 2)
+                v = v.unflatten(1, (-1, self.heads)).transpose(1, 2)
+            attn = (q * self.scale) @ k.transpose(-1, -2)
+            attn = attn + pad
+            attn = attn.softmax(dim=-1)
+            x = attn @ v
+            if self.windowed:
+                # back to 4-D order: the restore below transposes (1, 2), not (1, 3)
+                x = x.transpose(1, 3).transpose(1, 2)
+        if self.windowed:
+            x = x.transpose(1, 2).reshape(B, -1, C)
+        else:
+            x = x.transpose(1, 2).reshape(B, -1, C)
+        return self.proj(x)
+
+
+def golden_example():
+    # heads == B == 2 in the global stage: 5-D views there read the batch as heads
+    model = nn.Sequential(
+        GuardedPaddedAttention(8, 2, q_stride=2, window_size=4),
+        GuardedPaddedAttention(8, 2, windowed=False),
+        GuardedPaddedAttention(8, 2, window_size=2),
+    )
+    return model.double(), (torch.randn(2, 64, 8, dtype=torch.float64),)
