@@ -603,6 +603,9 @@ def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:
             at_fill = [s for s in flow.assigning(filled) if s.index < fill.index]
             if not source or not at_fill or source[-1] is not at_fill[-1]:
                 return why
+            rearranged = _rearranges_only(ctx, "undo_windowing")
+            if rearranged is not None:
+                return rearranged
             # the fill mask itself unchanged after the fill (`mask[:, 0] = True`, a call
             # writing it): the units filled are the units the returned mask shows
             owner = ctx.parent(ctx.parent(decoder))
@@ -611,7 +614,7 @@ def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:
             )
             if written is not None:
                 return f"{written}: the units {decoder.name.value} fills may not be those the mask it returns shows"
-            return _rearranges_only(ctx, "undo_windowing")
+            return None
         return why
 
 

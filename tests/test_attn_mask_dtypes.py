@@ -90,6 +90,13 @@ GOLDEN_BLOCKS = {
         lambda module: module._keep(B, N),
     ),
 }
+GOLDEN_BLOCKS["attention/branches_guarded_fallback"] = (
+    [
+        ("GuardedPaddedAttention", (DIM, 2), dict(q_stride=2, window_size=4)),
+        ("GuardedPaddedAttention", (DIM, 2), dict(windowed=False)),
+    ],
+    lambda module: module._keep(B, N),
+)
 FORK_BLOCKS = [
     ("ForkAttention", (DIM, 2), dict(use_mask_unit_attn=False)),
     ("ForkAttention", (DIM, 2), dict(q_stride=2, window_size=4, use_mask_unit_attn=True)),

@@ -20,21 +20,27 @@ class GuardedPaddedAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x):
+    def padding(self, keep, x):
+        """A float mask as given; a bool one made additive (-1e4 where padded) in x's dtype."""
+        if keep.is_floating_point():
+            return keep
+        return torch.zeros(keep.shape, dtype=x.dtype).masked_fill(~keep, -1e4)
+
+    def forward(self, x, keep=None):
         B, N, C = x.shape
-        keep = x.norm(dim=-1) > x.norm(dim=-1).mean(dim=-1, keepdim=True)  # key padding
+        if keep is None:  # key padding: the low-energy tokens
+            keep = x.norm(dim=-1) > x.norm(dim=-1).mean(dim=-1, keepdim=True)
         if self.windowed:
             num_windows = N // (self.q_stride * self.window_size)
             qkv = self.qkv(x).reshape(B, -1, num_windows, 3, self.heads, self.head_dim).permute(3, 0, 4, 2, 1, 5)
             q, k, v = qkv[0], qkv[1], qkv[2]
             if self.q_stride > 1:
                 q = q.view(B, self.heads, num_windows, self.q_stride, -1, self.head_dim).max(dim=3).values
-            pad = torch.zeros(keep.shape, dtype=x.dtype).masked_fill(~keep, -1e4)
-            pad = pad.reshape(B, -1, num_windows).transpose(1, 2)[:, None, :, None, :]
+            pad = self.padding(keep, x).reshape(B, -1, num_windows).transpose(1, 2)[:, None, :, None, :]
         else:
             qkv = self.qkv(x).reshape(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
             q, k, v = qkv[0], qkv[1], qkv[2]
-            pad = torch.zeros(keep.shape, dtype=x.dtype).masked_fill(~keep, -1e4)[:, None, None, :]
+            pad = self.padding(keep, x)[:, None, None, :]
         if hasattr(F, "scaled_dot_product_attention"):
             x = F.scaled_dot_product_attention(q, k, v, attn_mask=pad)
         else:
@@ -47,6 +53,13 @@ class GuardedPaddedAttention(nn.Module):
         else:
             x = x.transpose(1, 2).reshape(B, -1, C)
         return self.proj(x)
+
+
+def _keep(B, N):
+    """A caller's padding mask for the dtype matrix (tests/test_attn_mask_dtypes.py): no
+    window or row with every key padded."""
+    n = torch.arange(N)
+    return torch.stack([(n * 7 + b) % 5 != 0 for b in range(B)])
 
 
 def golden_example():
