@@ -21,7 +21,7 @@ from hiera_rewrite.flow import statement_names
 from hiera_rewrite.rewrite import PlanContext, Refuse
 
 from ._inplace import WHAT, InplaceFlow
-from ._match import code, dim_arg, int_args, int_value, is_name, may_setattr, method_call, positional, single_assign
+from ._match import code, dim_arg, flatten_targets, int_args, int_value, is_name, may_setattr, method_call, positional, single_assign
 
 SDPA_NAMES = {
     "torch.nn.functional.scaled_dot_product_attention",
@@ -393,14 +393,6 @@ def top_level_bindings(ctx: PlanContext) -> Counter[str]:
             name for s in ctx.module.body for name in statement_names(ctx, s)[0]
         )
     return found
-
-
-def flatten_targets(target: cst.BaseExpression) -> List[cst.BaseExpression]:
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [t for e in target.elements for t in flatten_targets(e.value)]
-    if isinstance(target, cst.StarredElement):
-        return flatten_targets(target.value)
-    return [target]
 
 
 def arithmetic(expr: cst.BaseExpression) -> bool:

@@ -20,7 +20,7 @@ from hiera_rewrite.flow import METADATA_ATTRIBUTES, METADATA_METHODS, bound_para
 from hiera_rewrite.index import Pos
 from hiera_rewrite.rewrite import PlanContext
 
-from ._match import code, is_name, may_setattr
+from ._match import code, flatten_targets, is_name, may_setattr
 
 Found = Tuple[cst.Module, cst.ClassDef]
 
@@ -167,14 +167,8 @@ def replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: st
     if defs and defs[-1].decorators:
         return f"{where} is decorated (`@{code(defs[-1].decorators[0].decorator)}`): the decorator may change what it gets or returns"
     for node in walk(module):
-        targets: List[cst.BaseExpression] = []
-        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)):
-            targets = [node.target]
-        elif isinstance(node, cst.For):
-            targets = [node.target]
-        elif isinstance(node, cst.Del):
-            targets = [node.target]
-        for target in (t for each in targets for t in _unpacked(each)):
+        stored = node.target if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.Del)) else None
+        for target in flatten_targets(stored) if stored is not None else ():
             if isinstance(target, cst.Attribute) and target.attr.value == method:
                 # `Cls.m = ...`, or `self.m = ...` in an __init__ (an instance attribute hides
                 # the class's method from every call `self.m(...)`)
@@ -226,7 +220,7 @@ def _writes_a_namespace(node: cst.CSTNode) -> bool:
         return isinstance(expr, cst.Call) and is_name(expr.func, "vars") and len(expr.args) == 1
 
     if isinstance(node, (cst.AssignTarget, cst.AugAssign)):
-        return any(isinstance(t, cst.Subscript) and namespace(t.value) for t in _unpacked(node.target))
+        return any(isinstance(t, cst.Subscript) and namespace(t.value) for t in flatten_targets(node.target))
     if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
         return node.func.attr.value in ("update", "setdefault", "__setitem__") and namespace(node.func.value)
     return False
@@ -247,12 +241,11 @@ def overridden_between(ctx: PlanContext, cls: cst.ClassDef, owner: cst.ClassDef,
     chain is not followed.  None when each class on the way leaves them all alone."""
     module, here, depth = ctx.module, cls, 0
     while here is not owner:
-        bound = class_bindings(here)
-        hit = sorted(names & set(bound)) or ([ANY_NAME] if ANY_NAME in bound else [])
         if here.decorators:
             return f"{here.name.value} is decorated (`@{code(here.decorators[0].decorator)}`)"
-        if hit:
-            return f"{here.name.value} binds `{hit[0]}`"
+        hit = _binds_one_of(here, names)
+        if hit is not None:
+            return f"{here.name.value} binds `{hit}`"
         if depth > 8 or len(here.bases) != 1 or not is_name(here.bases[0].value) or here.keywords:
             return f"the bases of {here.name.value} are not followed"
         found = resolve_class(ctx, module, here.bases[0].value.value)  # type: ignore[attr-defined]
@@ -284,11 +277,17 @@ def overridden_below(modules: Iterable[cst.Module], cls: cst.ClassDef, names: Se
     for sub in subclasses_in(modules, cls.name.value):
         if len(sub.bases) > 1:
             return f"`class {sub.name.value}` derives from {cls.name.value} and other classes: its super() may reach another class"
-        bound = class_bindings(sub)
-        hit = sorted(names & set(bound)) or ([ANY_NAME] if ANY_NAME in bound else [])
-        if hit:
-            return f"its subclass {sub.name.value} binds `{hit[0]}`"
+        hit = _binds_one_of(sub, names)
+        if hit is not None:
+            return f"its subclass {sub.name.value} binds `{hit}`"
     return None
+
+
+def _binds_one_of(cls: cst.ClassDef, names: Set[str]) -> Optional[str]:
+    """The first of ``names`` the class body binds (ANY_NAME where it may bind any), else None."""
+    bound = class_bindings(cls)
+    hit = sorted(names & set(bound))
+    return hit[0] if hit else ANY_NAME if ANY_NAME in bound else None
 
 
 def _base_name(value: cst.BaseExpression) -> Optional[str]:
@@ -301,17 +300,20 @@ def _base_name(value: cst.BaseExpression) -> Optional[str]:
 
 
 # calls that may be given a class without changing it
-_CLASS_READERS = frozenset({"isinstance", "issubclass", "super", "type", "id", "repr", "str", "print", "getattr", "hasattr"})
+_CLASS_READERS = frozenset({
+    "isinstance", "issubclass", "super", "type", "id", "repr", "str", "print", "getattr", "hasattr",
+    "partial",  # a factory `partial(Hiera, embed_dim=96)` only stores it
+})
 
 
 def _hands_over_a_class(call: cst.Call, name: str) -> bool:
     """``call`` gets the class ``name`` (or ``type(x)``, ``x.__class__``) as an argument,
     and is not one of the builtins that only read it.  (A method's own ``__class__`` is
     what this rewrite's checks pass to `not_overridden`, which only reads it.)"""
-    if is_name(call.func) and call.func.value in _CLASS_READERS | {"partial"}:  # type: ignore[attr-defined]
+    if is_name(call.func) and call.func.value in _CLASS_READERS:  # type: ignore[attr-defined]
         return False
     if isinstance(call.func, cst.Attribute) and call.func.attr.value == "partial" and is_name(call.func.value, "functools"):
-        return False  # a factory `partial(Hiera, embed_dim=96)` only stores it
+        return False
     if is_name(call.func, "not_overridden"):
         return False  # this rewrite's own check: `not_overridden(self, __class__, "m")` reads them
     for arg in call.args:
@@ -323,17 +325,6 @@ def _hands_over_a_class(call: cst.Call, name: str) -> bool:
         if isinstance(value, cst.Call) and is_name(value.func, "type") and len(value.args) == 1:
             return True
     return False
-
-
-def _unpacked(target: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
-    """The targets an assignment target stands for (through tuples, lists, starred)."""
-    if isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            yield from _unpacked(element.value)
-    elif isinstance(target, cst.StarredElement):
-        yield from _unpacked(target.value)
-    else:
-        yield target
 
 
 ANY_NAME = "*"  # a class body that may bind any name: locals()/vars()/exec/eval, global/nonlocal
@@ -351,7 +342,7 @@ def class_bindings(cls: cst.ClassDef) -> Dict[str, List[cst.CSTNode]]:
         found.setdefault(name, []).append(node)
 
     def targets(node: cst.CSTNode, target: cst.BaseExpression) -> None:
-        for each in _unpacked(target):
+        for each in flatten_targets(target):
             if isinstance(each, cst.Name):
                 add(each.value, node)
 

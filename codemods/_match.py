@@ -139,6 +139,15 @@ def is_name(node: Optional[cst.CSTNode], value: Optional[str] = None) -> bool:
     return isinstance(node, cst.Name) and (value is None or node.value == value)
 
 
+def flatten_targets(target: cst.BaseExpression) -> List[cst.BaseExpression]:
+    """The targets an assignment target stands for (through tuples, lists, starred)."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [t for e in target.elements for t in flatten_targets(e.value)]
+    if isinstance(target, cst.StarredElement):
+        return flatten_targets(target.value)
+    return [target]
+
+
 def may_setattr(node: cst.CSTNode, attr: str) -> bool:
     """``node`` is a `setattr(obj, name, value)`, or a call of some `__setattr__`
     (`type.__setattr__(cls, name, value)`, `obj.__setattr__(name, value)`), that may set

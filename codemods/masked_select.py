@@ -608,10 +608,7 @@ def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:
                 return rearranged
             # the fill mask itself unchanged after the fill (`mask[:, 0] = True`, a call
             # writing it): the units filled are the units the returned mask shows
-            owner = ctx.parent(ctx.parent(decoder))
-            written = written_in_place(ctx, decoder, filled) or passed_to_a_writer(
-                ctx, owner if isinstance(owner, cst.ClassDef) else None, decoder, filled
-            )
+            written = written_in_place(ctx, decoder, filled) or passed_to_a_writer(ctx, _class_of(ctx, decoder), decoder, filled)
             if written is not None:
                 return f"{written}: the units {decoder.name.value} fills may not be those the mask it returns shows"
             return None
