@@ -34,6 +34,7 @@ from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement
 
 from ._calls import class_hooks, method_of, overridden_below, overridden_between, passed_to_a_writer, replaced, resolve_class, self_attributes, walk
 from ._match import code, int_value, is_name, method_call, positional, single_assign
+from ._indices_mask import indicator_of
 from ._random_mask import PURE_CALLS, get_random_mask_call, kept_count, random_mask_guard
 from ._mask import (
     KEPT_TOKENS,
@@ -104,6 +105,15 @@ class EncoderTokenDrop(Rewrite):
       beside it (`from .hiera import Hiera`: as on disk, or as the same run rewrites
       it), takes the ratio.  A rewritten hiera_mae.py over an original hiera.py passes
       nothing there and says so.
+    - a mask made from the caller's kept indices, `mask = mask_from_indices(ids_keep,
+      n)` then `mask = mask.bool()` in the same block, where the function (here or in a
+      module the file imports, `from pkg.common.masking import ...`) is proven to
+      return (B, n) zeros with a 1 at each (r, ids_keep[r, j]) (an index write or a
+      `scatter` along dim 1: codemods/_indices_mask.py), and ids_keep is a parameter
+      the encoder never rebinds: the count is `ids_keep.shape[1]`, emitted with
+      `torch._assert_async((mask.sum(1) == ids_keep.shape[1]).all())`.  A row of
+      ids_keep repeating an index keeps fewer units in the original; the rewrite raises
+      there instead (the caller's data, which no file proves).
 
     torch >= 2.0 (`argsort(stable=True)`, `unflatten`).
     """ + MASK_CONTRACT
@@ -275,17 +285,19 @@ def _token_drop(
     drawn = None
     if mask not in flow.params or len(casts) != len(flow.assigning(mask)):
         drawn = _drawn_here(ctx, func, mask, line)
+    indices = None  # (the kept indices' name, the function making the mask from them)
     if drawn is None and (mask not in flow.params or len(casts) != len(flow.assigning(mask))):
+        indices, why = _from_indices(ctx, func, mask, line)
+    if indices is None and drawn is None and (mask not in flow.params or len(casts) != len(flow.assigning(mask))):
         here = flow.stmt_of(line).index
         bindings = [st for st in flow.assigning(mask) if st.index < here and st.line.body and st not in casts]
         if bindings:
-            # e.g. `mask = mask_from_indices(ids_keep, n).bool()`: True once per distinct
-            # index, so ids_keep.shape[1] per row only where no row repeats one;
-            # `mask = 1 - mask` keeps n minus a count the function is not given
+            # e.g. `mask = 1 - mask`: keeps n minus a count the function is not given
             last = bindings[-1].line
+            reason = why or "not the function's own mask argument"
             raise Refuse(
                 f"{mask} is rebuilt by `{code(last)}` at line {ctx.position(last).line}: how many units it keeps"
-                " in each row is not proven (not the function's own mask argument)"
+                f" in each row is not proven ({reason})"
             )
         raise Refuse(f"{mask} is not the function's own mask argument (reassigned or not a parameter)")
     written = written_in_place(ctx, func, mask) or stored_or_packed(ctx, func, mask)
@@ -306,9 +318,27 @@ def _token_drop(
         raise Refuse("the token drop shares its line with a compound statement")
     if names_in(ctx, unit_size) - {"self"} - flow.params:
         raise Refuse(f"the unit size `{code(unit_size)}` reads local names: it is not passed to the helper")
-    formula, maker, sources = _random_count(ctx, func, mask)
-
     x = tokens.value  # type: ignore[attr-defined]
+    if indices is not None:
+        ids, maker_name = indices
+        selected = cst.parse_expression(f"{KEPT_TOKENS}({x}, {mask}, {code(unit_size)}, {ids}.shape[1])")
+        new_line = line_with(ctx, line, {node: selected})
+        check = ctx.statement(
+            f"# {maker_name}'s mask keeps each row's {ids}: an index repeated in a row raises\n"
+            f"torch._assert_async(({mask}.sum(1) == {ids}.shape[1]).all())\n",
+            like=line, replaces=False,
+        )
+        module, helper = add_helper(ctx, func, KEPT_TOKENS)
+        return {
+            line: lambda updated: cst.FlattenSentinel(
+                [
+                    check.with_changes(leading_lines=[*updated.leading_lines, *check.leading_lines]),
+                    new_line.with_changes(leading_lines=[]),
+                ]
+            ),
+            module: helper,
+        }
+    formula, maker, sources = _random_count(ctx, func, mask)
     selected = cst.parse_expression(f"{KEPT_TOKENS}({x}, {mask}, {code(unit_size)}, {COUNT})")
     new_line = line_with(ctx, line, {node: selected})
     counting = _count_lines(ctx, line, formula)
@@ -328,6 +358,40 @@ def _token_drop(
     module, helper = add_helper(ctx, func, KEPT_TOKENS)
     edits[module] = helper
     return edits
+
+
+def _from_indices(
+    ctx: PlanContext, func: cst.FunctionDef, mask: str, line: cst.SimpleStatementLine
+) -> Tuple[Optional[Tuple[str, str]], Optional[str]]:
+    """((ids, H), None) where ``func``'s only bindings of the mask are
+
+        mask = H(ids, n)          # H proven by codemods/_indices_mask.py
+        mask = mask.bool()        # in the same block (or `.bool()` on the call)
+
+    before the drop, ids a parameter ``func`` never binds (so ``ids.shape[1]`` at the drop
+    is the width the mask was made from); else (None, why not, or None)."""
+    flow = ctx.flow(func)
+    here = flow.stmt_of(line).index
+    bindings = flow.assigning(mask)
+    if mask in flow.params or flow.compound_assigned.get(mask) or not bindings or any(st.index >= here for st in bindings):
+        return None, None
+    made = bindings[0].line
+    assign = single_assign(made) if isinstance(made, cst.SimpleStatementLine) else None
+    if assign is None or not is_name(assign[0], mask):
+        return None, None
+    value, cast = assign[1], False
+    inline = method_call(value, "bool")
+    if inline is not None and not inline[1].args:
+        value, cast = inline[0], True
+    ids, why = indicator_of(ctx, value)
+    if ids is None:
+        return None, why
+    rest = bindings[1:]
+    if not all(is_bool_cast(st.line, mask) and ctx.parent(st.line) is ctx.parent(made) for st in rest) or not (cast or rest):
+        return None, f"the mask `{code(made)}` makes is not cast to bool once, in its block, before the drop"
+    if ids not in flow.params or flow.assigning(ids) or flow.compound_assigned.get(ids):
+        return None, f"{ids} is not a parameter the function leaves bound as given"
+    return (ids, code(value.func)), None  # type: ignore[attr-defined]
 
 
 def _drawn_here(ctx: PlanContext, func: cst.FunctionDef, mask: str, line: cst.SimpleStatementLine):
