@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in_place_write, loaded_names, root_name, statement_names, tensor_aliases
+from hiera_rewrite.flow import METADATA_ATTRIBUTES, FunctionFlow, bound_parameter, enclosing_line, in_place_write, loaded_names, root_name, statement_names, tensor_aliases
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
@@ -446,27 +446,61 @@ def is_docstring(stmt: cst.CSTNode) -> bool:
     )
 
 
+# Tensor methods whose result never shares the tensor's storage (a new tensor or a
+# number); any other method may return the tensor itself or a view of it (`.detach()`,
+# `.view()`, `.bool()` on a bool tensor, `.to(...)` to its own dtype).
+FRESH_METHODS = frozenset({
+    "clone", "sum", "mean", "any", "all", "count_nonzero", "numel", "dim", "size", "item", "tolist",
+    "nonzero", "argsort", "logical_not", "logical_and", "logical_or", "cumsum", "argmax", "argmin",
+})
+
+
 def stored_or_packed(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Optional[str]:
-    """Where ``func`` stores its mask argument on an attribute or an item, or packs it
-    into a tuple, list, set or dict (`self.m = mask`, `(m,) = (mask,)`): an alias other
-    code may write, which the name-by-name alias tracking does not follow; else None."""
-    for node in loaded_names(ctx, func.body):
-        if node.value != mask or returned_as_is(ctx, node):
-            continue
-        child: cst.CSTNode = node
-        for parent in ctx.ancestors(node):
-            if isinstance(parent, (cst.Element, cst.StarredElement, cst.DictElement, cst.StarredDictElement)) and not any(
-                isinstance(a, cst.AssignTarget) for a in ctx.ancestors(parent)
-            ):
-                return f"{mask} is packed into `{code(ctx.parent(parent))}` at line {ctx.position(node).line}"
-            if isinstance(parent, cst.Assign) and parent.value is child:
-                bad = [t.target for t in parent.targets if not isinstance(t.target, cst.Name)]
-                if bad:
-                    return f"{mask} is stored by `{code(bad[0])} = ...` at line {ctx.position(node).line}"
-                break
-            if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Call, cst.Subscript)):
-                break
-            child = parent
+    """Where ``func`` stores its mask argument, or what may share its storage, on an
+    attribute or an item, or packs it into a tuple, list, set or dict (`self.m = mask`,
+    `self.m: Tensor = mask.detach()`, `(m,) = (mask,)`, `self.m = f(mask)`): an alias other
+    code may write, which the name-by-name alias tracking does not follow; else None.
+    Every local alias of the mask (``tensor_aliases``) is followed the same way."""
+    for name in sorted(tensor_aliases(ctx, func, mask)):
+        for node in loaded_names(ctx, func.body):
+            if node.value != name or returned_as_is(ctx, node):
+                continue
+            found = _held_by(ctx, node)
+            if found is not None:
+                return f"{mask} {found} at line {ctx.position(node).line}"
+    return None
+
+
+def _held_by(ctx: PlanContext, node: cst.Name) -> Optional[str]:
+    """How the value of the expression around ``node`` that may share the tensor's
+    storage ends up held beyond the local names: packed, or stored on a non-name
+    target; None when it does not (a new tensor, metadata, a local name, a return)."""
+    child: cst.CSTNode = node
+    for parent in ctx.ancestors(node):
+        if isinstance(parent, (cst.Element, cst.StarredElement, cst.DictElement, cst.StarredDictElement)) and not any(
+            isinstance(a, cst.AssignTarget) for a in ctx.ancestors(parent)
+        ):
+            return f"is packed into `{code(ctx.parent(parent))}`"
+        if isinstance(parent, (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.Lambda)):
+            return f"is held by `{code(parent)}`"
+        if isinstance(parent, cst.Attribute) and parent.value is child and parent.attr.value in METADATA_ATTRIBUTES:
+            return None
+        if isinstance(parent, cst.Call) and parent.func is child and isinstance(child, cst.Attribute):
+            if child.attr.value in FRESH_METHODS:
+                return None
+        if isinstance(parent, cst.Subscript) and parent.value is not child:
+            return None  # used as an index: the result is a new tensor
+        if isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison)):
+            return None  # a new tensor (or a bool)
+        if isinstance(parent, cst.IfExp) and parent.test is child:
+            return None
+        if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is child:
+            targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+            bad = [t for t in targets if not isinstance(t, cst.Name)]
+            return f"is stored by `{code(bad[0])} = ...`" if bad else None
+        if isinstance(parent, (cst.AugAssign, cst.Return, cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return None
+        child = parent
     return None
 
 

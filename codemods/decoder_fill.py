@@ -182,6 +182,16 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
         )
         if written is not None:
             raise Refuse(f"{written}: the kept units may not be the ones the count states")
+    # Between the reshape, where the kept units are taken, and the fill, the mask may be
+    # written through an alias other code holds (`self.m = mask` anywhere in the files,
+    # then a method writing `self.m`): only tensor arithmetic on local names runs there.
+    body = list(getattr(ctx.parent(put.line), "body", ()))
+    for stmt in body[body.index(reshape_stmt.line) : body.index(put.line)]:  # type: ignore[union-attr]
+        if not _only_tensor_arithmetic(stmt):
+            raise Refuse(
+                f"`{code(stmt)}` at line {ctx.position(stmt).line} runs between the kept units' reshape and the fill:"
+                " only tensor arithmetic on local names is proven not to write the mask there"
+            )
     if free_names(flow, INDEX):
         raise Refuse(f"the function already uses the name {INDEX}")
     if not imports_module(ctx.module, "torch"):
@@ -215,3 +225,70 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
         line: fill,
         module: helper,
     }
+
+
+# Tensor methods that make a new tensor or a view and write nothing; builtins that read.
+_ARITHMETIC_METHODS = frozenset({
+    "reshape", "view", "expand", "expand_as", "bool", "flatten", "unflatten", "unsqueeze", "squeeze", "float",
+    "double", "half", "int", "long", "to", "contiguous", "repeat", "tile", "permute", "transpose", "logical_not",
+    "size", "dim", "numel", "clone", "detach", "type_as", "view_as", "reshape_as",
+})
+_READING_BUILTINS = frozenset({"len", "tuple", "int"})
+
+
+def _only_tensor_arithmetic(stmt: cst.CSTNode) -> bool:
+    """``stmt`` assigns to local names values made only of local names (not ``self``),
+    constants, their metadata, and calls of :data:`_ARITHMETIC_METHODS`, of ``torch``
+    functions that are not in place (no ``out=``), or of :data:`_READING_BUILTINS`."""
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    for small in stmt.body:
+        if isinstance(small, cst.Pass):
+            continue
+        if isinstance(small, cst.Assign):
+            targets = [t.target for t in small.targets]
+        elif isinstance(small, cst.AnnAssign) and small.value is not None:
+            targets = [small.target]
+        else:
+            return False
+        names = [e.value if isinstance(t, (cst.Tuple, cst.List)) else t for t in targets for e in getattr(t, "elements", [t])]
+        if not all(is_name(n) for n in names) or not _arithmetic(small.value):  # type: ignore[arg-type]
+            return False
+    return True
+
+
+def _arithmetic(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.Name):
+        return node.value != "self"
+    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString, cst.Ellipsis)):
+        return True
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return all(_arithmetic(e.value) for e in node.elements)
+    if isinstance(node, cst.Attribute):
+        return node.attr.value in ("shape", "ndim", "dtype", "device") and _arithmetic(node.value)
+    if isinstance(node, cst.Subscript):
+        return _arithmetic(node.value) and all(
+            _arithmetic(e.slice.value) if isinstance(e.slice, cst.Index)
+            else all(_arithmetic(p) for p in (e.slice.lower, e.slice.upper, e.slice.step) if p is not None)  # type: ignore[attr-defined]
+            for e in node.slice
+        )
+    if isinstance(node, (cst.BinaryOperation, cst.Comparison, cst.BooleanOperation)):
+        parts = [node.left, *[c.comparator for c in node.comparisons]] if isinstance(node, cst.Comparison) else [node.left, node.right]
+        return all(_arithmetic(p) for p in parts)
+    if isinstance(node, cst.UnaryOperation):
+        return _arithmetic(node.expression)
+    if isinstance(node, cst.IfExp):
+        return all(_arithmetic(p) for p in (node.test, node.body, node.orelse))
+    if isinstance(node, cst.Call):
+        if any(a.keyword is not None and a.keyword.value == "out" for a in node.args) or not all(
+            _arithmetic(a.value) for a in node.args
+        ):
+            return False
+        func = node.func
+        if isinstance(func, cst.Name):
+            return func.value in _READING_BUILTINS
+        if isinstance(func, cst.Attribute):
+            if is_name(func.value, "torch"):
+                return not func.attr.value.endswith("_")
+            return func.attr.value in _ARITHMETIC_METHODS and _arithmetic(func.value)
+    return False

@@ -529,20 +529,27 @@ def tensor_aliases(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Set[
     of one of them (`k = mask.view(...)`: may share its storage), transitively; not
     those bound to its metadata (`n = mask.shape[1]`, :func:`tensor_root`)."""
     aliases = {name}
-    assigns: List[cst.Assign] = []
+    assigns: List[Tuple[List[cst.BaseExpression], cst.BaseExpression]] = []
 
     class _Assigns(cst.CSTVisitor):
         def visit_Assign(self, node: cst.Assign) -> None:
-            assigns.append(node)
+            assigns.append(([t.target for t in node.targets], node.value))
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:  # `m: Tensor = mask.view(...)`
+            if node.value is not None:
+                assigns.append(([node.target], node.value))
+
+        def visit_NamedExpr(self, node: cst.NamedExpr) -> None:  # `(m := mask)`
+            assigns.append(([node.target], node.value))
 
     ctx.visit(_Assigns(), func.body)
     changed = True
     while changed:
         changed = False
-        for node in assigns:
-            if tensor_root(node.value) in aliases:
-                for target in node.targets:
-                    if isinstance(target.target, cst.Name) and target.target.value not in aliases:
-                        aliases.add(target.target.value)
+        for targets, value in assigns:
+            if tensor_root(value) in aliases:
+                for target in targets:
+                    if isinstance(target, cst.Name) and target.value not in aliases:
+                        aliases.add(target.value)
                         changed = True
     return aliases

@@ -1026,6 +1026,84 @@ _op(
     ),
 )
 
+# 12: hunt 9 (2026-12-04): the mask held on self through a view or an annotated store,
+# and written through that alias by a method given nothing
+
+_REVEAL_FIRST = _method('''
+    def _reveal_first(self) -> None:
+        """Curriculum: show each row's first masked unit (in the stored mask)."""
+        m = self.vis_mask
+        first = m.logical_not().byte().argmax(dim=1)
+        m[torch.arange(m.shape[0], device=m.device), first] = True
+''')
+_op(
+    "encoder_mask_detached_on_self", "12a",
+    "hiera.py: Hiera.forward keeps `self.vis_mask = mask.detach()` and `self._reveal_first()` un-masks each row's"
+    " first masked unit through it, before the drop",
+    edits=(
+        insert_before("hiera.py", "    def get_pos_embed(self) -> torch.Tensor:\n", _REVEAL_FIRST + "\n"),
+        insert_before("hiera.py", "        # Discard masked tokens\n", _indent(8, '''
+            if mask is not None:
+                self.vis_mask = mask.detach()  # read by a visualisation hook
+                self._reveal_first()
+        ''')),
+    ),
+)
+_op(
+    "encoder_mask_annotated_on_self", "12b",
+    "hiera.py: as 12a with an annotated store, `self.vis_mask: torch.Tensor = mask`",
+    edits=(
+        insert_before("hiera.py", "    def get_pos_embed(self) -> torch.Tensor:\n", _REVEAL_FIRST + "\n"),
+        insert_before("hiera.py", "        # Discard masked tokens\n", _indent(8, '''
+            if mask is not None:
+                self.vis_mask: torch.Tensor = mask
+                self._reveal_first()
+        ''')),
+    ),
+)
+_SHIFT_STORED = _method('''
+    def _shift_stored(self) -> None:
+        """Rolls the units of the stored mask (a fork's augmentation)."""
+        self.unit_mask.copy_(self.unit_mask.roll(1, 1))
+''')
+_op(
+    "decoder_mask_detached_then_shifted", "12c",
+    "hiera_mae.py: forward_decoder keeps `self.unit_mask = mask.detach()` before the reshape and"
+    " `self._shift_stored()` rolls it just before the fill (the count unchanged)",
+    edits=(
+        insert_before("hiera_mae.py", "        mask = mask.reshape(mask.shape + (1,) * len(x.shape[2:]))\n",
+                      "        self.unit_mask = mask.detach()  # for logging\n"),
+        insert_before("hiera_mae.py", "        x_dec[mask] = x.flatten()\n", "        self._shift_stored()\n"),
+        insert_before("hiera_mae.py", "    def forward_loss(\n", _SHIFT_STORED + "\n"),
+    ),
+)
+_op(
+    "encoder_alias_shifted_by_decoder", "12d",
+    "hiera_mae.py: forward_encoder keeps `self.unit_mask = mask` after the encoder call; forward_decoder's"
+    " `self._shift_stored()` rolls it just before the fill (no store in forward_decoder)",
+    edits=(
+        insert_before("hiera_mae.py", "        # Multi-scale fusion\n", "        self.unit_mask = mask  # for the visualiser\n"),
+        insert_before("hiera_mae.py", "        x_dec[mask] = x.flatten()\n", "        self._shift_stored()\n"),
+        insert_before("hiera_mae.py", "    def forward_loss(\n", _SHIFT_STORED + "\n"),
+    ),
+)
+_op(
+    "loss_mask_detached_then_revealed", "12e",
+    "hiera_mae.py: forward_loss keeps `self.loss_mask = mask.detach()` and `self._reveal_border()` unsets its first"
+    " 8 tokens through it, before the labels",
+    edits=(
+        insert_after("hiera_mae.py", "        label: [B * num_pred_tokens, num_pixels_in_pred_patch * in_chans]\n        \"\"\"\n", _indent(8, '''
+            self.loss_mask = mask.detach()
+            self._reveal_border()
+        ''')),
+        insert_before("hiera_mae.py", "    def forward_loss(\n", _method('''
+            def _reveal_border(self) -> None:
+                """The border tokens are never scored."""
+                self.loss_mask[:, :8] = False
+        ''') + "\n"),
+    ),
+)
+
 BY_NAME: Dict[str, Operator] = {op.name: op for op in OPERATORS}
 ORDER = {op.name: i for i, op in enumerate(OPERATORS)}
 
