@@ -67,6 +67,12 @@ class DecoderFill(Rewrite):
     uint8 mask of 0/255 included), on the device (no host sync; under torch.compile inductor drops it).
     The blend `~mask * mask_tokens + mask * x_dec` that follows is left untouched, so
     dtype promotion (under autocast too) is exactly as before.
+
+    The kept units are taken where the mask is reshaped; the original fills with the
+    mask as it is at the fill.  Between the two only tensor arithmetic on local names
+    may run (no method, submodule or function call, no `self`): the decoder's mask is
+    the caller's, and code elsewhere may hold an alias of it (`self.m = mask` in
+    forward_encoder) that a method called there could write.
     """ + MASK_CONTRACT
 
     def plan(self, ctx: PlanContext) -> None:
