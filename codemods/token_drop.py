@@ -113,7 +113,8 @@ class EncoderTokenDrop(Rewrite):
       the encoder never rebinds: the count is `ids_keep.shape[1]`, emitted with
       `torch._assert_async((mask.sum(1) == ids_keep.shape[1]).all())`.  A row of
       ids_keep repeating an index keeps fewer units in the original; the rewrite raises
-      there instead (the caller's data, which no file proves).
+      there instead (the caller's data, which no file proves), in eager mode: torch.compile's
+      inductor drops the check, and a repeated index then selects a masked unit.
 
     torch >= 2.0 (`argsort(stable=True)`, `unflatten`).
     """ + MASK_CONTRACT
