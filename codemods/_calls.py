@@ -476,12 +476,10 @@ def hands_on(ctx: PlanContext, expr: cst.CSTNode, names: Set[str]) -> bool:
     return _hands_on(ctx, expr, {name: Pos(0, 0) for name in names})
 
 
-def _holders(ctx: PlanContext, func: cst.FunctionDef, name: str) -> Dict[str, Pos]:
-    """``name`` (from the start) and every name of ``func`` bound to what may hold it
-    (:func:`_hands_on`), transitively, each from the end of that binding on (from the
-    start of the outermost loop holding it): assignments, `for` targets over it,
-    `with ... as`, `:=`."""
-    bindings: List[Tuple[cst.CSTNode, cst.CSTNode, cst.CSTNode]] = []  # (value, target, binding)
+def value_bindings(func: cst.FunctionDef) -> List[Tuple[cst.CSTNode, cst.CSTNode, cst.CSTNode]]:
+    """(value, target, binding) of every binding in ``func``'s body: assignments (plain
+    and annotated), `:=`, `for` targets (the iterable as value), `with ... as`."""
+    bindings: List[Tuple[cst.CSTNode, cst.CSTNode, cst.CSTNode]] = []
     for node in walk(func.body):
         if isinstance(node, cst.Assign):
             bindings.extend((node.value, t.target, node) for t in node.targets)
@@ -493,6 +491,25 @@ def _holders(ctx: PlanContext, func: cst.FunctionDef, name: str) -> Dict[str, Po
             bindings.append((node.iter, node.target, node.iter))
         elif isinstance(node, cst.WithItem) and node.asname is not None:
             bindings.append((node.item, node.asname.name, node))
+    return bindings
+
+
+def holders_of(ctx: PlanContext, func: cst.FunctionDef, name: str) -> Dict[str, Pos]:
+    """:func:`_holders`, for the rewrites."""
+    return _holders(ctx, func, name)
+
+
+def hands_on_from(ctx: PlanContext, expr: cst.CSTNode, holders: Dict[str, Pos]) -> bool:
+    """:func:`_hands_on`, for the rewrites."""
+    return _hands_on(ctx, expr, holders)
+
+
+def _holders(ctx: PlanContext, func: cst.FunctionDef, name: str) -> Dict[str, Pos]:
+    """``name`` (from the start) and every name of ``func`` bound to what may hold it
+    (:func:`_hands_on`), transitively, each from the end of that binding on (from the
+    start of the outermost loop holding it): assignments, `for` targets over it,
+    `with ... as`, `:=`."""
+    bindings = value_bindings(func)
     holders: Dict[str, Pos] = {name: Pos(0, 0)}
     changed = True
     while changed:
@@ -606,8 +623,8 @@ def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
                 return None
             return [(ctx.context_of(owner_module), owner, method, True)]
         built = _submodules(ctx, func.attr.value)
-        if not built:
-            return None
+        if not built or registers_hooks(ctx.module):
+            return None  # (a hook the files register may run around the call, given its arguments)
         targets = []
         for value in built:
             made = resolve_class(ctx, ctx.module, value.func.value) if isinstance(value, cst.Call) and is_name(value.func) else None
@@ -628,6 +645,24 @@ def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
             return None
         return [(ctx.context_of(found_fn[0]), None, found_fn[1], False)]
     return None
+
+
+# nn.Module's hook registrations: a forward (pre-)hook runs around a submodule's call,
+# given its arguments (with_kwargs=True: its keyword arguments too)
+FORWARD_HOOKS = frozenset({
+    "register_forward_pre_hook", "register_forward_hook",
+    "register_module_forward_pre_hook", "register_module_forward_hook",
+})
+
+
+def registers_hooks(module: cst.Module) -> bool:
+    """``module`` registers a forward hook or pre-hook (on a module, or globally)."""
+    return any(
+        isinstance(node, cst.Call)
+        and (isinstance(node.func, cst.Attribute) and node.func.attr.value in FORWARD_HOOKS
+             or isinstance(node.func, cst.Name) and node.func.value in FORWARD_HOOKS)
+        for node in walk(module)
+    )
 
 
 def _bound_locally(ctx: PlanContext, call: cst.Call, name: str) -> bool:

@@ -15,8 +15,8 @@ returns a (B, n) tensor that is zero except at (r, ids_keep[r, j]):
 
 Cast to bool, row r keeps one unit per *distinct* index of ids_keep[r]: ids_keep.shape[1]
 units where no row repeats an index.  That is the caller's data, which no file proves,
-so the count is emitted with a check: ``torch._assert_async`` that every row of the mask
-keeps exactly that many units.  A row repeating an index then raises (the original
+so the count is checked: ``kept_tokens`` asserts (``torch._assert_async``) that every row
+of the mask keeps exactly that many units.  A row repeating an index then raises (the original
 keeps fewer units there); no other row count is ever selected.
 
 The vocabulary is exactly the statements above (any order of the row-index and zeros

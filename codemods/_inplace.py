@@ -36,6 +36,7 @@ import libcst as cst
 from hiera_rewrite.flow import body_of, bound_parameter, is_inplace_function, is_inplace_method, loaded_names
 from hiera_rewrite.rewrite import PlanContext
 
+from ._calls import FORWARD_HOOKS
 from ._match import code, may_setattr
 
 TENSOR = "tensor"
@@ -115,13 +116,6 @@ class Outcome:
 
 class _Unfollowed(Exception):
     """The function's shape is beyond what is followed (reason)."""
-
-
-# hooks that run around a module's forward, given its input (a pre-hook may write it)
-FORWARD_HOOKS = {
-    "register_forward_pre_hook", "register_forward_hook",
-    "register_module_forward_pre_hook", "register_module_forward_hook",
-}
 
 
 class InplaceFlow:

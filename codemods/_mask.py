@@ -14,12 +14,12 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import METADATA_ATTRIBUTES, FunctionFlow, bound_parameter, enclosing_line, in_place_write, loaded_names, root_name, statement_names, tensor_aliases
+from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in_place_write, loaded_names, root_name, statement_names, tensor_aliases
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
-from ._calls import hands_on, replaced
-from ._match import code, is_name, single_assign
+from ._calls import hands_on, hands_on_from, holders_of, replaced, value_bindings, walk
+from ._match import code, flatten_targets, is_name, single_assign
 
 
 # The helpers the mask rewrites put into the file they rewrite (one each, above the
@@ -34,11 +34,12 @@ HELPERS = {
     KEPT_TOKENS: '''
 def kept_tokens(x, mask, mu_size, num_kept=None):
     """x[mask[..., None].tile(1, mu_size, x.shape[2])]; given each row's kept count, in static shapes."""
-    if num_kept is None:
-        return x[mask[..., None].tile(1, mu_size, x.shape[2])]
+    if num_kept is None or x.dim() != 3 or mask.dim() != 2 or x.shape[:2] != (len(mask), mu_size * mask.shape[1]):
+        return x[mask[..., None].tile(1, mu_size, x.shape[2])]  # (which raises for the latter shapes)
     B, N = mask.shape
     # token n is unit n % N at position n // N: (b, t, j) is row (b * mu_size + t) * N + j
     kept = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
+    torch._assert_async((mask.sum(1) == kept.shape[1]).all())  # a count not every row's raises
     rows = torch.arange(0, B * mu_size * N, N, device=x.device).view(B, mu_size, 1) + kept[:, None]
     return x.unflatten(1, (mu_size, N)).flatten(0, 2).index_select(0, rows.flatten())
 ''',
@@ -446,61 +447,33 @@ def is_docstring(stmt: cst.CSTNode) -> bool:
     )
 
 
-# Tensor methods whose result never shares the tensor's storage (a new tensor or a
-# number); any other method may return the tensor itself or a view of it (`.detach()`,
-# `.view()`, `.bool()` on a bool tensor, `.to(...)` to its own dtype).
-FRESH_METHODS = frozenset({
-    "clone", "sum", "mean", "any", "all", "count_nonzero", "numel", "dim", "size", "item", "tolist",
-    "nonzero", "argsort", "logical_not", "logical_and", "logical_or", "cumsum", "argmax", "argmin",
-})
-
-
 def stored_or_packed(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Optional[str]:
-    """Where ``func`` stores its mask argument, or what may share its storage, on an
-    attribute or an item, or packs it into a tuple, list, set or dict (`self.m = mask`,
-    `self.m: Tensor = mask.detach()`, `(m,) = (mask,)`, `self.m = f(mask)`): an alias other
-    code may write, which the name-by-name alias tracking does not follow; else None.
-    Every local alias of the mask (``tensor_aliases``) is followed the same way."""
-    for name in sorted(tensor_aliases(ctx, func, mask)):
-        for node in loaded_names(ctx, func.body):
-            if node.value != name or returned_as_is(ctx, node):
-                continue
-            found = _held_by(ctx, node)
-            if found is not None:
-                return f"{mask} {found} at line {ctx.position(node).line}"
-    return None
-
-
-def _held_by(ctx: PlanContext, node: cst.Name) -> Optional[str]:
-    """How the value of the expression around ``node`` that may share the tensor's
-    storage ends up held beyond the local names: packed, or stored on a non-name
-    target; None when it does not (a new tensor, metadata, a local name, a return)."""
-    child: cst.CSTNode = node
-    for parent in ctx.ancestors(node):
-        if isinstance(parent, (cst.Element, cst.StarredElement, cst.DictElement, cst.StarredDictElement)) and not any(
-            isinstance(a, cst.AssignTarget) for a in ctx.ancestors(parent)
-        ):
-            return f"is packed into `{code(ctx.parent(parent))}`"
-        if isinstance(parent, (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.Lambda)):
-            return f"is held by `{code(parent)}`"
-        if isinstance(parent, cst.Attribute) and parent.value is child and parent.attr.value in METADATA_ATTRIBUTES:
-            return None
-        if isinstance(parent, cst.Call) and parent.func is child and isinstance(child, cst.Attribute):
-            if child.attr.value in FRESH_METHODS:
-                return None
-        if isinstance(parent, cst.Subscript) and parent.value is not child:
-            return None  # used as an index: the result is a new tensor
-        if isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation, cst.Comparison)):
-            return None  # a new tensor (or a bool)
-        if isinstance(parent, cst.IfExp) and parent.test is child:
-            return None
-        if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is child:
-            targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
-            bad = [t for t in targets if not isinstance(t, cst.Name)]
-            return f"is stored by `{code(bad[0])} = ...`" if bad else None
-        if isinstance(parent, (cst.AugAssign, cst.Return, cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            return None
-        child = parent
+    """Where ``func`` stores its mask argument, or anything that may hold or view it, on
+    an attribute, an item or a global (`self.m = mask`, `self.m: Tensor = mask.detach()`,
+    `extras = dict(m=mask); self.extras = extras`, `global G; G = mask`, `for self.m in
+    ...`), or packs it into a tuple, list, set or dict (`(m,) = (mask,)`): a holder other
+    code may write through, which the name-by-name tracking does not follow; else None.
+    What may hold it is :func:`codemods._calls._hands_on`'s (a call given it included)."""
+    holders = holders_of(ctx, func, mask)
+    declared = {
+        item.name.value for node in walk(func.body) if isinstance(node, (cst.Global, cst.Nonlocal)) for item in node.names
+    }
+    for value, target, binding in value_bindings(func):
+        if not hands_on_from(ctx, value, holders):
+            continue
+        for bound in flatten_targets(target):  # type: ignore[arg-type]
+            if not isinstance(bound, cst.Name) or bound.value in declared:
+                return f"{mask} is stored by `{code(bound)} = ...` at line {ctx.position(binding).line}"
+    for node in loaded_names(ctx, func.body):
+        if node.value not in holders or returned_as_is(ctx, node):
+            continue
+        for parent in ctx.ancestors(node):
+            if isinstance(parent, (cst.Element, cst.StarredElement, cst.DictElement, cst.StarredDictElement)) and not any(
+                isinstance(a, cst.AssignTarget) for a in ctx.ancestors(parent)
+            ):
+                return f"{mask} is packed into `{code(ctx.parent(parent))}` at line {ctx.position(node).line}"
+            if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Call, cst.Subscript)):
+                break
     return None
 
 

@@ -442,7 +442,7 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 s.index for s in flow.assigning(latent.value)  # type: ignore[attr-defined]
             ] and latent.value not in flow.params:  # type: ignore[attr-defined]
                 continue
-            changed = written_in_place(ctx, func, pred_mask.value)  # type: ignore[attr-defined]
+            changed = written_in_place(ctx, func, pred_mask.value) or stored_or_packed(ctx, func, pred_mask.value)  # type: ignore[attr-defined]
             unproven = again or _decoded_mask(ctx, decoder) or _fills_the_latent(ctx, cls, decoder)
             if changed or unproven:
                 ctx.refuse(call[1], f"{changed or unproven}: the masked count is not passed")
@@ -608,7 +608,11 @@ def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:
                 return rearranged
             # the fill mask itself unchanged after the fill (`mask[:, 0] = True`, a call
             # writing it): the units filled are the units the returned mask shows
-            written = written_in_place(ctx, decoder, filled) or passed_to_a_writer(ctx, _class_of(ctx, decoder), decoder, filled)
+            written = (
+                written_in_place(ctx, decoder, filled)
+                or stored_or_packed(ctx, decoder, filled)
+                or passed_to_a_writer(ctx, _class_of(ctx, decoder), decoder, filled)
+            )
             if written is not None:
                 return f"{written}: the units {decoder.name.value} fills may not be those the mask it returns shows"
             return None

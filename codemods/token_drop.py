@@ -110,8 +110,8 @@ class EncoderTokenDrop(Rewrite):
       module the file imports, `from pkg.common.masking import ...`) is proven to
       return (B, n) zeros with a 1 at each (r, ids_keep[r, j]) (an index write or a
       `scatter` along dim 1: codemods/_indices_mask.py), and ids_keep is a parameter
-      the encoder never rebinds: the count is `ids_keep.shape[1]`, emitted with
-      `torch._assert_async((mask.sum(1) == ids_keep.shape[1]).all())`.  A row of
+      the encoder never rebinds: the count is `ids_keep.shape[1]`, which `kept_tokens` checks
+      (`torch._assert_async((mask.sum(1) == kept.shape[1]).all())`).  A row of
       ids_keep repeating an index keeps fewer units in the original; the rewrite raises
       there instead (the caller's data, which no file proves), in eager mode: torch.compile's
       inductor drops the check, and a repeated index then selects a masked unit.
@@ -324,19 +324,11 @@ def _token_drop(
         ids, maker_name = indices
         selected = cst.parse_expression(f"{KEPT_TOKENS}({x}, {mask}, {code(unit_size)}, {ids}.shape[1])")
         new_line = line_with(ctx, line, {node: selected})
-        check = ctx.statement(
-            f"# {maker_name}'s mask keeps each row's {ids}: an index repeated in a row raises\n"
-            f"torch._assert_async(({mask}.sum(1) == {ids}.shape[1]).all())\n",
-            like=line, replaces=False,
-        )
+        # the count's comment, above the drop (kept_tokens checks it: a repeated index raises)
+        note = ctx.statement(f"# {maker_name}'s mask keeps each row's {ids} (an index repeated in a row raises)\npass\n", like=line, replaces=False)
         module, helper = add_helper(ctx, func, KEPT_TOKENS)
         return {
-            line: lambda updated: cst.FlattenSentinel(
-                [
-                    check.with_changes(leading_lines=[*updated.leading_lines, *check.leading_lines]),
-                    new_line.with_changes(leading_lines=[]),
-                ]
-            ),
+            line: lambda updated: new_line.with_changes(leading_lines=[*updated.leading_lines, *note.leading_lines]),
             module: helper,
         }
     formula, maker, sources = _random_count(ctx, func, mask)

@@ -1104,6 +1104,95 @@ _op(
     ),
 )
 
+# 13: hunt 10 (2026-12-04): the mask held through a local dict stored on self, a global
+# or a `for` target attribute, or written by a forward pre-hook the file registers
+
+_REVEAL_HELD = _method('''
+    def _reveal_held(self) -> None:
+        """Curriculum: show each row's first masked unit (in the held mask)."""
+        m = self.extras["mask"] if hasattr(self, "extras") else _VIS_MASK if _VIS_MASK is not None else self.vis_mask
+        first = m.logical_not().byte().argmax(dim=1)
+        m[torch.arange(m.shape[0], device=m.device), first] = True
+''')
+_BEFORE_HIERA = "class PatchEmbed("
+_op(
+    "encoder_mask_in_stored_dict", "13a",
+    "hiera.py: Hiera.forward keeps `extras = dict(mask=mask)`, `self.extras = extras`; `self._reveal_held()` un-masks"
+    " each row's first masked unit through it, before the drop",
+    edits=(
+        insert_before("hiera.py", _BEFORE_HIERA, "_VIS_MASK = None\n\n\n"),
+        insert_before("hiera.py", "    def get_pos_embed(self) -> torch.Tensor:\n", _REVEAL_HELD + "\n"),
+        insert_before("hiera.py", "        # Discard masked tokens\n", _indent(8, '''
+            if mask is not None:
+                extras = dict(mask=mask)
+                self.extras = extras
+                self._reveal_held()
+        ''')),
+    ),
+)
+_op(
+    "encoder_mask_in_a_global", "13b",
+    "hiera.py: Hiera.forward keeps the mask in a module global (`global _VIS_MASK; _VIS_MASK = mask`) and"
+    " `self._reveal_held()` un-masks each row's first masked unit through it, before the drop",
+    edits=(
+        insert_before("hiera.py", _BEFORE_HIERA, "_VIS_MASK = None\n\n\n"),
+        insert_before("hiera.py", "    def get_pos_embed(self) -> torch.Tensor:\n", _REVEAL_HELD + "\n"),
+        insert_before("hiera.py", "        # Discard masked tokens\n", _indent(8, '''
+            if mask is not None:
+                global _VIS_MASK
+                _VIS_MASK = mask  # read by the visualiser
+                self._reveal_held()
+        ''')),
+    ),
+)
+_op(
+    "encoder_mask_as_for_target", "13c",
+    "hiera.py: Hiera.forward holds a view of the mask on self through a `for` target (`for self.vis_mask in"
+    " mask[None]:`) and `self._reveal_held()` writes it, before the drop",
+    edits=(
+        insert_before("hiera.py", _BEFORE_HIERA, "_VIS_MASK = None\n\n\n"),
+        insert_before("hiera.py", "    def get_pos_embed(self) -> torch.Tensor:\n", _REVEAL_HELD + "\n"),
+        insert_before("hiera.py", "        # Discard masked tokens\n", _indent(8, '''
+            if mask is not None:
+                for self.vis_mask in mask[None]:
+                    self._reveal_held()
+        ''')),
+    ),
+)
+_op(
+    "patch_embed_pre_hook_writes_mask", "13d",
+    "hiera.py: Hiera.__init__ registers a forward pre-hook (with_kwargs) on self.patch_embed that un-masks each"
+    " row's first masked unit in the mask it is given",
+    edits=(
+        insert_after("hiera.py", "        self.apply(partial(self._init_weights))\n",
+                     "        self.patch_embed.register_forward_pre_hook(self._curriculum, with_kwargs=True)\n"),
+        insert_before("hiera.py", "    def get_pos_embed(self) -> torch.Tensor:\n", _method('''
+            def _curriculum(self, module, args, kwargs):
+                """Curriculum: show each row's first masked unit."""
+                mask = kwargs.get("mask")
+                if mask is not None:
+                    m = mask.view(mask.shape[0], -1)
+                    first = m.logical_not().byte().argmax(dim=1)
+                    m[torch.arange(m.shape[0], device=m.device), first] = True
+        ''') + "\n"),
+    ),
+)
+_op(
+    "pred_mask_in_a_global", "13e",
+    "hiera_mae.py: forward_decoder keeps its returned mask in a module global and `self._ignore_border()` marks"
+    " the first 4 tokens visible (never scored) through it",
+    edits=(
+        insert_before("hiera_mae.py", "def apply_fusion_head(", "_PRED_MASK = None\n\n\n"),
+        insert_before("hiera_mae.py", "        # Predictor projection\n",
+                      "        global _PRED_MASK\n        _PRED_MASK = mask\n        self._ignore_border()\n\n"),
+        insert_before("hiera_mae.py", "    def forward_loss(\n", _method('''
+            def _ignore_border(self) -> None:
+                """Border tokens are never scored (treated as visible)."""
+                _PRED_MASK[:, :4] = True
+        ''') + "\n"),
+    ),
+)
+
 BY_NAME: Dict[str, Operator] = {op.name: op for op in OPERATORS}
 ORDER = {op.name: i for i, op in enumerate(OPERATORS)}
 

@@ -111,7 +111,9 @@ def _run(module, x, ids_keep):
 
 def test_helper_in_another_module_of_the_package_is_read_and_the_rewrite_is_exact(tmp_path: Path):
     before, after = _pair(tmp_path)
-    assert "torch._assert_async((mask.sum(1) == ids_keep.shape[1]).all())" in Path(after.__file__).read_text()
+    text = Path(after.__file__).read_text()
+    assert "kept_tokens(x, mask, self.mu_size, ids_keep.shape[1])" in text
+    assert "torch._assert_async((mask.sum(1) == kept.shape[1]).all())" in text  # kept_tokens checks the count
     torch.manual_seed(3)
     x = torch.randn(4, 12, 3, dtype=torch.float64)
     for ids_keep in (
@@ -143,6 +145,21 @@ def test_a_repeated_index_raises_where_the_original_keeps_fewer_units(tmp_path: 
         _run(before, x, ragged)
     with pytest.raises(RuntimeError):
         _run(after, x, ragged)
+
+
+
+def test_indices_for_another_batch_raise_as_the_original_does(tmp_path: Path):
+    """ids_keep of one row (one fixed set of kept units) given images of batch 2: the
+    original's boolean index raises; the rewrite must not gather row 0's tokens and split
+    them over two rows (kept_tokens keeps the boolean index for shapes it does not fit)."""
+    before, after = _pair(tmp_path)
+    x = torch.randn(2, 12, 3, dtype=torch.float64)
+    one_row = torch.tensor([[3, 0]])
+    with pytest.raises(IndexError) as original:
+        _run(before, x, one_row)
+    with pytest.raises(IndexError) as rewritten:
+        _run(after, x, one_row)
+    assert str(rewritten.value) == str(original.value)
 
 
 NOT_PROVEN = {

@@ -37,11 +37,12 @@ def undo_windowing(x: torch.Tensor, units: List[int], unit_shape: List[int]) -> 
 
 def kept_tokens(x, mask, mu_size, num_kept=None):
     """x[mask[..., None].tile(1, mu_size, x.shape[2])]; given each row's kept count, in static shapes."""
-    if num_kept is None:
-        return x[mask[..., None].tile(1, mu_size, x.shape[2])]
+    if num_kept is None or x.dim() != 3 or mask.dim() != 2 or x.shape[:2] != (len(mask), mu_size * mask.shape[1]):
+        return x[mask[..., None].tile(1, mu_size, x.shape[2])]  # (which raises for the latter shapes)
     B, N = mask.shape
     # token n is unit n % N at position n // N: (b, t, j) is row (b * mu_size + t) * N + j
     kept = mask.logical_not().byte().argsort(dim=1, stable=True)[:, :num_kept]
+    torch._assert_async((mask.sum(1) == kept.shape[1]).all())  # a count not every row's raises
     rows = torch.arange(0, B * mu_size * N, N, device=x.device).view(B, mu_size, 1) + kept[:, None]
     return x.unflatten(1, (mu_size, N)).flatten(0, 2).index_select(0, rows.flatten())
 
