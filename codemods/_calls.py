@@ -82,10 +82,15 @@ def _top_level(ctx: PlanContext, module: cst.Module, name: str, kind: type, dept
 
 def _binds(root: cst.CSTNode, name: str) -> bool:
     """Code under ``root`` may bind ``name``: an assignment, walrus, `del`, loop or with
-    target, an import, a def or class, `global`/`nonlocal` (nested scopes included: an
-    over-approximation, never a miss)."""
+    target, an import, a def or class, `global`/`nonlocal`, a `match` capture, `except ...
+    as` (nested scopes included: an over-approximation, never a miss)."""
     for node in walk(root):
         if isinstance(node, (cst.Global, cst.Nonlocal)) and any(i.name.value == name for i in node.names):
+            return True
+        captured = getattr(node, "rest" if isinstance(node, cst.MatchMapping) else "name", None)
+        if isinstance(node, (cst.MatchAs, cst.MatchStar, cst.MatchMapping)) and is_name(captured, name):
+            return True
+        if isinstance(node, cst.ExceptHandler) and node.name is not None and is_name(node.name.name, name):
             return True
         if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node.name.value == name:
             return True
@@ -663,6 +668,16 @@ def registers_hooks(module: cst.Module) -> bool:
              or isinstance(node.func, cst.Name) and node.func.value in FORWARD_HOOKS)
         for node in walk(module)
     )
+
+
+def binds(root: cst.CSTNode, name: str) -> bool:
+    """:func:`_binds`, for the rewrites."""
+    return _binds(root, name)
+
+
+def bound_locally(ctx: PlanContext, call: cst.Call, name: str) -> bool:
+    """:func:`_bound_locally`, for the rewrites."""
+    return _bound_locally(ctx, call, name)
 
 
 def _bound_locally(ctx: PlanContext, call: cst.Call, name: str) -> bool:

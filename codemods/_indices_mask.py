@@ -32,7 +32,7 @@ import libcst as cst
 
 from hiera_rewrite.rewrite import PlanContext
 
-from ._calls import function_of
+from ._calls import bound_locally, function_of
 from ._mask import imports_module, is_docstring
 from ._match import code, int_value, is_name, method_call, positional, single_assign
 
@@ -49,6 +49,8 @@ def indicator_of(ctx: PlanContext, value: cst.BaseExpression) -> Tuple[Optional[
     if args is None or len(args) != 2 or not is_name(args[0]):
         return None, None
     name = value.func.value  # type: ignore[attr-defined]
+    if bound_locally(ctx, value, name):
+        return None, f"`{name}` is bound in the function calling it, not only by the module"
     found = function_of(ctx, ctx.module, name)
     if found is None:
         return None, None

@@ -32,7 +32,7 @@ import libcst as cst
 from hiera_rewrite.flow import all_params, enclosing_function, enclosing_line, loaded_names, names_in, statement_names
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
-from ._calls import class_hooks, method_of, overridden_below, overridden_between, passed_to_a_writer, replaced, resolve_class, self_attributes, walk
+from ._calls import binds, class_hooks, method_of, overridden_below, overridden_between, passed_to_a_writer, replaced, resolve_class, self_attributes, walk
 from ._match import code, int_value, is_name, method_call, positional, single_assign
 from ._indices_mask import indicator_of
 from ._random_mask import PURE_CALLS, get_random_mask_call, kept_count, random_mask_guard
@@ -286,7 +286,7 @@ def _token_drop(
     drawn = None
     if mask not in flow.params or len(casts) != len(flow.assigning(mask)):
         drawn = _drawn_here(ctx, func, mask, line)
-    indices = None  # (the kept indices' name, the function making the mask from them)
+    indices = None  # (the kept indices' name, the function making the mask, that statement)
     if drawn is None and (mask not in flow.params or len(casts) != len(flow.assigning(mask))):
         indices, why = _from_indices(ctx, func, mask, line)
     if indices is None and drawn is None and (mask not in flow.params or len(casts) != len(flow.assigning(mask))):
@@ -304,9 +304,15 @@ def _token_drop(
     written = written_in_place(ctx, func, mask) or stored_or_packed(ctx, func, mask)
     block = ctx.parent(func)
     owner = ctx.parent(block) if block is not None else None
-    written = written or passed_to_a_writer(ctx, owner if isinstance(owner, cst.ClassDef) else None, func, mask, before=line)
+    cls = owner if isinstance(owner, cst.ClassDef) else None
+    written = written or passed_to_a_writer(ctx, cls, func, mask, before=line)
     if written is not None:
         raise Refuse(f"{written}: how many units it keeps in each row is not proven")
+    if indices is not None:  # ids.shape[1] at the drop is the width the mask was made from
+        ids, _, made = indices
+        written = stored_or_packed(ctx, func, ids) or passed_to_a_writer(ctx, cls, func, ids, before=line, after=made)
+        if written is not None:
+            raise Refuse(f"{written}: its width at the drop is not proven the mask's count")
     clash = free_names(flow, COUNT, RATIO, "__class__")
     if clash:
         raise Refuse(f"the function already uses the name(s) {', '.join(clash)}")
@@ -321,7 +327,7 @@ def _token_drop(
         raise Refuse(f"the unit size `{code(unit_size)}` reads local names: it is not passed to the helper")
     x = tokens.value  # type: ignore[attr-defined]
     if indices is not None:
-        ids, maker_name = indices
+        ids, maker_name, _ = indices
         selected = cst.parse_expression(f"{KEPT_TOKENS}({x}, {mask}, {code(unit_size)}, {ids}.shape[1])")
         new_line = line_with(ctx, line, {node: selected})
         # the count's comment, above the drop (kept_tokens checks it: a repeated index raises)
@@ -355,8 +361,8 @@ def _token_drop(
 
 def _from_indices(
     ctx: PlanContext, func: cst.FunctionDef, mask: str, line: cst.SimpleStatementLine
-) -> Tuple[Optional[Tuple[str, str]], Optional[str]]:
-    """((ids, H), None) where ``func``'s only bindings of the mask are
+) -> Tuple[Optional[Tuple[str, str, cst.CSTNode]], Optional[str]]:
+    """((ids, H, the statement making the mask), None) where ``func``'s only bindings of the mask are
 
         mask = H(ids, n)          # H proven by codemods/_indices_mask.py
         mask = mask.bool()        # in the same block (or `.bool()` on the call)
@@ -382,9 +388,9 @@ def _from_indices(
     rest = bindings[1:]
     if not all(is_bool_cast(st.line, mask) and ctx.parent(st.line) is ctx.parent(made) for st in rest) or not (cast or rest):
         return None, f"the mask `{code(made)}` makes is not cast to bool once, in its block, before the drop"
-    if ids not in flow.params or flow.assigning(ids) or flow.compound_assigned.get(ids):
+    if ids not in flow.params or flow.assigning(ids) or flow.compound_assigned.get(ids) or binds(func.body, ids):
         return None, f"{ids} is not a parameter the function leaves bound as given"
-    return (ids, code(value.func)), None  # type: ignore[attr-defined]
+    return (ids, code(value.func), made), None  # type: ignore[attr-defined]
 
 
 def _drawn_here(ctx: PlanContext, func: cst.FunctionDef, mask: str, line: cst.SimpleStatementLine):

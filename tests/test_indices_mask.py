@@ -187,6 +187,23 @@ NOT_PROVEN = {
         "            ids_keep = ids_keep[:, :2]\n" + MAKING,
         "ids_keep is not a parameter the function leaves bound as given",
     ),
+    # hunt 10: the name the call runs, or the indices' width, other than the proof assumed
+    "the helper's name imported in the function": (
+        HELPER, "            from torch import ones as mask_from_indices\n" + MAKING,
+        "`mask_from_indices` is bound in the function calling it",
+    ),
+    "the helper's name a nested def": (
+        HELPER, "            def mask_from_indices(ids, n):\n                return torch.ones(ids.shape[0], n)\n\n" + MAKING,
+        "`mask_from_indices` is bound in the function calling it",
+    ),
+    "ids_keep captured by a match": (
+        HELPER, "            match ids_keep:\n                case ids_keep if ids_keep.numel() > 0:\n                    pass\n" + MAKING,
+        "ids_keep is not a parameter the function leaves bound as given",
+    ),
+    "ids_keep reshaped in place": (
+        HELPER, MAKING + "            ids_keep.unsqueeze_(1)\n", "ids_keep is written in place by `ids_keep.unsqueeze_(1)`",
+    ),
+    "ids_keep stored on self": (HELPER, MAKING + "            self.ids = ids_keep\n", "ids_keep is stored by `self.ids = ...`"),
     "mask rebound after the drop's count is known": (
         HELPER, MAKING + "            mask = mask.roll(1, dims=1)\n", "mask is rebuilt by `mask = mask.roll(1, dims=1)`",
     ),
