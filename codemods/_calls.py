@@ -25,12 +25,32 @@ from ._match import code, flatten_targets, is_name, may_setattr
 Found = Tuple[cst.Module, cst.ClassDef]
 
 
-def resolve_class(ctx: PlanContext, module: cst.Module, name: str, depth: int = 0) -> Optional[Found]:
+def resolve_class(
+    ctx: PlanContext, module: cst.Module, name: str, depth: int = 0, at: Optional[cst.ClassDef] = None,
+    through: Optional[List[cst.Module]] = None,
+) -> Optional[Found]:
     """The class ``name`` refers to at the top level of ``module``: defined there, or
     imported from a module beside the file (`from .hiera import Hiera`,
-    `from models.hiera import Hiera`); None when not known or bound again otherwise."""
-    found = _top_level(ctx, module, name, cst.ClassDef, depth)
+    `from models.hiera import Hiera`); None when not known or bound again otherwise.
+    ``at``: a class of ``module`` whose base ``name`` is: the binding in effect where its
+    `class` statement runs (a later `from .other import Hiera` rebinds the name for code
+    that runs afterwards, not for that base), unless a function holds the class.
+    ``through``: gets each module the name is imported through (a re-export module may
+    patch the class on import: `Hiera.get_random_mask = f`)."""
+    upto = None
+    if at is not None:
+        upto = next((i for i, s in enumerate(module.body) if s is at or any(n is at for n in walk(s))), None)
+        if upto is not None and isinstance(module.body[upto], cst.FunctionDef) and module.body[upto] is not at:
+            upto = None  # a class made when the function runs: after the module's last binding
+    found = _top_level(ctx, module, name, cst.ClassDef, depth, upto, through)
     return found  # type: ignore[return-value]
+
+
+def base_class(
+    ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, through: Optional[List[cst.Module]] = None
+) -> Optional[Found]:
+    """The class ``cls``'s one plain base (`class C(B)`) names, in ``module``."""
+    return resolve_class(ctx, module, cls.bases[0].value.value, at=cls, through=through)  # type: ignore[attr-defined]
 
 
 def function_of(ctx: PlanContext, module: cst.Module, name: str) -> Optional[Tuple[cst.Module, cst.FunctionDef]]:
@@ -38,16 +58,20 @@ def function_of(ctx: PlanContext, module: cst.Module, name: str) -> Optional[Tup
     return _top_level(ctx, module, name, cst.FunctionDef, 0)  # type: ignore[return-value]
 
 
-def _top_level(ctx: PlanContext, module: cst.Module, name: str, kind: type, depth: int):
+def _top_level(
+    ctx: PlanContext, module: cst.Module, name: str, kind: type, depth: int, upto: Optional[int] = None,
+    through: Optional[List[cst.Module]] = None,
+):
     """Imports are read as the file imports them (``PlanContext.sibling``); those of a
-    module found elsewhere (a dotted or ``..`` import) are not followed further."""
+    module found elsewhere (a dotted or ``..`` import) are not followed further.
+    ``upto``: only the module's statements before that index."""
     if depth > 3:
         return None
     here = ctx.context_of(module)
     if _rebinds_globals(module, name):
         return None
     found = None
-    for stmt in module.body:
+    for stmt in module.body[:upto]:
         if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
             if stmt.name.value == name:
                 found = (module, stmt) if isinstance(stmt, kind) else None
@@ -72,7 +96,9 @@ def _top_level(ctx: PlanContext, module: cst.Module, name: str, kind: type, dept
                 sibling = None
             else:
                 sibling = here.sibling(dotted if near else "." * dots + dotted)
-            found = _top_level(ctx, sibling, code(alias.name), kind, depth + 1) if sibling is not None else None
+            if sibling is not None and through is not None:
+                through.append(sibling)
+            found = _top_level(ctx, sibling, code(alias.name), kind, depth + 1, None, through) if sibling is not None else None
             if any(_binds(s, name) for s in stmt.body if not isinstance(s, cst.ImportFrom)):  # type: ignore[union-attr]
                 found = None  # `from m import f; f = wrap(f)`: bound again on the same line
         elif {name, "*"} & statement_names(here, stmt)[0]:
@@ -121,12 +147,16 @@ def _rebinds_globals(module: cst.Module, name: str) -> bool:
     return False
 
 
-def method_of(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: str, depth: int = 0):
+def method_of(
+    ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: str, depth: int = 0,
+    through: Optional[List[cst.Module]] = None,
+):
     """(module, class, function) defining ``method`` for ``cls``, following single bases
     (a class with several bases that does not define it: None, not resolved).  A class
     whose body binds the name other than by one `def` at its top level (a second def, a
     def under `if` or `try`, an import, a tuple assignment, `locals()[...] = ...`), or
-    that is decorated (a class decorator may replace any method), resolves to None."""
+    that is decorated (a class decorator may replace any method), resolves to None.
+    ``through``: gets each module the bases are imported through (:func:`resolve_class`)."""
     if cls.decorators:
         return None
     bound = class_bindings(cls)
@@ -137,8 +167,8 @@ def method_of(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: s
         return (module, cls, found) if found is not None else None
     if depth > 8 or len(cls.bases) != 1 or not is_name(cls.bases[0].value) or cls.keywords:
         return None
-    base = resolve_class(ctx, module, cls.bases[0].value.value)  # type: ignore[attr-defined]
-    return method_of(ctx, base[0], base[1], method, depth + 1) if base is not None else None
+    base = base_class(ctx, module, cls, through)
+    return method_of(ctx, base[0], base[1], method, depth + 1, through) if base is not None else None
 
 
 def sole_def(cls: cst.ClassDef, bindings: List[cst.CSTNode]) -> Optional[cst.FunctionDef]:
@@ -207,7 +237,7 @@ def class_hooks(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, depth: 
         return f"the bases of {cls.name.value} are not followed"
     for base in cls.bases:
         name = _base_name(base.value)
-        found = resolve_class(ctx, module, name) if isinstance(base.value, cst.Name) and name else None
+        found = resolve_class(ctx, module, name, at=cls) if isinstance(base.value, cst.Name) and name else None
         if found is not None:
             why = class_hooks(ctx, found[0], found[1], depth + 1)
             if why is not None:
@@ -253,7 +283,7 @@ def overridden_between(ctx: PlanContext, cls: cst.ClassDef, owner: cst.ClassDef,
             return f"{here.name.value} binds `{hit}`"
         if depth > 8 or len(here.bases) != 1 or not is_name(here.bases[0].value) or here.keywords:
             return f"the bases of {here.name.value} are not followed"
-        found = resolve_class(ctx, module, here.bases[0].value.value)  # type: ignore[attr-defined]
+        found = base_class(ctx, module, here)
         if found is None:
             return f"the base of {here.name.value} is not found"
         module, here, depth = found[0], found[1], depth + 1

@@ -32,7 +32,7 @@ import libcst as cst
 from hiera_rewrite.flow import all_params, enclosing_function, enclosing_line, loaded_names, names_in, statement_names
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
-from ._calls import binds, class_hooks, method_of, overridden_below, overridden_between, passed_to_a_writer, replaced, resolve_class, self_attributes, walk
+from ._calls import base_class, binds, class_hooks, method_of, overridden_below, overridden_between, passed_to_a_writer, replaced, self_attributes, walk
 from ._match import code, int_value, is_name, method_call, positional, single_assign
 from ._indices_mask import indicator_of
 from ._random_mask import PURE_CALLS, get_random_mask_call, kept_count, random_mask_guard
@@ -618,8 +618,9 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
         raise Refuse(f"{func.name.value} is not a method defined in a class body")
     if len(cls.bases) != 1 or not is_name(cls.bases[0].value) or cls.keywords:
         raise Refuse(f"{cls.name.value} does not have one plain base class: the forward super() reaches is not followed")
-    base = resolve_class(ctx, ctx.module, cls.bases[0].value.value)  # type: ignore[attr-defined]
-    target = method_of(ctx, base[0], base[1], "forward") if base is not None else None
+    chain: List[cst.Module] = []  # the modules Hiera is imported through: each may patch it
+    base = base_class(ctx, ctx.module, cls, chain)
+    target = method_of(ctx, base[0], base[1], "forward", through=chain) if base is not None else None
     if target is None:
         raise Refuse(
             f"the forward that `super().forward` reaches from {cls.name.value} is not found in this file or the"
@@ -638,7 +639,7 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
         raise Refuse(f"{owner.name.value} does not define the get_random_mask its count is read from")
     again = next(
         (
-            why for where in dict.fromkeys([module, ctx.module])  # a patch of its class in this file too
+            why for where in dict.fromkeys([module, ctx.module, *chain])  # a patch of its class here, or on the way
             for method in ("get_random_mask", "forward") if (why := replaced(ctx, where, owner, method))
         ),
         None,

@@ -8,11 +8,11 @@ import os
 import sys
 import textwrap
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from . import __version__
 from .engine import FileResult, InputError, InternalError, line_length_for, rewrite_bytes, selected_codes
-from .files import FileError, expand_paths, process_file, replan_with_siblings, unified_diff, write_checked
+from .files import FileError, expand_paths, process_file, replan_with_siblings, unified_diff, write_in_order
 from .output import FORMATS, make_output
 from .exit_codes import EXIT_CHANGED, EXIT_CLEAN, EXIT_ERROR
 from .rewrite import REGISTRY
@@ -208,16 +208,20 @@ class _Runner:
         else:
             outcomes = [process_file(job) for job in jobs]
         outcomes = replan_with_siblings(jobs, outcomes)
+        problems: Dict[str, FileError] = {}
+        if not (self.args.diff or self.args.check):
+            outcomes, problems = write_in_order(jobs, outcomes)
         for name, result, error, tb in outcomes:
             if error is not None:
                 self.error(error, tb)
                 continue
             assert result is not None
-            self.finish_file(name, result)
+            self.finish_file(name, result, problems.get(name))
         self.summary()
         return self.exit
 
-    def finish_file(self, name: str, result: FileResult) -> None:
+    def finish_file(self, name: str, result: FileResult, problem: Optional[FileError] = None) -> None:
+        """Report one file (written already, or ``problem`` writing it)."""
         self.out.file(name, result)
         if not result.changed:
             self.unchanged += 1
@@ -229,11 +233,9 @@ class _Runner:
             sys.stdout.flush()
             sys.stdout.buffer.write(unified_diff(name, result))
             sys.stdout.flush()
-        elif not self.args.check:
-            problem = write_checked(name, result.output)
-            if problem is not None:
-                self.changed -= 1
-                self.error(problem)
+        elif problem is not None:
+            self.changed -= 1
+            self.error(problem)
 
     def run_stdin(self) -> None:
         data = sys.stdin.buffer.read()

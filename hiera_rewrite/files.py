@@ -144,6 +144,56 @@ def replan_with_siblings(jobs: Sequence[Job], outcomes: List[Outcome]) -> List[O
     return outcomes
 
 
+def write_order(outcomes: Sequence[Tuple[str, Optional[FileResult]]]) -> List[Tuple[int, set]]:
+    """The changed files of ``outcomes`` (name, result), in the order to write them: a
+    file whose plan read another one's rewrite (hiera_mae.py reads hiera.py's forward)
+    after that one.  Each with the real paths of the files of this run it read so."""
+    real = [os.path.realpath(name) for name, _ in outcomes]
+    changed = {real[i] for i, (_, result) in enumerate(outcomes) if result is not None and result.changed}
+    deps = {}
+    for i, (name, result) in enumerate(outcomes):
+        if result is not None and result.changed:
+            found = {os.path.realpath(p) for s in result.consulted if (p := sibling_path(Path(name), s)) is not None}
+            deps[i] = (found & changed) - {real[i]}
+    order: List[Tuple[int, set]] = []
+    done: set = set()
+    todo = list(deps)
+    while todo:
+        ready = [i for i in todo if deps[i] <= done] or todo[:1]  # (a cycle: as given)
+        for i in ready:
+            todo.remove(i)
+            done.add(real[i])
+            order.append((i, deps[i]))
+    return order
+
+
+def write_in_order(jobs: Sequence[Job], outcomes: List[Outcome]) -> Tuple[List[Outcome], Dict[str, FileError]]:
+    """Write each changed file of ``outcomes`` (as :func:`replan_with_siblings` planned
+    them) in :func:`write_order`.  Where a write failed (read-only, say), its readers are
+    planned again against the bytes on disk before they are written: hiera_mae.py
+    rewritten against a hiera.py left as it was passes it nothing new.  Returns the
+    outcomes (re-planned ones replaced) and each failed write's error, by name."""
+    outcomes = list(outcomes)
+    disk: Dict[str, bytes] = {}  # this run's files written, as written
+    exact: set = set()  # those written as first planned: the bytes their readers' plans read
+    problems: Dict[str, FileError] = {}
+    for i, deps in write_order([(name, result) for name, result, _, _ in outcomes]):
+        again = bool(deps - exact)
+        if again:
+            outcomes[i] = process_file((*jobs[i][:4], disk))
+        name, result = outcomes[i][0], outcomes[i][1]
+        if result is None or not result.changed:
+            continue
+        problem = write_checked(name, result.output)
+        if problem is not None:
+            problems[name] = problem
+            continue
+        disk[os.path.realpath(name)] = result.output
+        if not again:
+            exact.add(os.path.realpath(name))
+    return outcomes, problems
+
+
 def write_checked(name: str, data: bytes) -> Optional[FileError]:
     """Write ``data`` over the file atomically; an error instead if it is read-only
     or the write fails."""

@@ -5,13 +5,14 @@ atomic write) is :mod:`hiera_rewrite.files`, shared with the CLI."""
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..exit_codes import EXIT_CHANGED, EXIT_CLEAN, EXIT_ERROR, EXIT_VERIFY_FAILED
-from ..files import expand_paths, process_file, replan_with_siblings, unified_diff, write_checked
+from ..files import expand_paths, process_file, replan_with_siblings, unified_diff, write_checked, write_order
 from .layout import group_files, repo_root
 from .report import FAILED, NOT_PROVEN, PASSED
 from .runner import UsageError, verify_group
@@ -150,22 +151,25 @@ def run_cli(args, codes: List[str]) -> int:
         print("verify: nothing to verify (no file would change)", file=report_out)
 
     changed = unchanged = 0
-    for name, result in results:
-        if not result.changed:
-            unchanged += 1
-            continue
+    written: set = set()
+    for i, deps in write_order(results):  # a file whose plan read another's rewrite after that one
+        name, result = results[i]
         verdict = verdicts.get(Path(name).resolve(), FAILED)
         if args.check or args.diff:
             changed += 1
         elif verdict != PASSED:
             print(f"{name}:1:1: not rewritten: verification {verdict.lower()}", file=sys.stderr)
+        elif deps - written:
+            print(f"{name}:1:1: not rewritten: it is planned against the rewrite of {sorted(deps - written)[0]}, which was not written", file=sys.stderr)
         else:
             problem = write_checked(name, result.output)
             if problem is None:
                 changed += 1
+                written.add(os.path.realpath(name))
             else:
                 print(problem, file=sys.stderr)
                 errors += 1
+    unchanged = sum(1 for _, result in results if not result.changed)
     exit_code = EXIT_ERROR if errors else (EXIT_CHANGED if changed else EXIT_CLEAN)
     # one word for one verdict: a mismatch anywhere is FAILED, else a site unproven is NOT PROVEN
     worst = FAILED if FAILED in verdicts.values() else NOT_PROVEN if NOT_PROVEN in verdicts.values() else None
