@@ -147,7 +147,9 @@ MASK_CONTRACT = """
     `hiera-rewrite --verify` on your repo is the check for those.  The emitted code
     checks at run time only that a method given a count is not overridden
     (`type(self).m is __class__.m`, `__class__` being the class defining the caller,
-    whatever the module's name for it is bound to later).
+    whatever the module's name for it is bound to later), and, on the device, that
+    each count is the mask's (`torch._assert_async` in `kept_tokens`, `masked_rows` and
+    the decoder fill: a wrong count raises in eager mode; torch.compile drops the check).
 """
 
 
