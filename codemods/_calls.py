@@ -466,11 +466,16 @@ FRESH_METHODS = frozenset({
 })
 
 
-def _hands_on(ctx: PlanContext, expr: cst.CSTNode, holders: Dict[str, Pos]) -> bool:
+Follow = Tuple[Optional[cst.ClassDef], int]  # (the class of the function, calls followed so far)
+
+
+def _hands_on(ctx: PlanContext, expr: cst.CSTNode, holders: Dict[str, Pos], follow: Optional[Follow] = None) -> bool:
     """Whether ``expr``'s value may be (or hold, or view) a tensor a name in ``holders``
     holds: `m`, `m.view(...)[0]`, `m if c else None`, `[m]`, `f(m)`, `a or m`; not
     `m.shape[1]`, `m.sum() > 0`, `m.clone()` (a new value), `x * m.bool()`, `x[m]`.  A name holds it
-    from where it may be bound to it on (``holders``: name -> that position)."""
+    from where it may be bound to it on (``holders``: name -> that position).
+    ``follow``: (the class of the function ``expr`` is in, depth): a call given it is
+    followed (:func:`_may_return`) rather than taken to return it."""
     for node in walk(expr):
         if not (isinstance(node, cst.Name) and node.value in holders and ctx.position(node) >= holders[node.value]):
             continue
@@ -490,6 +495,8 @@ def _hands_on(ctx: PlanContext, expr: cst.CSTNode, holders: Dict[str, Pos]) -> b
                     and isinstance(child, cst.Attribute)
                     and child.attr.value in METADATA_METHODS | FRESH_METHODS
                 )
+                if ok and follow is not None and parent.func is not child:
+                    ok = _may_return(ctx, follow, parent, holders)
             elif isinstance(parent, cst.IfExp):
                 ok = parent.test is not child
             elif isinstance(parent, cst.Comparison):
@@ -504,6 +511,82 @@ def _hands_on(ctx: PlanContext, expr: cst.CSTNode, holders: Dict[str, Pos]) -> b
         else:
             return True
     return False
+
+
+def _may_return(ctx: PlanContext, follow: Follow, call: cst.Call, holders: Dict[str, Pos]) -> bool:
+    """Whether ``call``, given what a name of ``holders`` holds, may return it (or a view of
+    it): not where every function it may run is the files' own (a method, a submodule's
+    forward, a module function: ``_callees``) and none returns or yields what may hold the
+    parameter bound to it.  (What a callee keeps otherwise is :func:`kept_by_a_call`'s.)"""
+    cls, depth = follow
+    targets = _callees(ctx, cls, call) if depth < 6 else None
+    if not targets:
+        # not known, or torch's or a builtin (`torch.flatten(m)` is a view of m, `dict(m=m)`
+        # holds it); only a submodule built by code not in the files (README: out of
+        # contract, as for writing it) is taken to return a new tensor
+        func = call.func
+        return not (
+            targets == [] and cls is not None and isinstance(func, cst.Attribute) and is_name(func.value, "self")
+            and method_of(ctx, ctx.module, cls, func.attr.value) is None and bool(_submodules(ctx, func.attr.value))
+            and not _torch_or_builtin(ctx, call)
+        )
+    given = [a for a in call.args if _hands_on(ctx, a.value, holders)]
+    for callee_ctx, callee_cls, callee, bound_self in targets:
+        inside = (callee_cls, depth + 1)
+        for arg in given:
+            param = bound_parameter(callee, call, arg, bound_self=bound_self)
+            if param is None:
+                return True
+            inner = _holders(callee_ctx, callee, param, inside)
+            for node in walk(callee.body):
+                if isinstance(node, (cst.Return, cst.Yield)) and node.value is not None and _hands_on(callee_ctx, node.value, inner, inside):
+                    return True
+    return False
+
+
+def kept_by_a_call(
+    ctx: PlanContext, cls: Optional[cst.ClassDef], func: cst.FunctionDef, name: str, proven: Optional[cst.CSTNode] = None
+) -> Optional[str]:
+    """Why a call in ``func`` given what may hold the tensor ``name`` holds may keep it
+    beyond its local names (a callee of the files storing it on an attribute, an item or a
+    global, transitively; a call not followed), else None.  ``cls``: ``func``'s class;
+    ``proven``: a statement whose calls are proven otherwise (the indices' mask maker)."""
+    skip = {id(n) for n in walk(proven)} if proven is not None else set()
+    return _kept(ctx, (cls, 0), func, _holders(ctx, func, name, (cls, 0)), name, skip)
+
+
+def _kept(
+    ctx: PlanContext, follow: Follow, func: cst.FunctionDef, holders: Dict[str, Pos], name: str, skip: Set[int] = frozenset()  # type: ignore[assignment]
+) -> Optional[str]:
+    cls, depth = follow
+    for call in walk(func.body):
+        if not isinstance(call, cst.Call) or id(call) in skip:
+            continue
+        given = [a for a in call.args if _hands_on(ctx, a.value, holders, follow)]
+        if not given:
+            continue
+        where = f"`{code(call).splitlines()[0]}` at line {ctx.position(call).line}"
+        targets = _callees(ctx, cls, call) if depth < 6 else None
+        if targets is None:
+            return f"{name} is passed to {where}, which may keep it"
+        for callee_ctx, callee_cls, callee, bound_self in targets:
+            inside = (callee_cls, depth + 1)
+            for arg in given:
+                param = bound_parameter(callee, call, arg, bound_self=bound_self)
+                if param is None:
+                    return f"{name} is passed to {where}, whose parameter for it is not plain"
+                inner = _holders(callee_ctx, callee, param, inside)
+                declared = {i.name.value for n in walk(callee.body) if isinstance(n, (cst.Global, cst.Nonlocal)) for i in n.names}
+                for value, target, binding in value_bindings(callee):
+                    if not _hands_on(callee_ctx, value, inner, inside):
+                        continue
+                    for bound in flatten_targets(target):  # type: ignore[arg-type]
+                        if not isinstance(bound, cst.Name) or bound.value in declared:
+                            return f"{name} is kept by `{code(bound)} = ...` in {callee.name.value}, called by {where}"
+                why = _kept(callee_ctx, inside, callee, inner, name)
+                if why is not None:
+                    return why
+    return None
 
 
 def hands_on(ctx: PlanContext, expr: cst.CSTNode, names: Set[str]) -> bool:
@@ -529,28 +612,29 @@ def value_bindings(func: cst.FunctionDef) -> List[Tuple[cst.CSTNode, cst.CSTNode
     return bindings
 
 
-def holders_of(ctx: PlanContext, func: cst.FunctionDef, name: str) -> Dict[str, Pos]:
-    """:func:`_holders`, for the rewrites."""
-    return _holders(ctx, func, name)
+def holders_of(ctx: PlanContext, func: cst.FunctionDef, name: str, cls: Optional[cst.ClassDef]) -> Dict[str, Pos]:
+    """:func:`_holders`, for the rewrites: calls of the files' own functions followed
+    (``cls``: the class ``func`` is a method of)."""
+    return _holders(ctx, func, name, (cls, 0))
 
 
-def hands_on_from(ctx: PlanContext, expr: cst.CSTNode, holders: Dict[str, Pos]) -> bool:
-    """:func:`_hands_on`, for the rewrites."""
-    return _hands_on(ctx, expr, holders)
+def hands_on_from(ctx: PlanContext, expr: cst.CSTNode, holders: Dict[str, Pos], cls: Optional[cst.ClassDef]) -> bool:
+    """:func:`_hands_on`, for the rewrites, as :func:`holders_of`."""
+    return _hands_on(ctx, expr, holders, (cls, 0))
 
 
-def _holders(ctx: PlanContext, func: cst.FunctionDef, name: str) -> Dict[str, Pos]:
+def _holders(ctx: PlanContext, func: cst.FunctionDef, name: str, follow: Optional[Follow] = None) -> Dict[str, Pos]:
     """``name`` (from the start) and every name of ``func`` bound to what may hold it
     (:func:`_hands_on`), transitively, each from the end of that binding on (from the
     start of the outermost loop holding it): assignments, `for` targets over it,
-    `with ... as`, `:=`."""
+    `with ... as`, `:=`.  ``follow``: as :func:`_hands_on`'s."""
     bindings = value_bindings(func)
     holders: Dict[str, Pos] = {name: Pos(0, 0)}
     changed = True
     while changed:
         changed = False
         for value, target, binding in bindings:
-            if not _hands_on(ctx, value, holders):
+            if not _hands_on(ctx, value, holders, follow):
                 continue
             loops = [a for a in ctx.ancestors(binding) if isinstance(a, (cst.For, cst.While, cst.CompFor))]
             since = ctx.position(loops[-1]) if loops else ctx.span(binding).end
@@ -638,16 +722,21 @@ _PURE_BUILTINS = frozenset({
 })
 
 
+def _torch_or_builtin(ctx: PlanContext, call: cst.Call) -> bool:
+    """``call`` runs one of torch's functions or a builtin (none in place, no exec/eval)."""
+    qualified = ctx.qualified_names(call.func)
+    return bool(qualified) and all(
+        (q.startswith("torch.") or q.startswith("builtins.")) and not q.endswith("_") and q not in ("builtins.exec", "builtins.eval")
+        for q in qualified
+    )
+
+
 def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
     """The functions ``call`` may run, each as (context, class, function, bound_self), to
     follow; [] for torch's functions and the builtins (not in place: in_place_write sees
     those) and for a submodule built by code not in the files (out of contract: README,
     "What the rewrite assumes"); None when not known."""
-    qualified = ctx.qualified_names(call.func)
-    if qualified and all(
-        (q.startswith("torch.") or q.startswith("builtins.")) and not q.endswith("_") and q not in ("builtins.exec", "builtins.eval")
-        for q in qualified
-    ):
+    if _torch_or_builtin(ctx, call):
         return []
     func = call.func
     if isinstance(func, cst.Attribute) and is_name(func.value, "self") and cls is not None:

@@ -18,7 +18,7 @@ from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
-from ._calls import hands_on, hands_on_from, holders_of, replaced, value_bindings, walk
+from ._calls import hands_on, hands_on_from, holders_of, kept_by_a_call, replaced, value_bindings, walk
 from ._match import code, flatten_targets, is_name, single_assign
 
 
@@ -449,19 +449,25 @@ def is_docstring(stmt: cst.CSTNode) -> bool:
     )
 
 
-def stored_or_packed(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Optional[str]:
+def stored_or_packed(ctx: PlanContext, func: cst.FunctionDef, mask: str, proven: Optional[cst.CSTNode] = None) -> Optional[str]:
     """Where ``func`` stores its mask argument, or anything that may hold or view it, on
     an attribute, an item or a global (`self.m = mask`, `self.m: Tensor = mask.detach()`,
     `extras = dict(m=mask); self.extras = extras`, `global G; G = mask`, `for self.m in
     ...`), or packs it into a tuple, list, set or dict (`(m,) = (mask,)`): a holder other
     code may write through, which the name-by-name tracking does not follow; else None.
-    What may hold it is :func:`codemods._calls._hands_on`'s (a call given it included)."""
-    holders = holders_of(ctx, func, mask)
+    What may hold it is :func:`codemods._calls._hands_on`'s: a call's result, unless every
+    function it runs is the files' own and returns nothing that may hold it; and a call
+    of the files storing it, transitively (:func:`codemods._calls.kept_by_a_call`; but
+    not the calls of ``proven``, a statement proven otherwise)."""
+    block = ctx.parent(func)
+    cls = ctx.parent(block) if block is not None else None
+    cls = cls if isinstance(cls, cst.ClassDef) else None
+    holders = holders_of(ctx, func, mask, cls)
     declared = {
         item.name.value for node in walk(func.body) if isinstance(node, (cst.Global, cst.Nonlocal)) for item in node.names
     }
     for value, target, binding in value_bindings(func):
-        if not hands_on_from(ctx, value, holders):
+        if not hands_on_from(ctx, value, holders, cls):
             continue
         for bound in flatten_targets(target):  # type: ignore[arg-type]
             if not isinstance(bound, cst.Name) or bound.value in declared:
@@ -476,7 +482,7 @@ def stored_or_packed(ctx: PlanContext, func: cst.FunctionDef, mask: str) -> Opti
                 return f"{mask} is packed into `{code(ctx.parent(parent))}` at line {ctx.position(node).line}"
             if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Call, cst.Subscript)):
                 break
-    return None
+    return kept_by_a_call(ctx, cls, func, mask, proven)
 
 
 def returned_as_is(ctx: PlanContext, name: cst.Name) -> bool:

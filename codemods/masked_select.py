@@ -261,12 +261,10 @@ def _gaining(ctx: PlanContext, func: cst.FunctionDef, lines: List[cst.SimpleStat
     if again is not None:
         raise Refuse(f"{again}: its callers' count may not be for the mask it selects with")
     (mask,) = masks
-    stored = stored_or_packed(ctx, func, mask)
-    if stored is not None:
-        raise Refuse(f"{stored}: how many tokens it selects in each row is not proven")
     if [s for s in flow.assigning(mask) if not is_bool_cast(s.line, mask)] or flow.compound_assigned.get(mask):
         raise Refuse(f"the mask argument {mask} is reassigned in {func.name.value}")
     written = written_in_place(ctx, func, mask) or written_by_a_call(ctx, cls, func, mask, ordered=True)
+    written = written or stored_or_packed(ctx, func, mask)
     if written is not None:
         raise Refuse(f"{written}: how many tokens it selects in each row is not proven")
     return _Method(func, mask)

@@ -310,7 +310,7 @@ def _token_drop(
         raise Refuse(f"{written}: how many units it keeps in each row is not proven")
     if indices is not None:  # ids.shape[1] at the drop is the width the mask was made from
         ids, _, made = indices
-        written = stored_or_packed(ctx, func, ids) or passed_to_a_writer(ctx, cls, func, ids, before=line, after=made)
+        written = stored_or_packed(ctx, func, ids, proven=made) or passed_to_a_writer(ctx, cls, func, ids, before=line, after=made)
         if written is not None:
             raise Refuse(f"{written}: its width at the drop is not proven the mask's count")
     clash = free_names(flow, COUNT, RATIO, "__class__")
