@@ -214,6 +214,59 @@ def replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: st
             return f"`{code(node)}`{_at(ctx, module, node)} is given the class {cls.name.value} (or an instance): it may replace {where}"
         if _writes_a_namespace(node):
             return f"`{code(node)}`{_at(ctx, module, node)} writes an object's namespace: it may replace {where}"
+    for name, other in imported_modules(ctx, [module, ctx.module]):
+        why = _patches(other, cls.name.value, method)
+        if why is not None:
+            return f"`{why}` in `{name}`, a module the files import, may replace {where}"
+    return None
+
+
+def imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int = 16) -> List[Tuple[str, cst.Module]]:
+    """The modules ``roots`` import from their package (`from . import m`, `from .m import
+    f`, transitively, read as the files import them), and the package's `__init__`: code
+    that runs when the files are imported, which may patch their classes
+    (`Hiera.get_random_mask = f` in a module `hiera_mae.py` imports for that)."""
+    seen = {id(m) for m in roots}
+    found: List[Tuple[str, cst.Module]] = []
+    pending = list(roots)
+    init = ctx.sibling("__init__")
+    if init is not None and id(init) not in seen:
+        seen.add(id(init))
+        found.append(("__init__", init))
+        pending.append(init)
+    while pending and len(found) < limit:
+        here = pending.pop(0)
+        where = ctx.context_of(here)
+        for node in walk(here):
+            if not (isinstance(node, cst.ImportFrom) and node.relative):
+                continue
+            dots = "." * len(node.relative)
+            base = dots + code(node.module) if node.module is not None else dots
+            names = [base] if node.module is not None else []
+            if not isinstance(node.names, cst.ImportStar):
+                names += [(base + "." if node.module is not None else base) + code(a.name) for a in node.names]
+            for name in names:
+                module = where.sibling(name)
+                if module is not None and id(module) not in seen:
+                    seen.add(id(module))
+                    found.append((name, module))
+                    pending.append(module)
+    return found
+
+
+def _patches(module: cst.Module, cls: str, method: str) -> Optional[str]:
+    """The first statement of ``module`` that may set ``<cls>.<method>`` on the class, by
+    its name: `Hiera.m = f` (`hiera.Hiera.m = f`), `setattr(Hiera, ...)`, or a call given
+    the class (`patch(Hiera)`).  (What other code sets on an instance at run time is out
+    of contract: README, "What the rewrite assumes".)"""
+    for node in walk(module):
+        stored = node.target if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.Del)) else None
+        for t in flatten_targets(stored) if stored is not None else ():  # type: ignore[arg-type]
+            if isinstance(t, cst.Attribute) and t.attr.value == method and _base_name(t.value) == cls:
+                return code(t) + " = ..."
+        if isinstance(node, cst.Call) and not (is_name(node.func) and node.func.value in _CLASS_READERS):  # type: ignore[attr-defined]
+            if any(_base_name(a.value) == cls for a in node.args):
+                return code(node).splitlines()[0]
     return None
 
 

@@ -60,8 +60,18 @@ def expand_paths(paths: Sequence[str]) -> Tuple[List[str], List[FileError]]:
         else:
             errors.append(FileError(name, 1, 1, "no such file or directory"))
     unique: dict = {}  # a file named twice (or via a folder too) is done once
+    folders: Dict[str, set] = {}  # real path -> the real folders it is named in
     for f in files:
-        unique.setdefault(os.path.realpath(f), f)
+        real = os.path.realpath(f)
+        unique.setdefault(real, f)
+        folders.setdefault(real, {os.path.dirname(real)}).add(os.path.realpath(os.path.dirname(os.path.abspath(f))))
+    for real, where in folders.items():
+        if len(where) > 1:  # a link to a file of another folder: imported beside other modules there
+            errors.append(FileError(
+                unique.pop(real), 1, 1,
+                f"a link to {real}, a file of another folder: the modules beside it differ between its folders, not rewritten"
+                " (rewrite the file itself, in its own folder)",
+            ))
     return list(unique.values()), errors
 
 
@@ -70,7 +80,15 @@ def sibling_path(path: Path, name: str) -> Optional[Path]:
     (``hiera_utils``); a relative one from its folder (``.hiera_utils``, ``..layers.utils``);
     a dotted absolute one (``models.layers.hiera_utils``) under the nearest folder of the
     file's own path named like its first part (the root that makes the file importable
-    as ``models....`` too). None when there is none such."""
+    as ``models....`` too). None when there is none such, or when a package of that name
+    (a folder with ``__init__.py``) is there too: Python imports the package, not the file."""
+    found = _module_file(path, name)
+    if found is not None and (found.with_suffix("") / "__init__.py").is_file():
+        return None
+    return found
+
+
+def _module_file(path: Path, name: str) -> Optional[Path]:
     dots = len(name) - len(name.lstrip("."))
     parts = name.lstrip(".").split(".")
     if not all(parts):

@@ -77,7 +77,7 @@ def test_a_patch_in_the_module_the_mae_imports_hiera_through_is_seen():
     assert plain.applied, plain.message  # the re-export alone is followed
     patched = _encoder_report(mae, {"backbones": BACKBONES.format(patch=PATCH).encode()})
     assert not patched.applied
-    assert "`Hiera.get_random_mask = ...`" in patched.message and "replaces Hiera.get_random_mask" in patched.message
+    assert "`Hiera.get_random_mask = ...`" in patched.message and "replace Hiera.get_random_mask" in patched.message
 
 
 def test_a_base_is_the_binding_where_the_class_statement_runs():
@@ -91,3 +91,38 @@ def test_a_base_is_the_binding_where_the_class_statement_runs():
     # control: the first class on hiera_fast's Hiera takes it
     moved = _encoder_report(mae.replace(IMPORT, IMPORT.replace(".hiera", ".hiera_fast")), modules)
     assert moved.applied, moved.message
+
+
+MASKING = BACKBONES.replace("from .hiera import Hiera, HieraBlock\n", "from .hiera import Hiera\n")
+LOSSES = '''from .hiera_mae import MaskedAutoencoderHiera
+
+
+def l1_loss(self, x, mask):
+    return (self.forward_encoder(x, 0.5)[0].abs().mean(), None, None, None)
+{patch}'''
+
+
+def test_a_patch_in_any_module_the_files_import_is_seen():
+    """hunt 12: `from . import masking` in hiera_mae.py, whose import replaces
+    Hiera.get_random_mask (it is not the module Hiera is imported through)."""
+    mae = _upstream("hiera_mae.py").decode().replace(IMPORT, IMPORT + "from . import masking  # noqa: F401\n")
+    plain = _encoder_report(mae, {"masking": MASKING.format(patch="").encode()})
+    assert plain.applied, plain.message
+    patched = _encoder_report(mae, {"masking": MASKING.format(patch=PATCH).encode()})
+    assert not patched.applied
+    assert "`Hiera.get_random_mask = ...` in `.masking`, a module the files import" in patched.message, patched.message
+
+
+def test_a_patch_of_the_mae_in_a_module_it_imports_stops_hr005():
+    mae = _upstream("hiera_mae.py").decode() + "\n\nfrom . import losses  # noqa: E402,F401\n"
+    hiera = _rewritten_hiera()
+
+    def reports(patch: str):
+        beside = {"hiera": hiera, "hiera_utils": _upstream("hiera_utils.py"), "losses": LOSSES.format(patch=patch).encode()}
+        result = rewrite_bytes(mae.encode(), siblings=lambda name: beside.get(name.lstrip(".")))
+        return [r for r in result.reports if r.code == "HR005"]
+
+    assert all(r.applied for r in reports("")), reports("")
+    patched = reports("\n\nMaskedAutoencoderHiera.forward_loss = l1_loss\n")
+    assert not all(r.applied for r in patched)
+    assert any("`MaskedAutoencoderHiera.forward_loss = ...` in `.losses`" in r.message for r in patched), patched

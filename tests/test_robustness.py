@@ -213,6 +213,23 @@ def test_write_atomic_through_a_symlink_keeps_the_link(tmp_path):
     assert real.read_bytes() != GOLDEN_IN
 
 
+
+def test_a_link_to_a_file_of_another_folder_is_not_rewritten(tmp_path, capsys):
+    """hunt 12: pkgB/m.py -> ../pkgA/m.py, the two folders given: the file was planned
+    once, against pkgA's modules, though pkgB imports it beside other ones."""
+    for pkg in ("pkgA", "pkgB"):
+        (tmp_path / pkg).mkdir()
+    real = tmp_path / "pkgA" / "m.py"
+    real.write_bytes(GOLDEN_IN)
+    (tmp_path / "pkgB" / "m.py").symlink_to(Path("..") / "pkgA" / "m.py")
+    assert cli.main([str(tmp_path / "pkgA"), str(tmp_path / "pkgB")]) == 2
+    assert real.read_bytes() == GOLDEN_IN
+    err = capsys.readouterr().err
+    assert "a file of another folder: the modules beside it differ between its folders, not rewritten" in err
+    assert cli.main([str(tmp_path / "pkgB" / "m.py")]) == 2  # the link alone: the same
+    assert real.read_bytes() == GOLDEN_IN
+    assert cli.main([str(real)]) == 1  # the file itself, in its own folder
+
 # -- skip markers ----------------------------------------------------------------------
 
 

@@ -33,6 +33,18 @@ def test_sibling_path(tmp_path: Path):
     assert sibling_path(f, "other.hiera_utils") is None  # no folder named so: not guessed
 
 
+
+def test_a_package_beside_a_module_of_the_same_name_is_what_python_imports(tmp_path: Path):
+    """`pkg/hiera.py` beside a package `pkg/hiera/` (a module moved into a package, the old
+    file left): `from .hiera import Hiera` imports the package; the file proves nothing."""
+    f = tmp_path / "pkg" / "hiera_mae.py"
+    (tmp_path / "pkg" / "hiera").mkdir(parents=True)
+    (tmp_path / "pkg" / "hiera.py").write_text("class Hiera: pass\n")
+    assert sibling_path(f, ".hiera") == f.parent / "hiera.py"  # a folder without __init__.py: the file
+    (tmp_path / "pkg" / "hiera" / "__init__.py").write_text("from .hiera import Hiera\n")
+    assert sibling_path(f, ".hiera") is None
+    assert sibling_reader(f)(".hiera") is None
+
 def _layout(tmp_path: Path, mae_import: str, utils_at: str, decoy: bool = False, upsample: bool = False) -> Path:
     """models/hiera.py and models/hiera_mae.py from upstream, hiera_utils.py at ``utils_at``
     (under the repo), hiera_mae.py importing undo_windowing by ``mae_import``."""
