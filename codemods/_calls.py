@@ -597,6 +597,25 @@ def _may_return(ctx: PlanContext, follow: Follow, call: cst.Call, holders: Dict[
     return False
 
 
+def _stored(ctx: PlanContext, func: cst.FunctionDef, holders: Dict[str, Pos], follow: Follow):
+    """(the target, its binding) where ``func`` binds what may hold the tensor (``holders``)
+    to other than a local name: an attribute, an item, a `global`/`nonlocal` name; else None."""
+    declared = {i.name.value for n in walk(func.body) if isinstance(n, (cst.Global, cst.Nonlocal)) for i in n.names}
+    for value, target, binding in value_bindings(func):
+        if _hands_on(ctx, value, holders, follow):
+            for bound in flatten_targets(target):  # type: ignore[arg-type]
+                if not isinstance(bound, cst.Name) or bound.value in declared:
+                    return bound, binding
+    return None
+
+
+def stored_to_a_holder(ctx: PlanContext, func: cst.FunctionDef, name: str, cls: Optional[cst.ClassDef]):
+    """:func:`_stored` for the tensor ``name`` holds, calls of the files followed (``cls``:
+    ``func``'s class); and its holders."""
+    holders = _holders(ctx, func, name, (cls, 0))
+    return _stored(ctx, func, holders, (cls, 0)), holders
+
+
 def kept_by_a_call(
     ctx: PlanContext, cls: Optional[cst.ClassDef], func: cst.FunctionDef, name: str, proven: Optional[cst.CSTNode] = None
 ) -> Optional[str]:
@@ -629,13 +648,9 @@ def _kept(
                 if param is None:
                     return f"{name} is passed to {where}, whose parameter for it is not plain"
                 inner = _holders(callee_ctx, callee, param, inside)
-                declared = {i.name.value for n in walk(callee.body) if isinstance(n, (cst.Global, cst.Nonlocal)) for i in n.names}
-                for value, target, binding in value_bindings(callee):
-                    if not _hands_on(callee_ctx, value, inner, inside):
-                        continue
-                    for bound in flatten_targets(target):  # type: ignore[arg-type]
-                        if not isinstance(bound, cst.Name) or bound.value in declared:
-                            return f"{name} is kept by `{code(bound)} = ...` in {callee.name.value}, called by {where}"
+                stored = _stored(callee_ctx, callee, inner, inside)
+                if stored is not None:
+                    return f"{name} is kept by `{code(stored[0])} = ...` in {callee.name.value}, called by {where}"
                 why = _kept(callee_ctx, inside, callee, inner, name)
                 if why is not None:
                     return why
@@ -663,17 +678,6 @@ def value_bindings(func: cst.FunctionDef) -> List[Tuple[cst.CSTNode, cst.CSTNode
         elif isinstance(node, cst.WithItem) and node.asname is not None:
             bindings.append((node.item, node.asname.name, node))
     return bindings
-
-
-def holders_of(ctx: PlanContext, func: cst.FunctionDef, name: str, cls: Optional[cst.ClassDef]) -> Dict[str, Pos]:
-    """:func:`_holders`, for the rewrites: calls of the files' own functions followed
-    (``cls``: the class ``func`` is a method of)."""
-    return _holders(ctx, func, name, (cls, 0))
-
-
-def hands_on_from(ctx: PlanContext, expr: cst.CSTNode, holders: Dict[str, Pos], cls: Optional[cst.ClassDef]) -> bool:
-    """:func:`_hands_on`, for the rewrites, as :func:`holders_of`."""
-    return _hands_on(ctx, expr, holders, (cls, 0))
 
 
 def _holders(ctx: PlanContext, func: cst.FunctionDef, name: str, follow: Optional[Follow] = None) -> Dict[str, Pos]:

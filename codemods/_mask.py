@@ -18,8 +18,8 @@ from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
-from ._calls import hands_on, hands_on_from, holders_of, kept_by_a_call, replaced, value_bindings, walk
-from ._match import code, flatten_targets, is_name, single_assign
+from ._calls import hands_on, kept_by_a_call, replaced, stored_to_a_holder
+from ._match import code, is_name, single_assign
 
 
 # The helpers the mask rewrites put into the file they rewrite (one each, above the
@@ -462,16 +462,9 @@ def stored_or_packed(ctx: PlanContext, func: cst.FunctionDef, mask: str, proven:
     block = ctx.parent(func)
     cls = ctx.parent(block) if block is not None else None
     cls = cls if isinstance(cls, cst.ClassDef) else None
-    holders = holders_of(ctx, func, mask, cls)
-    declared = {
-        item.name.value for node in walk(func.body) if isinstance(node, (cst.Global, cst.Nonlocal)) for item in node.names
-    }
-    for value, target, binding in value_bindings(func):
-        if not hands_on_from(ctx, value, holders, cls):
-            continue
-        for bound in flatten_targets(target):  # type: ignore[arg-type]
-            if not isinstance(bound, cst.Name) or bound.value in declared:
-                return f"{mask} is stored by `{code(bound)} = ...` at line {ctx.position(binding).line}"
+    stored, holders = stored_to_a_holder(ctx, func, mask, cls)
+    if stored is not None:
+        return f"{mask} is stored by `{code(stored[0])} = ...` at line {ctx.position(stored[1]).line}"
     for node in loaded_names(ctx, func.body):
         if node.value not in holders or returned_as_is(ctx, node):
             continue
