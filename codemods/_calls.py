@@ -581,7 +581,7 @@ def _may_return(ctx: PlanContext, follow: Follow, call: cst.Call, holders: Dict[
         return not (
             targets == [] and cls is not None and isinstance(func, cst.Attribute) and is_name(func.value, "self")
             and method_of(ctx, ctx.module, cls, func.attr.value) is None and bool(_submodules(ctx, func.attr.value))
-            and not _torch_or_builtin(ctx, call)
+            and not torch_or_builtin(ctx, call)
         )
     given = [a for a in call.args if _hands_on(ctx, a.value, holders)]
     for callee_ctx, callee_cls, callee, bound_self in targets:
@@ -663,8 +663,8 @@ def hands_on(ctx: PlanContext, expr: cst.CSTNode, names: Set[str]) -> bool:
 
 
 def value_bindings(func: cst.FunctionDef) -> List[Tuple[cst.CSTNode, cst.CSTNode, cst.CSTNode]]:
-    """(value, target, binding) of every binding in ``func``'s body: assignments (plain
-    and annotated), `:=`, `for` targets (the iterable as value), `with ... as`."""
+    """(value, target, binding) of every binding in ``func``'s body: assignments (plain,
+    annotated and augmented), `:=`, `for` targets (the iterable as value), `with ... as`."""
     bindings: List[Tuple[cst.CSTNode, cst.CSTNode, cst.CSTNode]] = []
     for node in walk(func.body):
         if isinstance(node, cst.Assign):
@@ -672,6 +672,8 @@ def value_bindings(func: cst.FunctionDef) -> List[Tuple[cst.CSTNode, cst.CSTNode
         elif isinstance(node, (cst.AnnAssign,)) and node.value is not None:
             bindings.append((node.value, node.target, node))
         elif isinstance(node, cst.NamedExpr):
+            bindings.append((node.value, node.target, node))
+        elif isinstance(node, cst.AugAssign):  # `rows += mask.unbind(0)` (a list extended)
             bindings.append((node.value, node.target, node))
         elif isinstance(node, (cst.For, cst.CompFor)):
             bindings.append((node.iter, node.target, node.iter))
@@ -693,8 +695,12 @@ def _holders(ctx: PlanContext, func: cst.FunctionDef, name: str, follow: Optiona
         for value, target, binding in bindings:
             if not _hands_on(ctx, value, holders, follow):
                 continue
-            loops = [a for a in ctx.ancestors(binding) if isinstance(a, (cst.For, cst.While, cst.CompFor))]
-            since = ctx.position(loops[-1]) if loops else ctx.span(binding).end
+            # a comprehension's element comes before its `for`: from the comprehension's start
+            loops = [
+                ctx.parent(a) if isinstance(a, cst.CompFor) else a
+                for a in ctx.ancestors(binding) if isinstance(a, (cst.For, cst.While, cst.CompFor))
+            ]
+            since = min((ctx.position(a) for a in loops), default=ctx.span(binding).end)
             for bound in walk(target):
                 if isinstance(bound, cst.Name) and since < holders.get(bound.value, Pos(1 << 30, 0)):
                     holders[bound.value] = since
@@ -779,13 +785,33 @@ _PURE_BUILTINS = frozenset({
 })
 
 
-def _torch_or_builtin(ctx: PlanContext, call: cst.Call) -> bool:
-    """``call`` runs one of torch's functions or a builtin (none in place, no exec/eval)."""
-    qualified = ctx.qualified_names(call.func)
-    return bool(qualified) and all(
-        (q.startswith("torch.") or q.startswith("builtins.")) and not q.endswith("_") and q not in ("builtins.exec", "builtins.eval")
-        for q in qualified
+# torch's top-level Python functions that call a function they are given (what it does
+# with the tensor is not seen); the names under torch other than these namespaces (torch.
+# utils.checkpoint, torch.func, torch.autograd, torch.distributed's in-place collectives...)
+# are not taken to write nothing either
+_CALLING_TORCH_FUNCTIONS = frozenset({"compile", "cond", "vmap", "while_loop", "_disable_dynamo", "_overload", "classproperty"})
+_PURE_TORCH_NAMESPACES = frozenset({"torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special", "torch.Tensor"})
+
+
+def _pure_function(qualified: str) -> bool:
+    if qualified.startswith("builtins."):
+        return qualified[len("builtins."):] in _PURE_BUILTINS
+    namespace, _, name = qualified.rpartition(".")
+    return (
+        namespace in _PURE_TORCH_NAMESPACES and not name.endswith("_")
+        and not (namespace == "torch" and name in _CALLING_TORCH_FUNCTIONS)
     )
+
+
+def torch_or_builtin(ctx: PlanContext, call: cst.Call) -> bool:
+    """``call`` runs one of torch's functions that only compute (no in-place one, none
+    given a function to call) or a builtin of :data:`_PURE_BUILTINS` without a `key=`."""
+    qualified = ctx.qualified_names(call.func)
+    return (
+        bool(qualified) and all(_pure_function(q) for q in qualified)
+        and not any(a.keyword is not None and a.keyword.value == "key" for a in call.args)
+    )
+
 
 
 def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
@@ -793,7 +819,7 @@ def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
     follow; [] for torch's functions and the builtins (not in place: in_place_write sees
     those) and for a submodule built by code not in the files (out of contract: README,
     "What the rewrite assumes"); None when not known."""
-    if _torch_or_builtin(ctx, call):
+    if torch_or_builtin(ctx, call):
         return []
     func = call.func
     if isinstance(func, cst.Attribute) and is_name(func.value, "self") and cls is not None:

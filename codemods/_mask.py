@@ -18,7 +18,7 @@ from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
-from ._calls import hands_on, kept_by_a_call, replaced, stored_to_a_holder
+from ._calls import hands_on, kept_by_a_call, replaced, stored_to_a_holder, torch_or_builtin
 from ._match import code, is_name, single_assign
 
 
@@ -113,10 +113,30 @@ def with_argument(node: cst.Call, argument: str) -> cst.Call:
     return node.with_changes(args=args)
 
 
-def name_taken(ctx, *names: str) -> Optional[str]:
+def name_taken(ctx, *names: str, func: Optional[cst.FunctionDef] = None, modules: Tuple[str, ...] = ()) -> Optional[str]:
     """The first of ``names`` (builtins the emitted code calls, helpers it adds) that the
-    module binds itself, not counting a helper of ours a first run put there."""
+    module binds itself, not counting a helper of ours a first run put
+    there; or that ``func``, where the code is emitted, or a function around it binds (a
+    local `kept_tokens = ...` makes the name local to the whole function); ``modules``
+    (`math`, which the module imports) only there."""
+    if func is not None:
+        local = local_bindings(ctx, func)
+        hit = next((n for n in (*names, *modules) if n in local), None)
+        if hit is not None:
+            return hit
     return next((n for n in shadowed(ctx, *names) if n not in HELPER_NAMES or not defines_helper(ctx, n)), None)
+
+
+def local_bindings(ctx, func: cst.FunctionDef) -> Set[str]:
+    """Names ``func`` or a function around it binds: parameters, assignments, imports,
+    nested defs and classes (a `global` name among them is the module's)."""
+    bound: Set[str] = set()
+    for owner in [func, *(a for a in ctx.ancestors(func) if isinstance(a, cst.FunctionDef))]:
+        flow = ctx.flow(owner)
+        bound |= set(flow.params)
+        for stmt in flow.stmts:
+            bound |= stmt.assigned
+    return bound
 
 
 def defines_helper(ctx, name: str) -> bool:
@@ -308,7 +328,7 @@ def written_by_a_call(
                 if why is not None:
                     return f"{why} in {method.name.value}, called by {where}"
             continue
-        if code(callee).startswith("torch.") and not code(callee).endswith("_"):
+        if torch_or_builtin(ctx, call):
             continue
         if ordered and top(call) > last_use:
             continue  # runs after the count's last use here

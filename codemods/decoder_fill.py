@@ -202,9 +202,9 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
         raise Refuse(f"the function already uses the name {INDEX}")
     if not imports_module(ctx.module, "torch"):
         raise Refuse("the module does not `import torch`")
-    taken = name_taken(ctx, TRUE_ROWS)
+    taken = name_taken(ctx, TRUE_ROWS, "len", func=func)
     if taken:
-        raise Refuse(f"the fill needs the name {taken}, which the module binds itself")
+        raise Refuse(f"the fill needs the name {taken}, which {func.name.value} or the module binds itself")
 
     index_stmt = ctx.statement(
         f"{INDEX} = {TRUE_ROWS}({unit_mask}, {units}.shape[0] * {units}.shape[1])\n",

@@ -182,6 +182,10 @@ class MaskUnitAttention(Rewrite):
     large finite fills the fused backwards lose rows padded entirely (CPU flash,
     float64: gradients off by 2e5).  So a float mask costs the fast path in that call
     alone, and is exact.  An integer mask raises before (SDPA) and after (masked_fill).
+    With `m if C else None`, C is tested once, before the call (`(<the above on m> if C
+    else <the 4-D call without a mask>)`), so m is read only where the original reads
+    it (it may be unbound, or not a tensor, where C is false); the arguments before the
+    mask must then be names or constants (nothing evaluated before C may change it).
     A kept manual fallback that adds the same mask to its logits gets the same layout
     change only (a bool mask stays bool there: it adds 0/1, as before).  Fully masked
     rows under a bool mask: the 5-D original runs the math backend, which returns zeros
@@ -411,14 +415,19 @@ class _Match:
         if self.mask_arg is not None:
             self.not_reading(self.mask_arg.value, changed_out, "SDPA's attn_mask")
             to_4d, (h, w) = self.mask_to_4d(q, heads, windows, items[permute_at + 1 :], changed, additive=True)
-            value = self.mask_value(self.mask_arg.value, to_4d)
+            given_mask = self.mask_arg.value
+            m = self.mask_name
+            # `m if C else None`: C is tested once, first, and m read only where the original
+            # reads it (m may be unbound, or not a tensor, where C is false)
+            mask_arg = self.mask_arg.with_changes(value=cst.Name(m)) if isinstance(given_mask, cst.IfExp) else self.mask_arg
+            if mask_arg is not self.mask_arg:
+                self.evaluated_before_the_mask()
+            value = to_4d
             if restore.condition is not None:
                 # two layouts, one SDPA call: the mask is converted on the 5-D path alone;
                 # the other path's q is 4-D already, and its mask goes in as it is (the
                 # condition is the one the restore reads, stable between the two ifs)
-                given, test = code(self.mask_arg.value), code(restore.condition)
-                if not isinstance(self.mask_arg.value, (cst.Name, cst.Attribute)):
-                    given = f"({given})"
+                given, test = code(mask_arg.value), code(restore.condition)
                 value = f"({value}) if {test} else {given}" if restore.side == "body" else f"{given} if {test} else ({value})"
             bool_call = code(self.call.with_changes(args=[
                 a.with_changes(value=cst.parse_expression(value)) if a is self.mask_arg else a
@@ -432,15 +441,19 @@ class _Match:
             float_call = code(self.call.with_changes(args=[
                 a.with_changes(value=cst.parse_expression(f"{code(a.value)}.unflatten(1, ({w}, {h})).transpose(1, 2)"))
                 if (a.keyword is None and i < 3) or (a.keyword is not None and a.keyword.value in ("query", "key", "value"))
-                else a
+                else mask_arg if a is self.mask_arg else a
                 for i, a in enumerate(self.call.args)
             ]))
-            m = self.mask_name
             floating = f"{m} is not None and {m}.is_floating_point()"
             if restore.condition is not None:
                 test = code(restore.condition)
                 floating = f"({test}) and {floating}" if restore.side == "body" else f"not ({test}) and {floating}"
             call_code = f"({float_call}.transpose(1, 2).flatten(1, 2) if {floating} else {bool_call})"
+            if mask_arg is not self.mask_arg:
+                assert isinstance(given_mask, cst.IfExp)
+                unmasked = code(self.call.with_changes(args=[a for a in self.call.args if a is not self.mask_arg]))
+                masked_side, other = (call_code, unmasked) if is_name(given_mask.orelse, "None") else (unmasked, call_code)
+                call_code = f"({masked_side} if {code(given_mask.test)} else {other})"
             # the fallback adds the mask as it is (a bool mask adds 0/1): its layout only
             layout, _ = self.mask_to_4d(q, heads, windows, items[permute_at + 1 :], changed, additive=False)
             for name in self.fallback_mask_reads:
@@ -578,13 +591,17 @@ class _Match:
             f".expand(-1, {h}, {w}, -1, -1).transpose(1, 2).flatten(1, 2)"
         ), (h, w)
 
-    def mask_value(self, value: cst.BaseExpression, to_4d: str) -> str:
-        """SDPA's attn_mask value with the mask name converted (a None stays None)."""
-        if isinstance(value, cst.IfExp):
-            if is_name(value.body, "None"):
-                return f"None if {code(value.test)} else ({to_4d})"
-            return f"({to_4d}) if {code(value.test)} else None"
-        return to_4d
+    def evaluated_before_the_mask(self) -> None:
+        """SDPA's arguments before `attn_mask=m if C else None` are names or constants: the
+        emitted code tests C before the call, so nothing evaluated before it may change it."""
+        for arg in self.call.args:
+            if arg is self.mask_arg:
+                return
+            if not isinstance(arg.value, (cst.Name, cst.Integer, cst.Float, cst.SimpleString)):
+                raise Refuse(
+                    f"SDPA's `{code(arg.value)}` is evaluated before its attn_mask's condition, which"
+                    " the rewrite tests first"
+                )
 
     def manual_tensor_scale(
         self,

@@ -264,7 +264,9 @@ def _gaining(ctx: PlanContext, func: cst.FunctionDef, lines: List[cst.SimpleStat
     if [s for s in flow.assigning(mask) if not is_bool_cast(s.line, mask)] or flow.compound_assigned.get(mask):
         raise Refuse(f"the mask argument {mask} is reassigned in {func.name.value}")
     written = written_in_place(ctx, func, mask) or written_by_a_call(ctx, cls, func, mask, ordered=True)
-    written = written or stored_or_packed(ctx, func, mask)
+    # through anything that may hold it (`for row in mask: row[...] = ...`, a chunk, a
+    # comprehension) and the calls given it (hunt 13 A)
+    written = written or passed_to_a_writer(ctx, cls, func, mask) or stored_or_packed(ctx, func, mask)
     if written is not None:
         raise Refuse(f"{written}: how many tokens it selects in each row is not proven")
     return _Method(func, mask)
@@ -299,9 +301,9 @@ def _method_site(
             after=[f"{COUNT} = None"],
         )
         helpers.append(RUNS_OWN)
-    taken = name_taken(ctx, *helpers, "getattr", "type", "all")
+    taken = name_taken(ctx, *helpers, "getattr", "type", "all", func=func)
     if taken:
-        raise Refuse(f"the selection needs the name {taken}, which the module binds itself")
+        raise Refuse(f"the selection needs the name {taken}, which {func.name.value} or the module binds itself")
     edits[func] = with_keyword_param(ctx, func, COUNT, None)
     module, helper = add_helper(ctx, cls, *dict.fromkeys(helpers))
     edits[module] = helper
@@ -464,9 +466,9 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 if clash:
                     ctx.refuse(next(iter(calls)), f"{func.name.value} already uses the name {clash[0]}")
                     break
-                taken = name_taken(ctx, "getattr", "type", "all", RUNS_OWN)
+                taken = name_taken(ctx, "getattr", "type", "all", RUNS_OWN, func=func, modules=("math",))
                 if taken:
-                    ctx.refuse(next(iter(calls)), f"the count needs the name {taken}, which the module binds itself")
+                    ctx.refuse(next(iter(calls)), f"the count needs the name {taken}, which {func.name.value} or the module binds itself")
                     break
                 # tokens per unit x units not filled: the decoder fills one unit per row of
                 # the latent's first two dims, and brings each unit to the same number of

@@ -318,9 +318,9 @@ def _token_drop(
         raise Refuse(f"the function already uses the name(s) {', '.join(clash)}")
     if not imports_module(ctx.module, "torch"):
         raise Refuse("the module does not `import torch`")
-    taken = name_taken(ctx, KEPT_TOKENS, "type")
+    taken = name_taken(ctx, KEPT_TOKENS, "type", "int", "float", func=func)
     if taken:
-        raise Refuse(f"the token drop needs the name {taken}, which the module binds itself")
+        raise Refuse(f"the token drop needs the name {taken}, which {func.name.value} or the module binds itself")
     if not isinstance(ctx.parent(line), cst.IndentedBlock):
         raise Refuse("the token drop shares its line with a compound statement")
     if names_in(ctx, unit_size) - {"self"} - flow.params:

@@ -482,6 +482,33 @@ def tensor_root(expr: cst.CSTNode) -> Optional[str]:
     return root_name(expr, through_metadata=False)
 
 
+def chain_roots(ctx: "PlanContext", expr: cst.CSTNode, through_metadata: bool = True) -> Set[str]:
+    """:func:`root_name`'s, and through a module function's call in the chain (one an
+    import names: `torch.narrow(m, 1, 0, 1)`, `F.pad(m, ...)`, `torch.flatten(m)[0]`),
+    the roots of its arguments (it may return a view of any of them)."""
+    while True:
+        if isinstance(expr, cst.Name):
+            return {expr.value}
+        if isinstance(expr, cst.Attribute):
+            if not through_metadata and expr.attr.value in METADATA_ATTRIBUTES:
+                return set()
+            expr = expr.value
+        elif isinstance(expr, cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Call) and ctx.qualified_names(expr.func):
+            roots: Set[str] = set()
+            for arg in expr.args:
+                if arg.keyword is None or arg.keyword.value == "input":
+                    roots |= chain_roots(ctx, arg.value, through_metadata=False)  # (not `m.shape`)
+            return roots
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            if not through_metadata and expr.func.attr.value in METADATA_METHODS:
+                return set()
+            expr = expr.func.value
+        else:
+            return set()
+
+
 def in_place_write(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Optional[cst.CSTNode]:
     """The first node of ``func`` (nested code included) that may write in place into
     the tensor ``name`` holds, or into a view of it; None if there is none.
@@ -497,25 +524,28 @@ def in_place_write(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Opti
     aliases = tensor_aliases(ctx, func, name)
     found: List[cst.CSTNode] = []
 
+    def held(expr: cst.CSTNode, through_metadata: bool = True) -> bool:
+        return bool(chain_roots(ctx, expr, through_metadata) & aliases)
+
     class _Writes(cst.CSTVisitor):
         def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-            if isinstance(node.target, (cst.Subscript, cst.Attribute)) and root_name(node.target) in aliases:
+            if isinstance(node.target, (cst.Subscript, cst.Attribute)) and held(node.target):
                 found.append(node)
 
         def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            if root_name(node.target) in aliases:
+            if held(node.target):
                 found.append(node)
 
         def visit_Call(self, node: cst.Call) -> None:
             func_ = node.func
-            if isinstance(func_, cst.Attribute) and is_inplace_method(func_.attr.value) and root_name(func_.value) in aliases:
+            if isinstance(func_, cst.Attribute) and is_inplace_method(func_.attr.value) and held(func_.value):
                 found.append(node)
-            elif any(tensor_root(arg.value) in aliases for arg in node.args) and any(
+            elif any(held(arg.value, False) for arg in node.args) and any(
                 is_inplace_function(q) for q in ctx.qualified_names(func_)
             ):
                 found.append(node)
             for arg in node.args:
-                if arg.keyword is not None and arg.keyword.value == "out" and root_name(arg.value) in aliases:
+                if arg.keyword is not None and arg.keyword.value == "out" and held(arg.value):
                     found.append(node)
 
     ctx.visit(_Writes(), func.body)
@@ -547,7 +577,7 @@ def tensor_aliases(ctx: "PlanContext", func: cst.FunctionDef, name: str) -> Set[
     while changed:
         changed = False
         for targets, value in assigns:
-            if tensor_root(value) in aliases:
+            if chain_roots(ctx, value, through_metadata=False) & aliases:
                 for target in targets:
                     if isinstance(target, cst.Name) and target.value not in aliases:
                         aliases.add(target.value)

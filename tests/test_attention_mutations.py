@@ -30,6 +30,7 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 SDPA = "            x = F.scaled_dot_product_attention(q, k, v)\n"
 RESTORE = "        x = x.transpose(1, 3).reshape(B, -1, self.dim_out)\n"
 INIT = "        self.use_mask_unit_attn = use_mask_unit_attn\n"
+GUARD = '        if hasattr(F, "scaled_dot_product_attention"):\n'
 GUARDED = """        if hasattr(F, "scaled_dot_product_attention"):
             # Note: the original paper did *not* use SDPA, it's a free boost!
             x = F.scaled_dot_product_attention(q, k, v)
@@ -62,6 +63,43 @@ MUTATIONS = {
     "fallback_runs": (
         [('        if hasattr(F, "scaled_dot_product_attention"):\n', "        if self.use_sdpa:\n"), (INIT, INIT + "        self.use_sdpa = False\n")],
         "HR001 applied",
+    ),
+    # hunt 13 R1: `attn_mask=m if C else None` where m is bound, or a tensor, only when C
+    # holds: the float-mask test read m whatever C was (UnboundLocalError, AttributeError
+    # on ed2ab72); C is now tested first, once, and m read only under it
+    "mask_bound_only_under_its_flag": (
+        [(INIT, INIT + "        self.mask_last_key = False\n"),
+         (GUARD, "        if self.mask_last_key:\n"
+                "            keep = torch.arange(N // num_windows, device=x.device) < N // num_windows - 1\n" + GUARD),
+         (SDPA, SDPA.replace("(q, k, v)", "(q, k, v, attn_mask=keep if self.mask_last_key else None)"))],
+        "HR001 applied",
+    ),
+    "mask_under_its_flag_on": (
+        [(INIT, INIT + "        self.mask_last_key = True\n"),
+         (GUARD, "        if self.mask_last_key:\n"
+                "            keep = torch.arange(N // num_windows, device=x.device) < N // num_windows - 1\n" + GUARD),
+         (SDPA, SDPA.replace("(q, k, v)", "(q, k, v, attn_mask=None if not self.mask_last_key else keep)"))],
+        "HR001 applied",
+    ),
+    "float_mask_under_its_flag_on": (
+        [(INIT, INIT + "        self.mask_last_key = True\n"),
+         (GUARD, "        if self.mask_last_key:\n"
+                "            keep = torch.zeros(N // num_windows, device=x.device, dtype=x.dtype)\n"
+                "            keep[-1] = -1e4\n" + GUARD),
+         (SDPA, SDPA.replace("(q, k, v)", "(q, k, v, attn_mask=keep if self.mask_last_key else None)"))],
+        "HR001 applied",
+    ),
+    "bias_not_a_tensor_when_off": (
+        [(INIT, INIT + "        self.attn_bias = 0.0  # a subclass sets a learned bias tensor\n"),
+         (GUARD, "        bias = self.attn_bias\n" + GUARD),
+         (SDPA, SDPA.replace("(q, k, v)", "(q, k, v, attn_mask=bias if torch.is_tensor(bias) else None)"))],
+        "HR001 applied",
+    ),
+    "mask_condition_after_a_call_argument": (
+        [(INIT, INIT + "        self.mask_last_key = False\n"),
+         (GUARD, "        keep = None\n" + GUARD),
+         (SDPA, SDPA.replace("(q, k, v)", "(q, k, v, scale=self.head_dim ** -0.5, attn_mask=keep if self.mask_last_key else None)"))],
+        "HR001 skipped: SDPA's `self.head_dim ** -0.5` is evaluated before its attn_mask's condition",
     ),
     "k_modified_in_place": (
         [("        q, k, v = qkv[0], qkv[1], qkv[2]\n", "        q, k, v = qkv[0], qkv[1], qkv[2]\n        k.mul_(2.0)\n")],

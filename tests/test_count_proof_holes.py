@@ -1,0 +1,134 @@
+"""Writes of the mask the count proofs of HR003 and HR005 missed (hunt 13, a white-box
+audit of ed2ab72), each a fork edit that made the rewritten step raise where the original
+ran (`kept_tokens`' or `masked_rows`' device-side check, in eager mode; torch.compile
+drops those checks, so compiled, other rows were selected):
+
+- HR005 checked only plain aliases of the mask for writes: a `for row in mask` target,
+  a chunk unpacked from it, `m = mask if c else None`, a comprehension writing each row;
+- a comprehension's variable was followed only from its `for`, after the element that
+  writes it;
+- a chain rooted at a torch function's call, `torch.narrow(mask, 1, 0, 1).fill_(True)`;
+- augmented assignment was not a binding: `rows += mask.unbind(0)`;
+- a torch function that calls a function it is given was taken to write nothing:
+  `torch.utils.checkpoint.checkpoint(self._keep_first, mask)`.
+
+Each keeps the original statement now, with the write in the report; reads through the
+same forms keep the fast path."""
+
+from typing import Optional
+
+import pytest
+
+from hiera_rewrite.engine import rewrite_bytes
+from tests.upstream import upstream_dir
+
+DROP = "        # Discard masked tokens\n"
+GET_POS_EMBED = "    def get_pos_embed(self) -> torch.Tensor:\n"
+LOSS_SELECT = "        pred = pred[mask]\n"
+LABEL = "        if len(self.q_stride) == 2:\n            label = self.get_pixel_label_2d(x, mask)\n"
+FORWARD_LOSS = "    def forward_loss(\n"
+
+
+def _read(name: str) -> Optional[bytes]:
+    path = upstream_dir() / (name.lstrip(".") + ".py")
+    return path.read_bytes() if path.is_file() else None
+
+
+def _report(file: str, code: str, anchor: str, offset: int, edits):
+    text = (upstream_dir() / file).read_text()
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    line = text.splitlines().index(anchor.rstrip("\n").splitlines()[0]) + 1 + offset
+    result = rewrite_bytes(text.encode(), siblings=_read)
+    return next(r for r in result.reports if r.code == code and r.line == line)
+
+
+def _drop(*edits):
+    return _report("hiera.py", "HR003", DROP, 2, edits)
+
+
+def _loss(*edits):
+    return _report("hiera_mae.py", "HR005", LOSS_SELECT, 0, edits)
+
+
+def _before_drop(code: str):
+    return (DROP, "        if mask is not None:\n" + "".join(f"            {line}\n" for line in code.splitlines()) + DROP)
+
+
+def _before_label(code: str):
+    return (LABEL, "".join(f"        {line}\n" for line in code.splitlines()) + LABEL)
+
+
+# id: (report of the edited site, the write the report names)
+REFUSED = {
+    "HR005: a for target over the mask": (
+        lambda: _loss(_before_label("for row in mask:\n    row[row.nonzero().flatten()[8:]] = False")),
+        "`row[row.nonzero().flatten()[8:]] =`",
+    ),
+    "HR005: a chunk of the mask unpacked": (
+        lambda: _loss(_before_label("first, second = mask.chunk(2, dim=1)\nfirst[:, :1] = False")),
+        "`first[:, :1] =`",
+    ),
+    "HR005: the mask under a condition": (
+        lambda: _loss(_before_label("m = mask if self.training else None\nif m is not None:\n    m[:, :8] = False")),
+        "`m[:, :8] =`",
+    ),
+    "HR005: a method given each row": (
+        lambda: _loss(
+            (FORWARD_LOSS, "    def _cap_row(self, row):\n        row[8:] = False\n\n" + FORWARD_LOSS),
+            _before_label("for row in mask:\n    self._cap_row(row)"),
+        ),
+        "`row[8:] =`",
+    ),
+    "HR005: torch's checkpoint given a writer": (
+        lambda: _loss(
+            (FORWARD_LOSS, "    def _cap(self, m):\n        m[:, 8:] = False\n        return m\n\n" + FORWARD_LOSS),
+            _before_label("torch.utils.checkpoint.checkpoint(self._cap, mask, use_reentrant=False)"),
+        ),
+        "torch.utils.checkpoint.checkpoint(self._cap, mask",
+    ),
+    "HR003: a comprehension writing each row": (
+        lambda: _drop(_before_drop("_ = [row[:1].fill_(True) for row in mask]")),
+        "`row[:1].fill_(True)`",
+    ),
+    "HR003: a generator writing each row": (
+        lambda: _drop(_before_drop("any(row[:1].fill_(True) is None for row in mask)")),
+        "`row[:1].fill_(True)`",
+    ),
+    "HR003: a torch function's view written": (
+        lambda: _drop(_before_drop("torch.narrow(mask, 1, 0, 1).fill_(True)")),
+        "`torch.narrow(mask, 1, 0, 1).fill_(True)`",
+    ),
+    "HR003: a list extended by augmented assignment": (
+        lambda: _drop(_before_drop("rows = []\nrows += mask.unbind(0)\nfor r in rows:\n    r[0] = True")),
+        "`r[0] =`",
+    ),
+    "HR003: torch's checkpoint given a writer": (
+        lambda: _drop(
+            (GET_POS_EMBED, "    def _keep_first(self, m):\n        m[:, 0] = True\n        return m\n\n" + GET_POS_EMBED),
+            _before_drop("torch.utils.checkpoint.checkpoint(self._keep_first, mask, use_reentrant=False)"),
+        ),
+        "torch.utils.checkpoint.checkpoint(self._keep_first, mask",
+    ),
+}
+
+KEPT = {
+    "HR005: a for target over the mask, read": lambda: _loss(_before_label("for row in mask:\n    assert row.any()")),
+    "HR005: a chunk of the mask, read": lambda: _loss(_before_label("first, second = mask.chunk(2, dim=1)\nself.seen = float(first.sum())")),
+    "HR003: a comprehension reading each row": lambda: _drop(_before_drop("kept_per_row = [int(row.sum()) for row in mask]\nassert min(kept_per_row) > 0")),
+    "HR003: a torch function's view read": lambda: _drop(_before_drop("self.first_unit = bool(torch.narrow(mask, 1, 0, 1).all())")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_a_write_through_what_holds_the_mask_keeps_the_original_statement(case):
+    report, write = REFUSED[case]
+    found = report()
+    assert not found.applied and write in found.message, found
+
+
+@pytest.mark.parametrize("case", sorted(KEPT))
+def test_reading_through_the_same_forms_keeps_the_fast_path(case):
+    found = KEPT[case]()
+    assert found.applied, found
