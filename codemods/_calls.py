@@ -722,8 +722,10 @@ def passed_to_a_writer(
     statement using the count; not inside a loop).  ``cls``: the class ``func`` is a
     method of, for `self.<method>(...)` and `self.<submodule>(...)` calls.
 
-    Proven not to write: torch's functions (no trailing ``_``; ``out=`` is a write), the
-    builtins, and the file's own methods, submodules (`self.patch_embed = PatchEmbed(...)`,
+    Proven not to write: torch's functions in torch, torch.nn.functional, linalg, fft,
+    special and Tensor (no trailing ``_``; ``out=`` is a write; not those calling a
+    function they are given: vmap, compile, cond -- torch.utils.checkpoint and the other
+    namespaces are not known), the listed builtins, and the file's own methods, submodules (`self.patch_embed = PatchEmbed(...)`,
     assigned once in the module; its ``forward``) and module functions, followed into
     their bodies, here or in a module beside the file.  A subclass in the user's code
     that overrides one of them, or replaces a submodule, is not seen."""
