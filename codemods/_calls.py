@@ -223,7 +223,8 @@ def replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: st
 
 def imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int = 16) -> List[Tuple[str, cst.Module]]:
     """The modules ``roots`` import from their package (`from . import m`, `from .m import
-    f`, transitively, read as the files import them), and the package's `__init__`: code
+    f`, `import pkg.m`, `from pkg import m`, transitively, read as the files import them;
+    a module not found there, torch's, is not read), and the package's `__init__`: code
     that runs when the files are imported, which may patch their classes
     (`Hiera.get_random_mask = f` in a module `hiera_mae.py` imports for that)."""
     seen = {id(m) for m in roots}
@@ -238,13 +239,16 @@ def imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int = 16)
         here = pending.pop(0)
         where = ctx.context_of(here)
         for node in walk(here):
-            if not (isinstance(node, cst.ImportFrom) and node.relative):
+            if isinstance(node, cst.Import):  # `import pkg.masking` (found as the file imports it)
+                names = [code(a.name) for a in node.names]
+            elif isinstance(node, cst.ImportFrom):  # `from . import m`, `from pkg.m import f`
+                dots = "." * len(node.relative)
+                base = dots + code(node.module) if node.module is not None else dots
+                names = [base] if node.module is not None else []
+                if not isinstance(node.names, cst.ImportStar):
+                    names += [(base + "." if node.module is not None else base) + code(a.name) for a in node.names]
+            else:
                 continue
-            dots = "." * len(node.relative)
-            base = dots + code(node.module) if node.module is not None else dots
-            names = [base] if node.module is not None else []
-            if not isinstance(node.names, cst.ImportStar):
-                names += [(base + "." if node.module is not None else base) + code(a.name) for a in node.names]
             for name in names:
                 module = where.sibling(name)
                 if module is not None and id(module) not in seen:
@@ -255,19 +259,37 @@ def imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int = 16)
 
 
 def _patches(module: cst.Module, cls: str, method: str) -> Optional[str]:
-    """The first statement of ``module`` that may set ``<cls>.<method>`` on the class, by
-    its name: `Hiera.m = f` (`hiera.Hiera.m = f`), `setattr(Hiera, ...)`, or a call given
-    the class (`patch(Hiera)`).  (What other code sets on an instance at run time is out
-    of contract: README, "What the rewrite assumes".)"""
+    """The first statement of ``module`` that may set ``<cls>.<method>`` on the class: a
+    store to `<anything but self>.<method>` (`Hiera.m = f`, `HieraBase.m = f` through an
+    alias, `c.m = f` for a loop's or a parameter's class), `setattr`, or a call given the
+    class anywhere in its arguments (`patch(Hiera)`, `patch([Hiera])`), by its name or
+    an alias the module imports it as.  (What other code sets on an instance at run time
+    is out of contract: README, "What the rewrite assumes".)"""
+    names = {cls} | {
+        a.asname.name.value for node in walk(module) if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar)
+        for a in node.names if code(a.name) == cls and a.asname is not None and isinstance(a.asname.name, cst.Name)
+    }
     for node in walk(module):
         stored = node.target if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.Del)) else None
         for t in flatten_targets(stored) if stored is not None else ():  # type: ignore[arg-type]
-            if isinstance(t, cst.Attribute) and t.attr.value == method and _base_name(t.value) == cls:
+            if isinstance(t, cst.Attribute) and t.attr.value == method and not is_name(t.value, "self"):
                 return code(t) + " = ..."
+        if may_setattr(node, method):
+            return code(node).splitlines()[0]
         if isinstance(node, cst.Call) and not (is_name(node.func) and node.func.value in _CLASS_READERS):  # type: ignore[attr-defined]
-            if any(_base_name(a.value) == cls for a in node.args):
+            if any(_names_the_class(a.value, names) for a in node.args):
                 return code(node).splitlines()[0]
     return None
+
+
+def _names_the_class(expr: cst.BaseExpression, names: Set[str]) -> bool:
+    """``expr`` holds one of the class's ``names`` (`Hiera`, `mod.Hiera`, in a list, a
+    tuple, a dict, starred), other than as a call it makes (`Hiera(...)`: an instance)."""
+    called = {id(n.func) for n in walk(expr) if isinstance(n, cst.Call)}
+    return any(
+        id(n) not in called and (isinstance(n, cst.Name) and n.value in names or isinstance(n, cst.Attribute) and n.attr.value in names)
+        for n in walk(expr)
+    )
 
 
 # class-body names through which a class, its metaclass or a base changes what an
@@ -406,7 +428,7 @@ def _hands_over_a_class(call: cst.Call, name: str) -> bool:
         return False  # this rewrite's own check: `not_overridden(self, __class__, "m")` reads them
     for arg in call.args:
         value = arg.value
-        if is_name(value, name) or is_name(value, "self"):  # the class, or an instance
+        if is_name(value, "self") or _names_the_class(value, {name}):  # an instance, or the class (in a list...)
             return True
         if isinstance(value, cst.Attribute) and value.attr.value == "__class__":
             return True
