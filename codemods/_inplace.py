@@ -50,7 +50,7 @@ ALIAS_METHODS = frozenset(
     diagonal unfold view_as_real view_as_complex align_to rename refine_names
     __getitem__ numpy untyped_storage storage""".split()
 )
-CONTAINER_METHODS = frozenset("unbind split chunk tensor_split hsplit vsplit dsplit split_with_sizes".split())
+CONTAINER_METHODS = frozenset("unbind split chunk tensor_split hsplit vsplit dsplit split_with_sizes unsafe_split unsafe_chunk unsafe_split_with_sizes".split())
 ALIAS_ATTRS = frozenset("T mT H mH data real imag".split())
 # torch.<name>(x, ...) that may return x or a view of it
 VIEW_FUNCTIONS = frozenset(
@@ -60,6 +60,20 @@ VIEW_FUNCTIONS = frozenset(
     dropout alpha_dropout feature_alpha_dropout dropout1d dropout2d dropout3d
     view view_as expand expand_as contiguous""".split()
 )
+# Tensor methods and torch functions known to return a new tensor (or a number): what
+# any other returns may be the tensor itself or a view of it (`ravel`, `torch.as_tensor`)
+_NEW = """add sub mul div true_divide floor_divide remainder fmod pow matmul mm bmm baddbmm addmm
+    einsum softmax log_softmax sigmoid tanh relu gelu silu elu leaky_relu hardtanh exp log log1p
+    expm1 sqrt rsqrt abs neg reciprocal sin cos clamp clip sum mean std var norm amax amin max min
+    argmax argmin argsort sort topk cumsum cumprod prod any all logical_not logical_and logical_or
+    eq ne lt le gt ge isnan isinf isfinite where masked_fill index_select gather scatter scatter_add
+    index_add index_copy index_fill masked_select nonzero clone repeat repeat_interleave tile roll
+    flip rot90 cat concat concatenate stack hstack vstack zeros_like ones_like empty_like full_like
+    rand_like randn_like linear layer_norm group_norm batch_norm instance_norm conv1d conv2d conv3d
+    interpolate pad scaled_dot_product_attention lerp addcmul addcdiv round floor ceil trunc sign
+    item tolist size dim numel stride element_size nelement data_ptr is_contiguous"""
+NEW_METHODS = frozenset(_NEW.split())
+NEW_FUNCTIONS = frozenset(_NEW.split())
 # torch functions that call a function they are given (on their other arguments):
 # `checkpoint(self.block, x)` runs the fork's own code on x
 CALLING_FUNCTIONS = (
@@ -67,7 +81,7 @@ CALLING_FUNCTIONS = (
     "torch.autograd.functional.", "torch.nn.utils.stateless.", "torch._higher_order_ops.", "torch.compile",
     "torch.jit.", "torch.compiler.", "torch.autograd.Function",
 )
-CONTAINER_FUNCTIONS = frozenset("unbind split chunk tensor_split hsplit vsplit dsplit broadcast_tensors".split())
+CONTAINER_FUNCTIONS = frozenset("unbind split chunk tensor_split hsplit vsplit dsplit broadcast_tensors unsafe_split unsafe_chunk unsafe_split_with_sizes".split())
 # torch.nn modules that may return their input itself
 ALIAS_MODULES = frozenset("Identity Dropout Dropout1d Dropout2d Dropout3d AlphaDropout FeatureAlphaDropout Flatten Unflatten".split())
 # modules outside torch.nn known to leave their input alone (and that may return it)
@@ -207,7 +221,10 @@ class InplaceFlow:
                     if method in CONTAINER_METHODS:
                         cur, kind = gp, CONTAINER
                         continue
-                    return effect  # a new tensor (or a number)
+                    if method in NEW_METHODS or _is_self(p.value):
+                        return effect  # a new tensor (or a number); `self.<m>(...)`: its own method's
+                    cur = gp  # not known to make a new tensor: may return it (`ravel`, `resolve_conj`)
+                    continue
                 if p.attr.value in ALIAS_ATTRS:
                     if _is_target(ctx, p):
                         effect.hazard = f"`{_short(p)} = ...` at line {self._line(p)} modifies {WHAT} in place"
@@ -250,6 +267,9 @@ class InplaceFlow:
                     cur = p
                     continue
                 return effect
+            if isinstance(p, cst.UnaryOperation) and isinstance(p.operator, cst.Plus):
+                cur = p  # `+x` is x
+                continue
             if isinstance(p, (cst.UnaryOperation, cst.Comparison, cst.ComparisonTarget, cst.FormattedStringExpression)):
                 return effect
             if isinstance(p, cst.BooleanOperation):
@@ -353,9 +373,10 @@ class InplaceFlow:
             last = {q.rsplit(".", 1)[-1] for q in qualified}
             if last & CONTAINER_FUNCTIONS:
                 return CONTAINER
-            if last & VIEW_FUNCTIONS or any(q.startswith("torch.Tensor.") for q in qualified):
-                return TENSOR if kind == TENSOR else CONTAINER
-            return None
+            if last & NEW_FUNCTIONS and not any(q.startswith("torch.Tensor.") for q in qualified):
+                return None
+            # a view, or not known to make a new tensor (`torch.as_tensor(x)` is x)
+            return TENSOR if kind == TENSOR else CONTAINER
         if isinstance(func, cst.Attribute) and func.attr.value in LIST_MUTATORS and isinstance(func.value, cst.Name) and not qualified:
             # `outs.append(x)`: follow `outs` as a container holding it
             return _Verdict(holder=func.value.value)
@@ -486,8 +507,11 @@ class InplaceFlow:
         for aug in self.ctx.nodes(cst.AugAssign):
             if isinstance(aug.target, cst.Attribute) and aug.target.attr.value == attr:  # type: ignore[attr-defined]
                 return None
-        if any(may_setattr(call, attr) for call in self.ctx.nodes(cst.Call)):
+        if any(may_setattr(call, attr) or _registers_module(call, attr) for call in self.ctx.nodes(cst.Call)):
             return None
+        for sub in self.ctx.nodes(cst.Subscript):  # `self._modules["proj"] = ...`
+            if isinstance(sub.value, cst.Attribute) and sub.value.attr.value == "_modules" and _is_target(self.ctx, sub):
+                return None
         for ann in self.ctx.nodes(cst.AnnAssign):
             if _is_self_attr(ann.target) and ann.target.attr.value == attr:  # type: ignore[attr-defined]
                 return None
@@ -1018,3 +1042,12 @@ def _short(node: cst.CSTNode, limit: int = 40) -> str:
 
 def _op(aug: cst.AugAssign) -> str:
     return aug.operator._get_token().rstrip("=")  # type: ignore[attr-defined]
+
+
+def _registers_module(call: cst.Call, attr: str) -> bool:
+    """`x.register_module("proj", m)` / `x.add_module("proj", m)` (or a name not a string)."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value in ("register_module", "add_module") and call.args):
+        return False
+    first = call.args[0].value
+    return not isinstance(first, cst.SimpleString) or first.evaluated_value == attr

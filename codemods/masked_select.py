@@ -442,7 +442,12 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 s.index for s in flow.assigning(latent.value)  # type: ignore[attr-defined]
             ] and latent.value not in flow.params:  # type: ignore[attr-defined]
                 continue
-            changed = written_in_place(ctx, func, pred_mask.value) or stored_or_packed(ctx, func, pred_mask.value)  # type: ignore[attr-defined]
+            changed = (
+                flow.opaque  # a nested def that may rebind them (`nonlocal latent`), locals()...
+                or written_in_place(ctx, func, pred_mask.value)  # type: ignore[attr-defined]
+                or stored_or_packed(ctx, func, pred_mask.value)  # type: ignore[attr-defined]
+                or written_in_place(ctx, func, latent.value)  # type: ignore[attr-defined]  (its shape: `unsqueeze_`)
+            )
             unproven = again or _decoded_mask(ctx, decoder) or _fills_the_latent(ctx, cls, decoder)
             if changed or unproven:
                 ctx.refuse(call[1], f"{changed or unproven}: the masked count is not passed")
@@ -578,10 +583,13 @@ def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:
         f"the mask {decoder.name.value} returns is not its fill mask brought back to token order"
         f" (`undo_windowing({filled}[..., 0:1], ...)`, then views), so how many tokens it masks is not known"
     )
+    def straight(binds) -> bool:  # each binding a top-level statement: the last one reaches
+        return all(ctx.parent(b.line) is decoder.body for b in binds)
+
     while True:
         defs = [s for s in flow.assigning(name) if s.index < stmt.index]
-        if not defs or flow.compound_assigned.get(name) or not defs[-1].line.body:
-            return why
+        if not defs or flow.compound_assigned.get(name) or not defs[-1].line.body or not straight(defs):
+            return why  # (a binding under `if` may be the one that reaches the return, or not)
         stmt = defs[-1]
         assign = single_assign(stmt.line)
         if assign is None or not is_name(assign[0], name) or written_in_place(ctx, decoder, name):
@@ -601,7 +609,7 @@ def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:
         ):
             source = [s for s in flow.assigning(filled) if s.index < stmt.index]
             at_fill = [s for s in flow.assigning(filled) if s.index < fill.index]
-            if not source or not at_fill or source[-1] is not at_fill[-1]:
+            if not source or not at_fill or source[-1] is not at_fill[-1] or not straight(source):
                 return why
             rearranged = _rearranges_only(ctx, "undo_windowing")
             if rearranged is not None:

@@ -101,6 +101,26 @@ MUTATIONS = {
          (SDPA, SDPA.replace("(q, k, v)", "(q, k, v, scale=self.head_dim ** -0.5, attn_mask=keep if self.mask_last_key else None)"))],
         "HR001 skipped: SDPA's `self.head_dim ** -0.5` is evaluated before its attn_mask's condition",
     ),
+    # hunt 14b: what may return the restored output itself, or a view of it, was taken
+    # for a new tensor (no .clone(): backward raised, or with unsafe_split, other gradients)
+    "as_tensor_then_in_place": (
+        [(RESTORE, RESTORE + "        x = torch.as_tensor(x, dtype=self.proj.weight.dtype)\n        x.clamp_(-1e4, 1e4)\n")],
+        "HR001 applied: the restored output gets .clone()",
+    ),
+    "ravel_then_in_place": (
+        [(RESTORE, RESTORE + "        flat = x.ravel()\n        flat.mul_(0.5)\n")],
+        "HR001 applied: the restored output gets .clone()",
+    ),
+    "unsafe_split_then_in_place": (
+        [(RESTORE, RESTORE + "        head, tail = x.unsafe_split(x.shape[-1] // 2, dim=-1)\n        tail.mul_(0.5)\n")],
+        "HR001 applied: the restored output gets .clone()",
+    ),
+    "proj_registered_with_an_in_place_activation": (
+        [("        self.proj = nn.Linear(dim_out, dim_out)\n",
+          "        self.proj = nn.Linear(dim_out, dim_out)\n"
+          "        self.register_module(\"proj\", nn.Sequential(nn.ReLU(inplace=True), self.proj))\n")],
+        "HR001 applied: the restored output gets .clone()",
+    ),
     "k_modified_in_place": (
         [("        q, k, v = qkv[0], qkv[1], qkv[2]\n", "        q, k, v = qkv[0], qkv[1], qkv[2]\n        k.mul_(2.0)\n")],
         "HR001 skipped: k is read at line",

@@ -132,3 +132,46 @@ def test_a_write_through_what_holds_the_mask_keeps_the_original_statement(case):
 def test_reading_through_the_same_forms_keeps_the_fast_path(case):
     found = KEPT[case]()
     assert found.applied, found
+
+
+# hunt 14b: MAE.forward's count (HR005) -- the decoder's returned mask proven from its last
+# binding in the source, though one under `if` may not be the one that reaches the return;
+# and a nested def rebinding the latent with `nonlocal` (flow.opaque was not asked there)
+FORWARD_CALL = "        return *self.forward_loss(x, pred, ~pred_mask), mask\n"
+DECODER_MASK = """        mask = undo_windowing(
+            mask[..., 0:1],
+            self.tokens_spatial_shape_final,
+            self.mask_unit_spatial_shape_final,
+        )
+"""
+COUNT_REFUSED = {
+    "a decoder mask bound under if": (
+        (DECODER_MASK, "        visible = torch.zeros(*x.shape[:-1], 1, dtype=torch.bool, device=x.device)\n"
+                       "        if not self.training:\n"
+                       + DECODER_MASK.replace("        mask = undo", "            visible = undo").replace("\n        ", "\n            ")
+                       + "        mask = visible.reshape(visible.shape)\n"),
+        "is not its fill mask brought back to token order",
+    ),
+    "the latent rebound by a nested def": (
+        (FORWARD_CALL, "        def flatten_latent():\n            nonlocal latent\n            latent = latent.flatten(1, -2)\n\n"
+                       "        if self.training:\n            flatten_latent()\n" + FORWARD_CALL),
+        "the nested `def flatten_latent`",
+    ),
+    "the latent reshaped in place": (
+        (FORWARD_CALL, "        if not self.training:\n            latent.unsqueeze_(0)\n" + FORWARD_CALL),
+        "latent is written in place",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(COUNT_REFUSED))
+def test_the_mae_forward_count_is_not_passed_where_its_shapes_are_not_proven(case):
+    edit, reason = COUNT_REFUSED[case]
+    text = (upstream_dir() / "hiera_mae.py").read_text()
+    assert text.count(edit[0]) == 1
+    text = text.replace(*edit)
+    result = rewrite_bytes(text.encode(), siblings=_read)
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if t.strip().startswith("pred, pred_mask = self.forward_decoder("))
+    found = [r for r in result.reports if r.code == "HR005" and not r.applied and reason in r.message]
+    assert found, [r for r in result.reports if r.code == "HR005"]
+    assert "return *self.forward_loss(x, pred, ~pred_mask), mask" in result.output.decode(), line
