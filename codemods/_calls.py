@@ -261,8 +261,8 @@ def imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int = 16)
 def _patches(module: cst.Module, cls: str, method: str) -> Optional[str]:
     """The first statement of ``module`` that may set ``<cls>.<method>`` on the class: a
     store to `<anything but self>.<method>` (`Hiera.m = f`, `HieraBase.m = f` through an
-    alias, `c.m = f` for a loop's or a parameter's class), `setattr`, or a call given the
-    class anywhere in its arguments (`patch(Hiera)`, `patch([Hiera])`), by its name or
+    alias, `c.m = f` for a loop's or a parameter's class), or a call given the class
+    anywhere in its arguments (`setattr(Hiera, ...)`, `patch(Hiera)`, `patch([Hiera])`), by its name or
     an alias the module imports it as.  (What other code sets on an instance at run time
     is out of contract: README, "What the rewrite assumes".)"""
     names = {cls} | {
@@ -274,8 +274,8 @@ def _patches(module: cst.Module, cls: str, method: str) -> Optional[str]:
         for t in flatten_targets(stored) if stored is not None else ():  # type: ignore[arg-type]
             if isinstance(t, cst.Attribute) and t.attr.value == method and not is_name(t.value, "self"):
                 return code(t) + " = ..."
-        if may_setattr(node, method):
-            return code(node).splitlines()[0]
+        # (`setattr(model, name, m)` on an instance is out of contract; `setattr(Hiera, ...)`
+        # is a call given the class)
         if isinstance(node, cst.Call) and not (is_name(node.func) and node.func.value in _CLASS_READERS):  # type: ignore[attr-defined]
             if any(_names_the_class(a.value, names) for a in node.args):
                 return code(node).splitlines()[0]
