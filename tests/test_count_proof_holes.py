@@ -15,12 +15,10 @@ drops those checks, so compiled, other rows were selected):
 Each keeps the original statement now, with the write in the report; reads through the
 same forms keep the fast path."""
 
-from typing import Optional
-
 import pytest
 
 from hiera_rewrite.engine import rewrite_bytes
-from tests.upstream import upstream_dir
+from tests.upstream import edited_site_report, read_upstream_module, upstream_dir
 
 DROP = "        # Discard masked tokens\n"
 GET_POS_EMBED = "    def get_pos_embed(self) -> torch.Tensor:\n"
@@ -29,19 +27,8 @@ LABEL = "        if len(self.q_stride) == 2:\n            label = self.get_pixel
 FORWARD_LOSS = "    def forward_loss(\n"
 
 
-def _read(name: str) -> Optional[bytes]:
-    path = upstream_dir() / (name.lstrip(".") + ".py")
-    return path.read_bytes() if path.is_file() else None
-
-
-def _report(file: str, code: str, anchor: str, offset: int, edits):
-    text = (upstream_dir() / file).read_text()
-    for old, new in edits:
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    line = text.splitlines().index(anchor.rstrip("\n").splitlines()[0]) + 1 + offset
-    result = rewrite_bytes(text.encode(), siblings=_read)
-    return next(r for r in result.reports if r.code == code and r.line == line)
+_read = read_upstream_module
+_report = edited_site_report
 
 
 def _drop(*edits):

@@ -9,12 +9,10 @@ top level only).  Such a site keeps its original statement, with the name in the
 the same edit with another local name is still rewritten (the check is not a refusal of
 every edit there)."""
 
-from typing import Optional
-
 import pytest
 
 from hiera_rewrite.engine import rewrite_bytes
-from tests.upstream import upstream_dir
+from tests.upstream import edited_site_report, read_upstream_module, upstream_dir
 
 DROP = "        # Discard masked tokens\n"
 AFTER_DROP = "        for i, blk in enumerate(self.blocks):\n"
@@ -23,20 +21,8 @@ FILL = "        x_dec[mask] = x.flatten()\n"
 FORWARD_RETURN = "        return *self.forward_loss(x, pred, ~pred_mask), mask\n"
 
 
-def _read(name: str) -> Optional[bytes]:
-    path = upstream_dir() / (name.lstrip(".") + ".py")
-    return path.read_bytes() if path.is_file() else None
-
-
-def _report(file: str, code: str, anchor: str, offset: int, edits):
-    """The report of ``code`` at the line ``offset`` lines below ``anchor`` in the edited ``file``."""
-    text = (upstream_dir() / file).read_text()
-    for old, new in edits:
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
-    line = text.splitlines().index(anchor.rstrip("\n")) + 1 + offset
-    result = rewrite_bytes(text.encode(), siblings=_read)
-    return next(r for r in result.reports if r.code == code and r.line == line)
+_read = read_upstream_module
+_report = edited_site_report
 
 
 # id: (file, code, anchor of the site, lines below it, edits (each with {name}), name)

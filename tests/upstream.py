@@ -115,3 +115,21 @@ def all_subsets() -> List[FrozenSet[str]]:
     return [
         frozenset(f for bit, f in zip(format(n, "03b"), REWRITABLE) if bit == "1") for n in range(2 ** len(REWRITABLE))
     ]
+
+
+def read_upstream_module(name: str) -> Optional[bytes]:
+    """``siblings`` for rewrite_bytes: the installed package's module ``name`` (``.hiera``)."""
+    path = upstream_dir() / (name.lstrip(".") + ".py")
+    return path.read_bytes() if path.is_file() else None
+
+
+def edited_site_report(file: str, code: str, anchor: str, offset: int, edits) -> Report:
+    """The report of ``code`` at the line ``offset`` lines below the first line of
+    ``anchor`` in the installed ``file`` after ``edits`` ((old, new), each old once)."""
+    text = (upstream_dir() / file).read_text()
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    line = text.splitlines().index(anchor.rstrip("\n").splitlines()[0]) + 1 + offset
+    result = rewrite_bytes(text.encode(), siblings=read_upstream_module)
+    return next(r for r in result.reports if r.code == code and r.line == line)
