@@ -40,6 +40,7 @@ from ._mask import (
     KEPT_TOKENS,
     MASK_CONTRACT,
     add_helper,
+    local_bindings,
     name_taken,
     free_names,
     imports_module,
@@ -338,6 +339,14 @@ def _token_drop(
             module: helper,
         }
     formula, maker, sources = _random_count(ctx, func, mask)
+    # the formula runs here, not in get_random_mask: a name it reads (`round`, `math`) that
+    # this function binds itself would be this function's
+    parsed = cst.parse_expression(formula)
+    attrs = {id(n.attr) for n in walk(parsed) if isinstance(n, cst.Attribute)}
+    read = {n.value for n in walk(parsed) if isinstance(n, cst.Name) and id(n) not in attrs} - {mask, RATIO}
+    shadowing = sorted(read & local_bindings(ctx, func))
+    if shadowing:
+        raise Refuse(f"get_random_mask's kept count reads {', '.join(shadowing)}, which {func.name.value} binds itself")
     selected = cst.parse_expression(f"{KEPT_TOKENS}({x}, {mask}, {code(unit_size)}, {COUNT})")
     new_line = line_with(ctx, line, {node: selected})
     counting = _count_lines(ctx, line, formula)

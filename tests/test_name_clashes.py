@@ -73,3 +73,17 @@ def test_a_local_math_keeps_the_loss_without_a_count():
     result = rewrite_bytes(edited.encode(), siblings=_read)
     assert any("needs the name math," in r.message for r in result.reports if not r.applied), result.reports
     assert "import numpy as math\n\n        return *self.forward_loss(x, pred, ~pred_mask), mask" in result.output.decode()
+
+
+def test_a_local_binding_of_a_name_the_copied_kept_count_reads_keeps_the_original_statement():
+    """A fork's get_random_mask keeps `round(...)` units; the rewrite copies that formula
+    into Hiera.forward, where a local `round` would be another function (hunt 14a)."""
+    keep = ("        len_keep = int(num_windows * (1 - mask_ratio))\n", "        len_keep = round(num_windows * (1 - mask_ratio))\n")
+
+    def report(name):
+        local = (AFTER_DROP, f"        {name} = 2  # digits of the logged values\n        self.log_digits = {name}\n" + AFTER_DROP)
+        return _report("hiera.py", "HR003", DROP, 2, [keep, local])
+
+    shadowed = report("round")
+    assert not shadowed.applied and "kept count reads round, which forward binds itself" in shadowed.message, shadowed
+    assert report("digits").applied
