@@ -62,7 +62,7 @@ VIEW_FUNCTIONS = frozenset(
 )
 # Tensor methods and torch functions known to return a new tensor (or a number): what
 # any other returns may be the tensor itself or a view of it (`ravel`, `torch.as_tensor`)
-_NEW = """add sub mul div true_divide floor_divide remainder fmod pow matmul mm bmm baddbmm addmm
+NEW_RESULTS = frozenset("""add sub mul div true_divide floor_divide remainder fmod pow matmul mm bmm baddbmm addmm
     einsum softmax log_softmax sigmoid tanh relu gelu silu elu leaky_relu hardtanh exp log log1p
     expm1 sqrt rsqrt abs neg reciprocal sin cos clamp clip sum mean std var norm amax amin max min
     argmax argmin argsort sort topk cumsum cumprod prod any all logical_not logical_and logical_or
@@ -71,9 +71,7 @@ _NEW = """add sub mul div true_divide floor_divide remainder fmod pow matmul mm 
     flip rot90 cat concat concatenate stack hstack vstack zeros_like ones_like empty_like full_like
     rand_like randn_like linear layer_norm group_norm batch_norm instance_norm conv1d conv2d conv3d
     interpolate pad scaled_dot_product_attention lerp addcmul addcdiv round floor ceil trunc sign
-    item tolist size dim numel stride element_size nelement data_ptr is_contiguous"""
-NEW_METHODS = frozenset(_NEW.split())
-NEW_FUNCTIONS = frozenset(_NEW.split())
+    item tolist size dim numel stride element_size nelement data_ptr is_contiguous""".split())
 # torch functions that call a function they are given (on their other arguments):
 # `checkpoint(self.block, x)` runs the fork's own code on x
 CALLING_FUNCTIONS = (
@@ -221,7 +219,7 @@ class InplaceFlow:
                     if method in CONTAINER_METHODS:
                         cur, kind = gp, CONTAINER
                         continue
-                    if method in NEW_METHODS or _is_self(p.value):
+                    if method in NEW_RESULTS or _is_self(p.value):
                         return effect  # a new tensor (or a number); `self.<m>(...)`: its own method's
                     cur = gp  # not known to make a new tensor: may return it (`ravel`, `resolve_conj`)
                     continue
@@ -373,7 +371,7 @@ class InplaceFlow:
             last = {q.rsplit(".", 1)[-1] for q in qualified}
             if last & CONTAINER_FUNCTIONS:
                 return CONTAINER
-            if last & NEW_FUNCTIONS and not any(q.startswith("torch.Tensor.") for q in qualified):
+            if last & NEW_RESULTS and not any(q.startswith("torch.Tensor.") for q in qualified):
                 return None
             # a view, or not known to make a new tensor (`torch.as_tensor(x)` is x)
             return TENSOR if kind == TENSOR else CONTAINER
