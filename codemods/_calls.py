@@ -16,7 +16,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import METADATA_ATTRIBUTES, METADATA_METHODS, bound_parameter, in_place_write, statement_names
+from hiera_rewrite.flow import METADATA_ATTRIBUTES, METADATA_METHODS, bound_parameter, in_place_write, statement_names, subtree
 from hiera_rewrite.index import Pos
 from hiera_rewrite.rewrite import PlanContext
 
@@ -512,18 +512,12 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     if isinstance(node, cst.Module):
         cached = _WALKED.get(id(node))
         if cached is None or cached[0] is not node:
-            cached = (node, list(_walk(node)))
+            cached = (node, list(subtree(node)))
             _WALKED[id(node)] = cached
             while len(_WALKED) > 8:
                 _WALKED.popitem(last=False)
         return iter(cached[1])
-    return _walk(node)
-
-
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    for child in node.children:
-        yield from _walk(child)
+    return subtree(node)
 
 
 _WALKED: "OrderedDict[int, Tuple[cst.Module, List[cst.CSTNode]]]" = OrderedDict()

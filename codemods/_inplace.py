@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import body_of, bound_parameter, is_inplace_function, is_inplace_method, loaded_names
+from hiera_rewrite.flow import body_of, bound_parameter, declared_names, enclosing_function, is_inplace_function, is_inplace_method, loaded_names
 from hiera_rewrite.rewrite import PlanContext
 
 from ._calls import FORWARD_HOOKS
@@ -87,6 +87,8 @@ KNOWN_MODULES = frozenset({"timm.layers.DropPath", "timm.models.layers.DropPath"
 SAFE_BUILTINS = frozenset("len isinstance issubclass print repr str id type hash bool int float format callable hasattr".split())
 CONTAINER_BUILTINS = frozenset("tuple list iter reversed zip enumerate set frozenset sorted".split())
 LIST_MUTATORS = frozenset("append extend insert".split())  # `outs.append(x)`: outs now holds x
+# methods that put their argument into the container they are called on
+CONTAINER_MUTATORS = LIST_MUTATORS | frozenset("update setdefault add __setitem__ appendleft extendleft put put_nowait".split())
 # `other.<method>(x)` with one of these tensor methods reads x (and returns a new
 # tensor, or other itself): a method of another tensor taking it as an operand
 TENSOR_ARG_METHODS = frozenset(
@@ -118,6 +120,7 @@ class _Verdict:
     hazard: Optional[str] = None
     kind: Optional[str] = None  # the result may be (a view of) the argument
     holder: Optional[str] = None  # `holder.append(arg)`: holder now holds it
+    stored: bool = False  # the hazard: a container other code reaches now holds it
 
 
 @dataclasses.dataclass
@@ -249,7 +252,7 @@ class InplaceFlow:
                     return effect
                 verdict = self._call(call, p, kind)
                 if verdict.hazard is not None:
-                    effect.hazard = verdict.hazard
+                    effect.hazard, effect.stored = verdict.hazard, verdict.stored
                     return effect
                 if verdict.holder is not None:
                     effect.binds[verdict.holder] = CONTAINER
@@ -310,7 +313,7 @@ class InplaceFlow:
                     return effect
                 targets = [t.target for t in p.targets] if isinstance(p, cst.Assign) else [p.target]
                 for target in targets:
-                    if isinstance(target, (cst.Attribute)):
+                    if isinstance(target, cst.Attribute) or isinstance(target, cst.Subscript) and self._escapes(target):
                         effect.hazard = f"{label} is stored in `{_short(target)}` at line {self._line(p)}, where other code may modify it in place"
                         effect.stored = True
                         return effect
@@ -321,6 +324,10 @@ class InplaceFlow:
                     effect.hazard = f"`{_short(cur)} {_op(p)}= ...` at line {self._line(p)} modifies {WHAT} in place"
                     return effect
                 if kind == CONTAINER:
+                    if not isinstance(p.target, cst.Name) or self._escapes(p.target):
+                        effect.hazard = f"{label} is stored in `{_short(p.target)}` at line {self._line(p)}, where other code may modify it in place"
+                        effect.stored = True
+                        return effect
                     effect.binds.update(_target_names(p.target, CONTAINER))
                 return effect
             if isinstance(p, cst.Return):
@@ -341,6 +348,21 @@ class InplaceFlow:
                 return effect
             effect.hazard = f"{label} is used in a `{type(p).__name__}` at line {self._line(p)}, which HR002 does not follow"
             return effect
+
+    def _escapes(self, target: cst.CSTNode) -> bool:
+        """Whether a container reached through ``target`` (`self.cache[k]`, `FEATURES`,
+        `outs[0]`) may be reached by code outside the function: anything but a name the
+        function binds itself (not a parameter, not declared global or nonlocal)."""
+        base = target
+        while isinstance(base, (cst.Subscript, cst.Attribute)):
+            base = base.value
+        func = enclosing_function(self.ctx, target)
+        if not isinstance(base, cst.Name) or base.value == "self" or func is None:
+            return True
+        flow = self.ctx.flow(func)
+        if base.value in flow.params or base.value in declared_names(self.ctx, func):
+            return True
+        return not any(base.value in st.assigned for st in flow.stmts)
 
     # -- calls ----------------------------------------------------------------------
     def _call(self, call: cst.Call, arg: cst.Arg, kind: str) -> "_Verdict":
@@ -375,9 +397,13 @@ class InplaceFlow:
                 return None
             # a view, or not known to make a new tensor (`torch.as_tensor(x)` is x)
             return TENSOR if kind == TENSOR else CONTAINER
-        if isinstance(func, cst.Attribute) and func.attr.value in LIST_MUTATORS and isinstance(func.value, cst.Name) and not qualified:
-            # `outs.append(x)`: follow `outs` as a container holding it
-            return _Verdict(holder=func.value.value)
+        if isinstance(func, cst.Attribute) and func.attr.value in CONTAINER_MUTATORS and not qualified:
+            if self._escapes(func.value):
+                # `self.feats.append(x)`, `FEATURES.append(x)`, `self.cache.update(k=x)`
+                return _Verdict(hazard=f"{WHAT} is stored by `{callee}(...)` at line {line}, where other code may modify it in place", stored=True)
+            if func.attr.value in LIST_MUTATORS and isinstance(func.value, cst.Name):
+                # `outs.append(x)`: follow `outs` as a container holding it
+                return _Verdict(holder=func.value.value)
         if isinstance(func, cst.Attribute) and not qualified and not _is_self_attr(func) and not _is_self(func.value):
             method = func.attr.value
             if (is_inplace_method(method) and not method.startswith("__") and method != "set_") or method in TENSOR_ARG_METHODS:

@@ -159,7 +159,7 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
         and code(zeros.args[0].value) == f"{unit_mask}.shape"
         and zeros.args[1].star == "*"
         and code(zeros.args[1].value).replace(" ", "") == f"{units}.shape[2:]"
-        and all(a.keyword is not None for a in zeros.args[2:])
+        and all(a.keyword is not None and a.keyword.value != "out" for a in zeros.args[2:])
     ):
         raise Refuse(f"{grid} is not torch.zeros(*{unit_mask}.shape, *{units}.shape[2:], ...)")
     if _latest_def(flow, unit_mask, grid_stmt) is not _latest_def(flow, unit_mask, reshape_stmt):  # type: ignore[arg-type]

@@ -60,9 +60,12 @@ class PoolAmax(Rewrite):
     pool's forward+backward GPU time is 0-15% lower under torch.compile, and
     about 2.5x higher in eager mode.
 
-    Forward values are identical.  The gradient differs only when two inputs of a
+    Forward values are identical.  The gradient differs when two inputs of a
     pooling window are bit-identical maxima: `.max(...).values` sends the whole
-    gradient to one of them, `.amax` splits it evenly between them.
+    gradient to one of them, `.amax` splits it evenly between them; and when a
+    window holds a NaN: `.amax`'s backward gives every input of that window a NaN
+    gradient (even where the gradient reaching the pool is 0, as after
+    `torch.nan_to_num`), `.max(...).values` only the NaN's own.
 
     `.amax` keeps its input and its output for backward (`.max(...).values` keeps
     only the indices), so an in-place op on either before backward would raise
@@ -71,8 +74,8 @@ class PoolAmax(Rewrite):
     `torch.nn` modules and functions of the same file); a site is skipped, with
     the op and its line, where an in-place op (`x += ...`, `x[...] = ...`,
     `x.mul_(...)`, `torch.relu_(x)`, `inplace=True`, `out=x`) or code that may do
-    one (an unknown function or module it is passed to, an attribute it is
-    stored in) can reach either.  A pooled tensor the function returns becomes
+    one (an unknown function or module it is passed to, an attribute, or a
+    container other code can reach, it is stored in) can reach either.  A pooled tensor the function returns becomes
     `.amax(dim=k).clone()`: the callers, in any file, may then modify it in
     place; under torch.compile the copy adds nothing measurable, in eager mode
     1-3% of the pool's time.  A pooled parameter is checked where the file calls
@@ -254,6 +257,15 @@ def _has_comment(node: cst.CSTNode) -> bool:
     return bool(found)
 
 
+def _torch_only(node: cst.BaseExpression) -> bool:
+    """`.max(...).values`, or `.max(dim=k)[0]`: spelled so only a tensor runs it (numpy's
+    `a.reshape(...).max(1)[0]` is the first row of the maxima, and an array has no `.amax`)."""
+    if isinstance(node, cst.Attribute):
+        return True
+    found = method_call(node.value, "max") if isinstance(node, cst.Subscript) else None  # type: ignore[attr-defined]
+    return found is not None and any(a.keyword is not None and a.keyword.value == "dim" for a in found[1].args)
+
+
 class _Reductions(cst.CSTVisitor):
     def __init__(self) -> None:
         super().__init__()
@@ -261,7 +273,7 @@ class _Reductions(cst.CSTVisitor):
 
     def _check(self, node: cst.BaseExpression) -> None:
         reduced = reduction_values(node)
-        if reduced is not None and reduced[0] == "max" and method_call(reduced[1], "view", "reshape"):
+        if reduced is not None and reduced[0] == "max" and method_call(reduced[1], "view", "reshape") and _torch_only(node):
             self.found.append(node)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:

@@ -338,6 +338,15 @@ def _token_drop(
             line: lambda updated: new_line.with_changes(leading_lines=[*updated.leading_lines, *note.leading_lines]),
             module: helper,
         }
+    if drawn is None:
+        # the ratio comes with the caller's second argument (`super().forward(x, mask, ...,
+        # random_mask_ratio=r)`): the count is that mask's, no other parameter's
+        ordered = [*func.params.posonly_params, *func.params.params]
+        if len(ordered) < 3 or ordered[2].name.value != mask:
+            raise Refuse(
+                f"{mask} is not the second argument of {func.name.value}, the mask its caller passes with the ratio:"
+                " how many units it keeps in each row is not proven"
+            )
     formula, maker, sources = _random_count(ctx, func, mask)
     # the formula runs here, not in get_random_mask: a name it reads (`round`, `math`) that
     # this function binds itself would be this function's
@@ -404,7 +413,7 @@ def _from_indices(
 
 def _drawn_here(ctx: PlanContext, func: cst.FunctionDef, mask: str, line: cst.SimpleStatementLine):
     """(the statement, its ratio, the `if mask is None:` around it or None) where ``func``
-    draws the mask the drop uses itself -- its only binding before the drop:
+    draws the mask the drop uses itself -- its only binding in the function, before the drop:
 
         mask = self.get_random_mask(x, ratio)                 # a top-level statement
         if mask is None: mask = self.get_random_mask(x, ratio)  # mask a parameter
@@ -413,8 +422,10 @@ def _drawn_here(ctx: PlanContext, func: cst.FunctionDef, mask: str, line: cst.Si
     None for any other binding."""
     flow = ctx.flow(func)
     here = flow.stmt_of(line).index
-    bindings = [st for st in flow.assigning(mask) if st.index < here]
-    if len(bindings) != 1 or flow.compound_assigned.get(mask):
+    # its only binding anywhere in the function: one after the drop may run before it
+    # again, in a loop around both (`mask = ~mask` for a second view)
+    bindings = flow.assigning(mask)
+    if len(bindings) != 1 or bindings[0].index >= here or flow.compound_assigned.get(mask):
         return None
     made = bindings[0].line
     assign = single_assign(made) if isinstance(made, cst.SimpleStatementLine) else None
@@ -591,6 +602,8 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
             raise Refuse(f"the encoder call {passed}: the kept count is not passed (the encoder counts the mask itself: one host sync)")
         raise NotThisIdiom()
     mask = mask_arg.value.value  # type: ignore[attr-defined]
+    if call.args[0].star or call.args[0].keyword is not None:
+        raise NotThisIdiom()  # the mask is not the callee's second argument
     if any(a.star or a.keyword is not None and a.keyword.value == RATIO for a in call.args):
         raise NotThisIdiom()  # rewritten already
     made = random_mask_guard(ctx, func, mask)

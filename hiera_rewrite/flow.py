@@ -122,7 +122,7 @@ def _opaque(ctx: "PlanContext", func: cst.FunctionDef, flow: "FunctionFlow") -> 
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             # its own names: its parameters and what it binds without `nonlocal`/`global`
             inner = FunctionFlow(node, ctx)
-            bound = set().union(*(s.assigned for s in inner.stmts)) - _declared(ctx, node)
+            bound = set().union(*(s.assigned for s in inner.stmts)) - declared_names(ctx, node)
             return self._nested(node, {node.name.value} | inner.params | bound, f"the nested `def {node.name.value}`")
 
         def visit_ClassDef(self, node: cst.ClassDef) -> bool:
@@ -144,7 +144,7 @@ def _opaque(ctx: "PlanContext", func: cst.FunctionDef, flow: "FunctionFlow") -> 
     return f"{found[0][1]}, so nothing about them is proven there"
 
 
-def _declared(ctx: "PlanContext", func: cst.FunctionDef) -> Set[str]:
+def declared_names(ctx: "PlanContext", func: cst.FunctionDef) -> Set[str]:
     """The names ``func``'s own body declares ``nonlocal`` or ``global`` (not those of a
     scope nested in it)."""
     names: Set[str] = set()
@@ -249,7 +249,32 @@ def _headers(stmt: cst.BaseCompoundStatement) -> List[cst.CSTNode]:
             parts.append(item.item)
             if item.asname is not None:
                 parts.append(cst.Assign([cst.AssignTarget(item.asname.name)], cst.Name("None")))
+    if isinstance(stmt, cst.Match):
+        # `case m:`, `case [*rest]`, `case {**rest}`, `case P() as m` bind names; a value
+        # pattern (`case self.k:`) and a guard read names.
+        for case in stmt.cases:
+            for node in subtree(case.pattern):
+                captured = getattr(node, "name", None) if isinstance(node, (cst.MatchAs, cst.MatchStar)) else None
+                if isinstance(node, cst.MatchMapping):
+                    captured = node.rest
+                if isinstance(captured, cst.Name):
+                    parts.append(cst.Assign([cst.AssignTarget(captured)], cst.Name("None")))
+                elif isinstance(node, cst.MatchValue):
+                    parts.append(node.value)
+                elif isinstance(node, cst.MatchClass):
+                    parts.append(node.cls)
+                elif isinstance(node, cst.MatchMappingElement):
+                    parts.append(node.key)
+            if case.guard is not None:
+                parts.append(case.guard)
     return parts
+
+
+def subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """``node`` and every node below it, in source order."""
+    yield node
+    for child in node.children:
+        yield from subtree(child)
 
 
 def all_params(params: cst.Parameters) -> List[cst.Param]:

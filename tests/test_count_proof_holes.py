@@ -162,3 +162,81 @@ def test_the_mae_forward_count_is_not_passed_where_its_shapes_are_not_proven(cas
     found = [r for r in result.reports if r.code == "HR005" and not r.applied and reason in r.message]
     assert found, [r for r in result.reports if r.code == "HR005"]
     assert "return *self.forward_loss(x, pred, ~pred_mask), mask" in result.output.decode(), line
+
+
+# hunt 15a (a white-box audit of 1ec596a): three ways the encoder's count (HR003) was
+# given to a drop whose mask it does not count; each made kept_tokens' check raise in
+# eager mode where the original ran (compiled: other tokens kept)
+TWO_VIEWS = '''    def forward_two_views(self, x: torch.Tensor, mask_ratio: float) -> list:
+        mask = self.get_random_mask(x, mask_ratio)
+        x = self.unroll(self.patch_embed(x) + self.get_pos_embed())
+        views = []
+        for _ in range(2):
+            h = x[mask[..., None].tile(1, self.mu_size, x.shape[2])].view(x.shape[0], -1, x.shape[-1])
+            views.append(h)
+{after}
+        return views
+
+'''
+FIXED_MASK = """        match self.fixed_mask:
+            case None:
+                pass
+            case mask:  # a configured mask (for evaluation) overrides the given one
+                pass
+"""
+TARGET_DROP = """        targets = None
+        if target_mask is not None:
+            targets = x[target_mask[..., None].tile(1, self.mu_size, x.shape[2])].view(x.shape[0], -1, x.shape[-1])
+"""
+RETURN_INTERMEDIATES = "        return_intermediates: bool = False,\n"
+
+
+def _two_views(after: str):
+    method = TWO_VIEWS.format(after=after)
+    return _report("hiera.py", "HR003", "        for _ in range(2):\n", 1, [(GET_POS_EMBED, method + GET_POS_EMBED)])
+
+
+DROP_REFUSED = {
+    # `mask = ~mask` after the drop runs before it on the loop's next pass
+    "the drawn mask rebound after the drop, in a loop": (
+        lambda: _two_views("            mask = ~mask  # the second view sees the complement"),
+        "not the function's own mask argument",
+    ),
+    # a match capture binds the mask; it was not seen as a binding
+    "the mask argument rebound by a match capture": (
+        lambda: _drop((DROP, FIXED_MASK + DROP)),
+        "not the function's own mask argument",
+    ),
+    # the count comes with the caller's second argument, not with this one
+    "a second mask parameter": (
+        lambda: _report(
+            "hiera.py", "HR003", TARGET_DROP, 2,
+            [(RETURN_INTERMEDIATES, RETURN_INTERMEDIATES + "        target_mask: Optional[torch.Tensor] = None,\n"),
+             (DROP, TARGET_DROP + DROP)],
+        ),
+        "target_mask is not the second argument of forward",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DROP_REFUSED))
+def test_a_drop_whose_mask_the_count_does_not_count_keeps_the_original_statement(case):
+    report, reason = DROP_REFUSED[case]
+    found = report()
+    assert not found.applied and reason in found.message, found
+
+
+def test_the_drawn_mask_read_in_a_loop_keeps_the_fast_path():
+    found = _two_views("            assert mask.any()")
+    assert found.applied, found
+
+
+def test_the_decoder_fill_into_a_given_out_buffer_keeps_the_original_statement():
+    """`torch.zeros(..., out=self.buf)` fills the buffer: the rewrite's `x_dec = ...index_copy(...)`
+    would leave it zero."""
+    found = _report(
+        "hiera_mae.py", "HR004", "        x_dec[mask] = x.flatten()\n", 0,
+        [("x_dec = torch.zeros(*mask.shape, *x.shape[2:], device=x.device, dtype=x.dtype)",
+          "x_dec = torch.zeros(*mask.shape, *x.shape[2:], out=self.decoder_buffer)")],
+    )
+    assert not found.applied and "is not torch.zeros(" in found.message, found
