@@ -128,6 +128,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.output_format != "text" and (args.verify or args.export):
         parser.error(f"--output-format {args.output_format} is not supported with {'--verify' if args.verify else '--export'} (only text)")
     if args.export:
+        ignored = [f for f, v in (("--verify", args.verify), ("--check", args.check), ("--diff", args.diff)) if v]
+        if args.paths or ignored:
+            parser.error(
+                f"--export writes the installed upstream's rewrite; it takes no {'PATH' if args.paths else ignored[0]}"
+                " (to check or verify a copy of your own, give its path without --export)"
+            )
         from .export import export_upstream
 
         return export_upstream(Path(args.export), codes, quiet=args.quiet)

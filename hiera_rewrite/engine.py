@@ -349,12 +349,17 @@ def line_length_for(path: Path) -> int:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same folder, fsync, os.replace; keep the mode.
+    """Write via a temp file in the same folder, fsync, os.replace; keep the mode, and
+    the owner and group where the process may set them (as root; a group of the user's).
 
-    A symlink is followed: its target is replaced and the link stays a link.
+    A symlink is followed: its target is replaced and the link stays a link.  A file with
+    other hard links is written through its own inode instead (a rename would leave the
+    other names holding the old text): the new bytes are first complete on disk in the
+    temp file, then copied over the file.
     """
     path = Path(os.path.realpath(path))
-    mode = path.stat().st_mode & 0o7777
+    stat = path.stat()
+    mode = stat.st_mode & 0o7777
     tmp = path.with_name(f".{path.name}.hiera-rewrite-{os.getpid()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -362,7 +367,22 @@ def write_atomic(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        if stat.st_nlink > 1:
+            with open(path, "r+b") as handle:
+                handle.write(data)
+                handle.truncate()
+                handle.flush()
+                os.fsync(handle.fileno())
+            return
         os.chmod(tmp, mode)
+        if hasattr(os, "chown") and (stat.st_uid, stat.st_gid) != (os.getuid(), os.getgid()):
+            for uid, gid in ((stat.st_uid, stat.st_gid), (-1, stat.st_gid)):
+                try:
+                    os.chown(tmp, uid, gid)
+                    break
+                except OSError:
+                    continue
+            os.chmod(tmp, mode)  # chown clears set-id bits
         os.replace(tmp, path)
     finally:
         if tmp.exists():

@@ -473,6 +473,16 @@ def test_encoding_and_newline_variants_round_trip(tmp_path):
 # -- export -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("extra", [["--verify"], ["--check"], ["--diff"], ["models/hiera.py"]])
+def test_export_refuses_what_it_would_ignore(tmp_path, extra):
+    """--export wrote the folder, exit 0, with --verify (no proof), --check or --diff
+    (which promise no write) or a PATH given, all silently dropped (hunt 15c)."""
+    target = tmp_path / "out"
+    r = run("--export", str(target), *extra, cwd=tmp_path)
+    assert r.rc == 2 and "--export writes the installed upstream's rewrite" in r.err, r
+    assert not target.exists()
+
+
 def test_export(tmp_path):
     pytest.importorskip("hiera")
     from hiera_rewrite.export import upstream_dir

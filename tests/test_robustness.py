@@ -203,6 +203,31 @@ def test_cli_reports_write_failure(tmp_path, monkeypatch, capsys):
     assert [p.name for p in tmp_path.iterdir()] == ["a.py"]
 
 
+def test_write_atomic_keeps_hard_links(tmp_path):
+    """A rename would give the rewritten file a new inode and leave the other name
+    holding the old text (hunt 15c)."""
+    path = tmp_path / "m.py"
+    path.write_bytes(b"old text, longer than the new\n")
+    other = tmp_path / "vendored.py"
+    os.link(path, other)
+    write_atomic(path, b"new\n")
+    assert path.read_bytes() == other.read_bytes() == b"new\n"
+    assert path.stat().st_ino == other.stat().st_ino and path.stat().st_nlink == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.py", "vendored.py"]
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a file to another owner needs root")
+def test_write_atomic_keeps_owner_and_group(tmp_path):
+    """As root (a container, a CI job), the file was given to root (hunt 15c)."""
+    path = tmp_path / "m.py"
+    path.write_bytes(b"old\n")
+    os.chown(path, 1234, 1000)
+    path.chmod(0o664)
+    write_atomic(path, b"new\n")
+    assert (path.stat().st_uid, path.stat().st_gid) == (1234, 1000)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o664 and path.read_bytes() == b"new\n"
+
+
 def test_write_atomic_through_a_symlink_keeps_the_link(tmp_path):
     real = tmp_path / "real.py"
     real.write_bytes(GOLDEN_IN)
