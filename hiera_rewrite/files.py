@@ -202,7 +202,7 @@ def write_in_order(jobs: Sequence[Job], outcomes: List[Outcome]) -> Tuple[List[O
         name, result = outcomes[i][0], outcomes[i][1]
         if result is None or not result.changed:
             continue
-        problem = write_checked(name, result.output)
+        problem = write_checked(name, result.output, result.source)
         if problem is not None:
             problems[name] = problem
             continue
@@ -212,12 +212,15 @@ def write_in_order(jobs: Sequence[Job], outcomes: List[Outcome]) -> Tuple[List[O
     return outcomes, problems
 
 
-def write_checked(name: str, data: bytes) -> Optional[FileError]:
-    """Write ``data`` over the file atomically; an error instead if it is read-only
-    or the write fails."""
+def write_checked(name: str, data: bytes, source: Optional[bytes] = None) -> Optional[FileError]:
+    """Write ``data`` over the file atomically; an error instead if it is read-only,
+    if it no longer holds ``source`` (the bytes the rewrite was made from: an edit saved
+    while --verify ran), or the write fails."""
     path = Path(name)
     if not path.stat().st_mode & stat.S_IWUSR:
         return FileError(name, 1, 1, "file is read-only, not rewritten")
+    if source is not None and path.read_bytes() != source:
+        return FileError(name, 1, 1, "file changed on disk since it was read, not rewritten (run again)")
     try:
         write_atomic(path, data)
     except OSError as exc:

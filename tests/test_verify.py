@@ -157,6 +157,26 @@ def test_verify_in_place_writes_after_passing(tmp_path: Path, capsys):
     assert not list((tmp_path / "repo").rglob("__pycache__"))
 
 
+def test_verify_in_place_keeps_an_edit_saved_while_it_ran(tmp_path: Path, monkeypatch, capsys):
+    """Verification takes seconds to minutes; an edit saved meanwhile was overwritten by
+    the rewrite of the bytes read before it (hunt 15c).  Now the file is left as saved."""
+    from hiera_rewrite.verify import command
+
+    target = make_fixture(tmp_path, "relative")
+    real = command.verify_group
+
+    def editing_meanwhile(*args, **kwargs):
+        verdict = real(*args, **kwargs)
+        target.write_bytes(target.read_bytes() + b"\n# saved while verify ran\n")
+        return verdict
+
+    monkeypatch.setattr(command, "verify_group", editing_meanwhile)
+    code, out, err = run_cli(["--verify", "--package-root", target.parent.parent, target], capsys)
+    assert "verify: PASSED" in out, out + err
+    assert code == cli.EXIT_ERROR and "changed on disk since it was read, not rewritten" in err, out + err
+    assert target.read_bytes().endswith(b"# saved while verify ran\n") and b".flatten(2, 3)" not in target.read_bytes()
+
+
 def _sabotage(monkeypatch):
     """Make the engine emit a wrong output layout that still runs."""
     real = files.rewrite_bytes
@@ -347,6 +367,24 @@ def test_verify_upstream_folder_reports_fullgraph(upstream_copy: Path, capsys):
     assert models and len(graph) == len(models), out
     assert set(graph) == {"torch.compile(fullgraph=True): compiles fullgraph"}, graph
     assert "verify: PASSED (8/8 sites exercised" in out
+
+
+def test_verify_in_place_writes_the_upstream_files_that_read_each_other(upstream_copy: Path, capsys):
+    """README's `hiera-rewrite --verify models/` (write only if it passes) on upstream:
+    hiera.py's plan reads hiera_mae.py's and the other way round, a cycle, and each was
+    refused for the other not being written yet: PASSED, nothing written, exit 0 (hunt 15c).
+    Verified together, they are written together, as the plain CLI writes them."""
+    plain = upstream_copy.parent / "plain" / "hiera"
+    shutil.copytree(upstream_copy, plain)
+    assert run_cli([plain], capsys)[0] == cli.EXIT_CHANGED
+    expected = {name: (plain / name).read_bytes() for name in ("hiera.py", "hiera_mae.py")}
+    assert all(expected[name] != (upstream_copy / name).read_bytes() for name in expected)
+    code, out, err = run_cli(["--verify", "-q", "--no-graph-report", upstream_copy], capsys)
+    assert "verify: PASSED" in out, out + err
+    assert code == cli.EXIT_CHANGED and "not rewritten" not in err, out + err
+    assert "2 files rewritten" in err, err
+    for name, data in expected.items():
+        assert (upstream_copy / name).read_bytes() == data, name
 
 
 def test_verify_reports_the_forks_own_compile_blocker(upstream_copy: Path, capsys):

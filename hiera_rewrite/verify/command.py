@@ -151,23 +151,36 @@ def run_cli(args, codes: List[str]) -> int:
         print("verify: nothing to verify (no file would change)", file=report_out)
 
     changed = unchanged = 0
-    written: set = set()
-    for i, deps in write_order(results):  # a file whose plan read another's rewrite after that one
+    order = write_order(results)  # a file whose plan read another's rewrite after that one
+    # The files to write: each PASSED, and each rewrite its plan read written too (hiera.py
+    # and hiera_mae.py read each other's: a cycle, verified together, written together).
+    passed = {
+        os.path.realpath(results[i][0]) for i, _ in order if verdicts.get(Path(results[i][0]).resolve(), FAILED) == PASSED
+    }
+    writable = set(passed)
+    while True:
+        blocked = {os.path.realpath(results[i][0]) for i, deps in order if deps - writable} & writable
+        if not blocked:
+            break
+        writable -= blocked
+    unwritten: set = set()  # writes that failed
+    for i, deps in order:
         name, result = results[i]
         verdict = verdicts.get(Path(name).resolve(), FAILED)
+        missing = (deps - writable) | (deps & unwritten)
         if args.check or args.diff:
             changed += 1
         elif verdict != PASSED:
             print(f"{name}:1:1: not rewritten: verification {verdict.lower()}", file=sys.stderr)
-        elif deps - written:
-            print(f"{name}:1:1: not rewritten: it is planned against the rewrite of {sorted(deps - written)[0]}, which was not written", file=sys.stderr)
+        elif missing:
+            print(f"{name}:1:1: not rewritten: it is planned against the rewrite of {sorted(missing)[0]}, which was not written", file=sys.stderr)
         else:
-            problem = write_checked(name, result.output)
+            problem = write_checked(name, result.output, result.source)
             if problem is None:
                 changed += 1
-                written.add(os.path.realpath(name))
             else:
                 print(problem, file=sys.stderr)
+                unwritten.add(os.path.realpath(name))
                 errors += 1
     unchanged = sum(1 for _, result in results if not result.changed)
     exit_code = EXIT_ERROR if errors else (EXIT_CHANGED if changed else EXIT_CLEAN)
