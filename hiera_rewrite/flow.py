@@ -233,8 +233,10 @@ def _headers(stmt: cst.BaseCompoundStatement) -> List[cst.CSTNode]:
         elif isinstance(value, (list, tuple)):
             parts.extend(value)
     for handler in getattr(stmt, "handlers", ()):
-        if handler.name is not None:
-            parts.append(handler.name)
+        if handler.type is not None:
+            parts.append(handler.type)
+        if handler.name is not None and isinstance(handler.name.name, cst.Name):  # `except E as e`: binds e
+            parts.append(cst.Assign([cst.AssignTarget(handler.name.name)], cst.Name("None")))
     if isinstance(stmt, cst.If):
         tail = stmt.orelse
         while isinstance(tail, cst.If):  # elif tests are read too

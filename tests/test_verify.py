@@ -210,6 +210,27 @@ def test_verify_catches_a_wrong_rewrite(tmp_path: Path, monkeypatch, capsys):
     assert not list((tmp_path / "repo").rglob("__pycache__"))
 
 
+def test_verify_catches_an_extra_random_draw(tmp_path: Path, monkeypatch, capsys):
+    """Same outputs and gradients, one more random number drawn: the next step's masks
+    differ.  Both sides were seeded alike per case, and the generators' state after it was
+    not compared: PASSED (hunt 15c)."""
+    target = make_fixture(tmp_path, "relative")
+    real = files.rewrite_bytes
+
+    def drawing(data, **kwargs):
+        result = real(data, **kwargs)
+        text, n = re.subn(r"\n(\s+)x = F\.scaled_dot_product_attention\(", r"\n\1torch.rand(1)\n\1x = F.scaled_dot_product_attention(", result.output.decode())
+        assert n == 1, "the sabotage pattern is gone: update this test to the new emitted code"
+        result.output = text.encode()
+        return result
+
+    monkeypatch.setattr(files, "rewrite_bytes", drawing)
+    code, out, err = run_cli(["--verify", "--check", target], capsys)
+    assert code == EXIT_VERIFY_FAILED and "verify: FAILED" in out, out + err
+    failing = [line for line in out.splitlines() if "FAIL" in line and "forward(x)" in line]
+    assert any("draws other random numbers than the original" in line for line in failing), out
+
+
 def test_verify_reports_a_model_it_cannot_build(tmp_path: Path, capsys):
     target = make_fixture(tmp_path, "relative")
     code, out, err = run_cli(

@@ -11,6 +11,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from .inputs import fed
 
 
+
+RNG_STATE = "<the random number generators>"  # a key of run_case's buffers, never a module's
+
 class Comparison:
     """Runs a case and compares two runs (a mixin of the worker)."""
 
@@ -74,6 +77,11 @@ class Comparison:
         outs = [(name, leaf.detach().clone() if torch.is_tensor(leaf) else leaf) for name, leaf in leaves]
         grads = {name: (p.grad.detach().clone() if p.grad is not None else None) for name, p in model.named_parameters()}
         buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+        # where the generators stand after the step: an extra or a missing draw changes
+        # every later step's masks (compared apart from the buffers, see compare())
+        buffers[RNG_STATE] = torch.random.get_rng_state()
+        if x.is_cuda:
+            buffers[RNG_STATE] = torch.cat([buffers[RNG_STATE], torch.cuda.get_rng_state(x.device)])
         input_grads_out = {name: (leaf.grad.detach().clone() if leaf.grad is not None else None) for name, leaf in inputs.items()}
         model.zero_grad(set_to_none=True)
         return outs, grads, buffers, input_grads_out
@@ -106,6 +114,15 @@ class Comparison:
         of the inputs."""
         rows = []
         ref_outs = dict(ref[0]) if ref else {}
+        if buffers is not None:
+            rng = [side.get(RNG_STATE) for side in buffers]
+            buffers = tuple({k: v for k, v in side.items() if k != RNG_STATE} for side in buffers)
+            if rng[0] is not None and rng[1] is not None and not torch.equal(rng[0], rng[1]):
+                rows.append({
+                    "config": config, "case": label, "kind": "random numbers", "what": "generator state after the step",
+                    "shape": "-", "ok": False,
+                    "note": "the rewritten step draws other random numbers than the original (an extra or a missing draw changes every later step's masks)",
+                })
 
         def judge(name, a, b, rel, reference) -> Tuple[bool, str, Optional[Tuple[float, float]]]:
             """(ok, why, (original's error, rewritten's error) vs the float64 reference;
