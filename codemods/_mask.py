@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in_place_write, loaded_names, root_name, statement_names, tensor_aliases
+from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in_place_write, loaded_names, root_name, statement_names, subtree, tensor_aliases
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
@@ -414,11 +414,19 @@ def imports_typing_optional(module: cst.Module) -> bool:
 
 
 def free_names(flow: FunctionFlow, *names: str) -> List[str]:
-    """Those of ``names`` already used in the function (they would clash)."""
+    """Those of ``names`` already used in the function (they would clash), a def, lambda
+    or comprehension nested in it included (a global it reads would become the new local)."""
     used: Set[str] = set(flow.params)
     for stmt in flow.stmts:
         used |= stmt.assigned
         used |= {n.value for n in stmt.loaded}
+    body = flow.func.body if flow.func is not None else cst.IndentedBlock([s.line for s in flow.stmts])
+    not_variables = {
+        id(n) for node in subtree(body) for n in (
+            (node.attr,) if isinstance(node, cst.Attribute) else (node.keyword,) if isinstance(node, cst.Arg) and node.keyword else ()
+        )
+    }
+    used |= {n.value for n in subtree(body) if isinstance(n, cst.Name) and id(n) not in not_variables}
     return [n for n in names if n in used]
 
 

@@ -447,6 +447,8 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 or written_in_place(ctx, func, pred_mask.value)  # type: ignore[attr-defined]
                 or stored_or_packed(ctx, func, pred_mask.value)  # type: ignore[attr-defined]
                 or written_in_place(ctx, func, latent.value)  # type: ignore[attr-defined]  (its shape: `unsqueeze_`)
+                # pred_mask may be a view of it (1x1 final mask units): `mask.logical_not_()`
+                or written_in_place(ctx, func, unit_mask.value)  # type: ignore[attr-defined]
             )
             unproven = again or _decoded_mask(ctx, decoder) or _fills_the_latent(ctx, cls, decoder)
             if changed or unproven:
@@ -463,7 +465,11 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 calls = _count_calls(ctx, after.line, methods, toggled)
                 if not calls:
                     continue
-                other = _other_use(ctx, func, pred_mask.value, after.line, calls)  # type: ignore[attr-defined]
+                other = (
+                    _other_use(ctx, func, pred_mask.value, after.line, calls)  # type: ignore[attr-defined]
+                    # nor the unit mask after the decoder got it (pred_mask may be a view of it)
+                    or _other_use(ctx, func, unit_mask.value, after.line, calls, since=stmt.line)  # type: ignore[attr-defined]
+                )
                 if other is not None:
                     ctx.refuse(next(iter(calls)), f"{other}: the masked count is not passed")
                     break
@@ -497,14 +503,16 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
 
 
 def _other_use(
-    ctx: PlanContext, func: cst.FunctionDef, pred_mask: str, line: cst.SimpleStatementLine, calls: List[cst.Call]
+    ctx: PlanContext, func: cst.FunctionDef, pred_mask: str, line: cst.SimpleStatementLine, calls: List[cst.Call],
+    since: Optional[cst.CSTNode] = None,
 ) -> Optional[str]:
     """Where ``func`` reads the decoder's mask before the count is used, other than as
     `~pred_mask` given to ``calls`` in ``line``; else None.  Proven, not searched for
     writers: a call given it (a method, a hook, a helper), an alias (an attribute, a
     list) or anything else may change how many tokens it masks, so any other read
     before ``line`` ends the proof.  Reads after ``line``, and an early `return ...,
-    pred_mask` (that path uses no count), are free."""
+    pred_mask` (that path uses no count), are free.  ``since``: only the statements after
+    the one holding it are looked at (the unit mask, once the decoder got it)."""
     allowed = {
         id(arg.value.expression) for call in calls for arg in call.args
         if isinstance(arg.value, cst.UnaryOperation) and is_name(arg.value.expression, pred_mask)
@@ -512,7 +520,8 @@ def _other_use(
     top = list(func.body.body)  # type: ignore[union-attr]
     holder = next((s for s in top if s is line or any(n is line for n in walk(s))), None)
     last = top.index(holder) if holder is not None else len(top) - 1
-    for stmt in top[: last + 1]:
+    start = next((i + 1 for i, s in enumerate(top) if s is since or any(n is since for n in walk(s))), 0) if since else 0
+    for stmt in top[start: last + 1]:
         for node in loaded_names(ctx, stmt):
             if node.value == pred_mask and id(node) not in allowed and not returned_as_is(ctx, node):
                 shown = _statement_holding(ctx, node)
@@ -614,6 +623,9 @@ def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:
             rearranged = _rearranges_only(ctx, "undo_windowing")
             if rearranged is not None:
                 return rearranged
+            unfolded = _unfolds_the_argument(ctx, decoder, filled, fill)
+            if unfolded is not None:
+                return unfolded
             # the fill mask itself unchanged after the fill (`mask[:, 0] = True`, a call
             # writing it): the units filled are the units the returned mask shows
             written = (
@@ -625,6 +637,52 @@ def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:
                 return f"{written}: the units {decoder.name.value} fills may not be those the mask it returns shows"
             return None
         return why
+
+
+def _unfolds_the_argument(ctx: PlanContext, decoder: cst.FunctionDef, filled: str, fill) -> Optional[str]:
+    """None when the fill mask is the decoder's mask argument brought to the grid's shape
+    by upstream's steps alone, and made bool on the way:
+
+        mask = mask.reshape(mask.shape + (1,) * len(x.shape[2:]))
+        mask = mask.expand((-1,) * 2 + x.shape[2:]).bool()
+
+    each keeping the argument's two dims, so the units filled are the argument's (the
+    count reads the unit mask the forward gives the decoder), and `~pred_mask` selects
+    the tokens not filled (a uint8 mask's `~` is 254 or 255 everywhere).  A fork's
+    `mask = mask.repeat(1, T)` (tube masking) or `mask.expand(B, -1)` (one mask for the
+    batch) fills another count: why not."""
+    flow = ctx.flow(decoder)
+    ordered = [*decoder.params.posonly_params, *decoder.params.params]
+    argument = ordered[2].name.value if len(ordered) > 2 else None
+    why = (
+        f"the mask {decoder.name.value} fills with is not its mask argument brought to the grid's shape as upstream's"
+        " (`reshape(mask.shape + (1,) * k)`, `expand((-1,) * 2 + ...)`, `.bool()`), so how many units it fills is not"
+        " the argument's"
+    )
+    name, stmt, made_bool = filled, fill, False
+    while True:
+        if flow.compound_assigned.get(name) or written_in_place(ctx, decoder, name):
+            return why
+        defs = [s for s in flow.assigning(name) if s.index < stmt.index]
+        if not defs:
+            return None if name == argument and made_bool else why
+        stmt = defs[-1]
+        assign = single_assign(stmt.line) if stmt.line.body else None
+        if assign is None or not is_name(assign[0], name) or ctx.parent(stmt.line) is not decoder.body:
+            return why
+        value = assign[1]
+        cast = method_call(value, "bool")
+        if cast is not None and not cast[1].args:
+            value, made_bool = cast[0], True
+        step = method_call(value, "reshape", "expand")
+        if step is None or not is_name(step[0]) or len(step[1].args) != 1 or step[1].args[0].keyword or step[1].args[0].star:
+            return why
+        source = step[0].value  # type: ignore[attr-defined]
+        shape = code(step[1].args[0].value).replace(" ", "")
+        kept = f"{source}.shape+(1,)*" if step[1].func.attr.value == "reshape" else "(-1,)*2+"  # type: ignore[attr-defined]
+        if not shape.startswith(kept):
+            return why
+        name = source
 
 
 # the tensor methods that only rearrange elements (each element kept once: a bool

@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import all_params, enclosing_function, enclosing_line, loaded_names, names_in, statement_names
+from hiera_rewrite.flow import all_params, bound_parameter, enclosing_function, enclosing_line, loaded_names, names_in, statement_names
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._calls import base_class, binds, class_hooks, method_of, overridden_below, overridden_between, passed_to_a_writer, replaced, self_attributes, walk
@@ -123,7 +123,7 @@ class EncoderTokenDrop(Rewrite):
     def plan(self, ctx: PlanContext) -> None:
         finder = _Finder()
         ctx.visit(finder)
-        gaining: Set[cst.FunctionDef] = set()  # functions whose drop takes RATIO
+        gaining: Dict[cst.FunctionDef, Set[str]] = {}  # functions whose drop takes RATIO: the masks it counts
         for node, via in finder.drops + _drops_through_names(ctx, finder.tile_lines):
             if _in_helper(ctx, node):
                 continue  # kept_tokens' own fallback (this rewrite's output)
@@ -132,7 +132,8 @@ class EncoderTokenDrop(Rewrite):
                 ctx.add_site(node, edits)
                 func = enclosing_function(ctx, node)
                 if func in edits:  # it gained RATIO (not where it draws the mask itself)
-                    gaining.add(func)  # type: ignore[arg-type]
+                    mask = _unit_mask(node.slice[0].slice.value if via is None else single_assign(via)[1])[0]  # type: ignore[attr-defined, index, misc]
+                    gaining.setdefault(func, set()).add(mask)  # type: ignore[arg-type]
         for call in finder.super_forwards:
             edits = ctx.attempt(call, lambda: _mae_ratio(ctx, call, gaining))
             if edits is not None:
@@ -338,15 +339,6 @@ def _token_drop(
             line: lambda updated: new_line.with_changes(leading_lines=[*updated.leading_lines, *note.leading_lines]),
             module: helper,
         }
-    if drawn is None:
-        # the ratio comes with the caller's second argument (`super().forward(x, mask, ...,
-        # random_mask_ratio=r)`): the count is that mask's, no other parameter's
-        ordered = [*func.params.posonly_params, *func.params.params]
-        if len(ordered) < 3 or ordered[2].name.value != mask:
-            raise Refuse(
-                f"{mask} is not the second argument of {func.name.value}, the mask its caller passes with the ratio:"
-                " how many units it keeps in each row is not proven"
-            )
     formula, maker, sources = _random_count(ctx, func, mask)
     # the formula runs here, not in get_random_mask: a name it reads (`round`, `math`) that
     # this function binds itself would be this function's
@@ -582,7 +574,7 @@ def _touches(ctx: PlanContext, stmt: cst.CSTNode, mask: str) -> Optional[str]:
     return code(_first(stmt)).splitlines()[0]  # code() leaves out the comment lines above it
 
 
-def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) -> Dict[cst.CSTNode, Replacement]:
+def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Dict[cst.FunctionDef, Set[str]]) -> Dict[cst.CSTNode, Replacement]:
     """`super().forward(x, mask, ...)` after `if mask is None: mask = self.get_random_mask(x, r)`:
     passes ``random_mask_ratio=r`` when the mask reaches the call untouched and the
     forward super() reaches (followed through the file and the modules beside it) is
@@ -649,7 +641,10 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
             " modules beside it: the kept count is not passed"
         )
     module, owner, forward = target
-    takes = forward in gaining if module is ctx.module else _takes_our_ratio(forward)
+    counted = gaining.get(forward, set()) if module is ctx.module else _takes_our_ratio(forward)
+    # the drop counting with the ratio must drop the mask this call passes, no other
+    # parameter's (a forward dropping a second mask, `target_mask`, the same way)
+    takes = counted == {bound_parameter(forward, call, mask_arg, bound_self=True)}
     if not takes:
         raise Refuse(
             f"{owner.name.value}.forward, which `super().forward` reaches, does not take {RATIO} as this rewrite adds it"
@@ -711,13 +706,15 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Set[cst.FunctionDef]) 
     }
 
 
-def _takes_our_ratio(forward: cst.FunctionDef) -> bool:
-    """Whether a forward of another file takes RATIO as this rewrite gave it: a parameter
-    read only by the kept count it emits, `if type(RATIO) in (int, float) and ...: COUNT = ...`.
-    A fork's own parameter of that name (the original's, or one the rewrite refused to
-    add beside) means something else: the count must not be passed into it."""
+def _takes_our_ratio(forward: cst.FunctionDef) -> Set[str]:
+    """The mask whose drop a forward of another file counts with RATIO as this rewrite
+    gave it (a parameter read only by the kept count it emits, `if type(RATIO) in (int,
+    float) and ...: COUNT = ...`, given to one `kept_tokens(x, mask, ..., COUNT)`); an
+    empty set where it does not.  A fork's own parameter of that name (the original's, or
+    one the rewrite refused to add beside) means something else: the count must not be
+    passed into it."""
     if not any(p.name.value == RATIO for p in all_params(forward.params)):
-        return False
+        return set()
     counts = 0
     for node in walk(forward.body):
         if not isinstance(node, cst.If):
@@ -736,7 +733,14 @@ def _takes_our_ratio(forward: cst.FunctionDef) -> bool:
         if guarded and node.orelse is None and assign is not None and is_name(assign[0], COUNT):
             counts += 1
     reads = sum(1 for node in walk(forward.body) if isinstance(node, cst.Name) and node.value == RATIO)
-    return counts == 1 and reads == 2  # the test's and the count's
+    drops = [
+        node.args[1].value.value for node in walk(forward.body)  # type: ignore[attr-defined]
+        if isinstance(node, cst.Call) and is_name(node.func, KEPT_TOKENS) and len(node.args) == 4
+        and is_name(node.args[3].value, COUNT) and is_name(node.args[1].value)
+    ]
+    if counts != 1 or reads != 2 or len(drops) != 1:  # the test's and the count's reads; one drop
+        return set()
+    return set(drops)
 
 
 def _python_ints(ctx: PlanContext, cls: cst.ClassDef, reads: Sequence[str], edits: Dict[cst.CSTNode, Replacement]) -> None:

@@ -207,15 +207,6 @@ DROP_REFUSED = {
         lambda: _drop((DROP, FIXED_MASK + DROP)),
         "not the function's own mask argument",
     ),
-    # the count comes with the caller's second argument, not with this one
-    "a second mask parameter": (
-        lambda: _report(
-            "hiera.py", "HR003", TARGET_DROP, 2,
-            [(RETURN_INTERMEDIATES, RETURN_INTERMEDIATES + "        target_mask: Optional[torch.Tensor] = None,\n"),
-             (DROP, TARGET_DROP + DROP)],
-        ),
-        "target_mask is not the second argument of forward",
-    ),
 }
 
 
@@ -240,3 +231,77 @@ def test_the_decoder_fill_into_a_given_out_buffer_keeps_the_original_statement()
           "x_dec = torch.zeros(*mask.shape, *x.shape[2:], out=self.decoder_buffer)")],
     )
     assert not found.applied and "is not torch.zeros(" in found.message, found
+
+
+# hunt 16a (a white-box audit of HR005 at 48ddda0): MAE.forward's count read the unit mask the
+# forward gives the decoder, but the decoder may fill with another one; its `~pred_mask` was
+# taken for bool; a write of the unit mask (of which pred_mask may be a view) was not looked
+# for; and a nested def reading a global `num_masked` was not a clash
+TOGGLE = "        # Toggle mask, to generate labels for *masked* tokens\n"
+EMBED = "        x = self.decoder_embed(x)\n"
+FILL_MASK = "mask = mask.expand((-1,) * 2 + x.shape[2:]).bool()"
+COUNT_REFUSED_16 = {
+    "the decoder fills with its mask expanded over the batch": (
+        (EMBED, EMBED + "        mask = mask.expand(x.shape[0], -1)  # one mask for the batch\n"),
+        "is not its mask argument brought to the grid's shape as upstream's",
+    ),
+    "the decoder fills with a mask that is not made bool": (
+        (FILL_MASK, FILL_MASK[: -len(".bool()")]),
+        "is not its mask argument brought to the grid's shape as upstream's",
+    ),
+    "the unit mask given to a method after the decoder": (
+        (TOGGLE, "        self.log_kept_units(mask)\n" + TOGGLE),
+        "mask is used by `self.log_kept_units(mask)`",
+    ),
+    "the unit mask written in place after the decoder": (
+        (TOGGLE, "        if not torch.is_grad_enabled():\n            mask.logical_not_()  # report the kept units\n" + TOGGLE),
+        "mask is written in place by `mask.logical_not_()`",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(COUNT_REFUSED_16))
+def test_the_mae_forward_count_needs_the_decoders_fill_mask_to_be_the_unit_mask(case):
+    edit, reason = COUNT_REFUSED_16[case]
+    text = (upstream_dir() / "hiera_mae.py").read_text()
+    assert text.count(edit[0]) == 1
+    result = rewrite_bytes(text.replace(*edit).encode(), siblings=_read)
+    found = [r for r in result.reports if r.code == "HR005" and not r.applied and reason in r.message]
+    assert found, [r for r in result.reports if r.code == "HR005"]
+    assert "return *self.forward_loss(x, pred, ~pred_mask), mask" in result.output.decode()
+
+
+def test_a_nested_def_reading_a_global_named_like_the_count_keeps_the_loss_select():
+    """After the rewrite `num_masked` is forward_loss's parameter: the nested def would read it."""
+    found = _loss(("        pred = pred[mask]\n", "        def weight():\n            return 1.0 / num_masked\n\n        pred = pred[mask]\n"))
+    assert not found.applied and "already uses the name num_masked" in found.message, found
+
+
+# the ratio a caller passes counts the mask it passes: a forward dropping a second mask
+# parameter the same way counted both with it
+CONTEXT = """
+
+class ContextEncoder(Hiera):
+    def forward_context(self, x: torch.Tensor, mask_ratio: float, mask: Optional[torch.Tensor] = None):
+        if mask is None:
+            mask = self.get_random_mask(x, mask_ratio)
+        return super().forward(x, mask, return_intermediates=True)
+"""
+
+
+@pytest.mark.parametrize("second_mask", [True, False])
+def test_the_ratio_goes_only_to_a_forward_counting_the_mask_passed(second_mask):
+    text = (upstream_dir() / "hiera.py").read_text()
+    if second_mask:
+        for old, new in [(RETURN_INTERMEDIATES, RETURN_INTERMEDIATES + "        target_mask: Optional[torch.Tensor] = None,\n"),
+                         (DROP, TARGET_DROP + DROP)]:
+            assert text.count(old) == 1
+            text = text.replace(old, new)
+    text += CONTEXT
+    result = rewrite_bytes(text.encode(), siblings=_read)
+    line = text.splitlines().index("        return super().forward(x, mask, return_intermediates=True)") + 1
+    [found] = [r for r in result.reports if r.code == "HR003" and r.line == line]
+    if second_mask:
+        assert not found.applied and "does not take random_mask_ratio as this rewrite adds it" in found.message, found
+    else:
+        assert found.applied, found
