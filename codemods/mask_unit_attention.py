@@ -19,7 +19,7 @@ What it emits:
     # with attn_mask=m: a float m goes to the original's 5-D call on 5-D views,
     #     F.scaled_dot_product_attention(q.unflatten(1, (nw, H)).transpose(1, 2), ..., attn_mask=m)
     #     .transpose(1, 2).flatten(1, 2); else attn_mask=None if m is None else
-    #     <bool m as 0/-inf in q's dtype>[(None,) * (5 - m.dim())].expand(-1, H, nw, -1, -1)
+    #     <bool m as 0/-inf in q's dtype>.reshape([1] * (5 - m.dim()) + list(m.shape)).expand(-1, H, nw, -1, -1)
     #     .transpose(1, 2).flatten(1, 2)                                 (B, nw*H, Tq, Tk)
 
 Two shapes of control flow around it are understood (timm's MaskUnitAttention has
@@ -161,7 +161,7 @@ class MaskUnitAttention(Rewrite):
     An `attn_mask=m` (or `m if C else None`) in the 5-D layout, e.g. a padding mask
     `mask.reshape(B, -1, num_windows).permute(0, 2, 1)[:, None, :, None, :]`:
     a bool m is brought to the 4-D layout and to q's dtype at the call:
-    `q.new_zeros(m.shape).masked_fill(~m, float("-inf"))[(None,) * (5 - m.dim())]
+    `q.new_zeros(m.shape).masked_fill(~m, float("-inf")).reshape([1] * (5 - m.dim()) + list(m.shape))
     .expand(-1, heads, num_windows, -1, -1).transpose(1, 2).flatten(1, 2)` (None stays
     None).  SDPA broadcast the mask against (B, heads, num_windows, Tq, Tk); the 4-D
     mask holds at (b, w*heads + h, i, j) the element the 5-D call read at (b, h, w, i, j)
@@ -587,7 +587,7 @@ class _Match:
         if additive:
             source = f"{q}.new_zeros({m}.shape).masked_fill(~{m}, float(\"-inf\"))"
         return (
-            f"None if {m} is None else {source}[(None,) * (5 - {m}.dim())]"
+            f"None if {m} is None else {source}.reshape([1] * (5 - {m}.dim()) + list({m}.shape))"
             f".expand(-1, {h}, {w}, -1, -1).transpose(1, 2).flatten(1, 2)"
         ), (h, w)
 
@@ -1049,9 +1049,10 @@ class _Match:
             rassign = single_assign(rnode) if isinstance(rnode, cst.SimpleStatementLine) else None
             if rassign is not None and is_name(rassign[0], name):
                 reshape = method_call(rassign[1], "reshape", "view")
-                for i in range(rdefs[-1] + 1, at):
-                    if any(n.value == name for n in items[i].loaded):
-                        raise Refuse(f"{name} is read between its reshape and the permute")
+                if reshape is not None and rdefs[-1] + 1 < at:
+                    # the sizes (heads, num_windows) are read again where SDPA runs: code between
+                    # the two may rebind a name they read (`H = W = ...`) or change an attribute
+                    raise Refuse(f"code runs between {name}'s reshape and the permute: the sizes the reshape read are not proven the same after it")
         if reshape is None:
             raise Refuse(f"{qkv} is not a reshape of the qkv projection into 6 dims")
         args = qkv_sizes(reshape[1])

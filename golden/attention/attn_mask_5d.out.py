@@ -89,7 +89,8 @@ class EveryBlockMaskAttention(PaddedMaskUnitAttention):
                     None
                     if mask is None
                     else q.new_zeros(mask.shape)
-                    .masked_fill(~mask, float("-inf"))[(None,) * (5 - mask.dim())]
+                    .masked_fill(~mask, float("-inf"))
+                    .reshape([1] * (5 - mask.dim()) + list(mask.shape))
                     .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
                     .transpose(1, 2)
                     .flatten(1, 2)
@@ -139,7 +140,8 @@ class FusedFlagMaskAttention(PaddedMaskUnitAttention):
                         None
                         if bias is None
                         else q.new_zeros(bias.shape)
-                        .masked_fill(~bias, float("-inf"))[(None,) * (5 - bias.dim())]
+                        .masked_fill(~bias, float("-inf"))
+                        .reshape([1] * (5 - bias.dim()) + list(bias.shape))
                         .expand(-1, self.heads, num_windows, -1, -1)
                         .transpose(1, 2)
                         .flatten(1, 2)
@@ -151,7 +153,7 @@ class FusedFlagMaskAttention(PaddedMaskUnitAttention):
             attn = attn + (
                 None
                 if bias is None
-                else bias[(None,) * (5 - bias.dim())]
+                else bias.reshape([1] * (5 - bias.dim()) + list(bias.shape))
                 .expand(-1, self.heads, num_windows, -1, -1)
                 .transpose(1, 2)
                 .flatten(1, 2)

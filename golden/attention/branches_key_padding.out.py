@@ -73,7 +73,8 @@ class PaddedAttention(nn.Module):
                         None
                         if pad is None
                         else q.new_zeros(pad.shape)
-                        .masked_fill(~pad, float("-inf"))[(None,) * (5 - pad.dim())]
+                        .masked_fill(~pad, float("-inf"))
+                        .reshape([1] * (5 - pad.dim()) + list(pad.shape))
                         .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
                         .transpose(1, 2)
                         .flatten(1, 2)
@@ -140,7 +141,8 @@ class NegatedPaddedAttention(PaddedAttention):
                         None
                         if pad is None
                         else q.new_zeros(pad.shape)
-                        .masked_fill(~pad, float("-inf"))[(None,) * (5 - pad.dim())]
+                        .masked_fill(~pad, float("-inf"))
+                        .reshape([1] * (5 - pad.dim()) + list(pad.shape))
                         .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
                         .transpose(1, 2)
                         .flatten(1, 2)
