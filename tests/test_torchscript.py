@@ -16,17 +16,10 @@ from pathlib import Path
 import pytest
 
 from hiera_rewrite import cli
+from tests.test_attention_mutations import GUARDED
 
 torch = pytest.importorskip("torch")
 
-GUARDED = """        if hasattr(F, "scaled_dot_product_attention"):
-            # Note: the original paper did *not* use SDPA, it's a free boost!
-            x = F.scaled_dot_product_attention(q, k, v)
-        else:
-            attn = (q * self.scale) @ k.transpose(-1, -2)
-            attn = attn.softmax(dim=-1)
-            x = (attn @ v)
-"""
 SIGNATURE = "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n        \"\"\" Input should be of shape [batch, tokens, channels]. \"\"\"\n"
 
 
