@@ -360,9 +360,12 @@ class InplaceFlow:
         if not isinstance(base, cst.Name) or base.value == "self" or func is None:
             return True
         flow = self.ctx.flow(func)
-        if base.value in flow.params or base.value in declared_names(self.ctx, func):
+        if base.value in flow.params or base.value in declared_names(self.ctx, func) or flow.compound_assigned.get(base.value):
             return True
-        return not any(base.value in st.assigned for st in flow.stmts)
+        made = flow.assigning(base.value)
+        # its own only where every binding makes a new container (`outs = []`, `list(...)`):
+        # `cache = self.cache` is another name for one others reach
+        return not made or not all(_new_container(st.line, base.value) for st in made)
 
     # -- calls ----------------------------------------------------------------------
     def _call(self, call: cst.Call, arg: cst.Arg, kind: str) -> "_Verdict":
@@ -911,6 +914,25 @@ def _contains(ctx: PlanContext, root: cst.CSTNode, node: cst.CSTNode) -> bool:
     if node is root:
         return True
     return any(a is root for a in ctx.ancestors(node))
+
+
+_FRESH = (cst.List, cst.Dict, cst.Set, cst.Tuple, cst.ListComp, cst.DictComp, cst.SetComp)
+
+
+def _new_container(line: cst.CSTNode, name: str) -> bool:
+    """``line`` is `name = <a new list, dict, set or tuple>` (a display, a comprehension,
+    or `list(...)`, `dict(...)`, `set(...)`, `tuple(...)`)."""
+    body = getattr(line, "body", ())
+    if len(body) != 1 or not isinstance(body[0], (cst.Assign, cst.AnnAssign)):
+        return False
+    small = body[0]
+    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+    value = small.value
+    if len(targets) != 1 or not isinstance(targets[0], cst.Name) or targets[0].value != name or value is None:
+        return False
+    if isinstance(value, _FRESH):
+        return True
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in ("list", "dict", "set", "tuple")
 
 
 def _target_names(target: cst.CSTNode, kind: str) -> State:

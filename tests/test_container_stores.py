@@ -4,7 +4,8 @@
 backward, as it may through `self.k = h` (which was refused); the in-place check took a
 container store for a local container, or for no store at all:
 
-- HR002 (opt-in) rewrote the pool: `.amax` saves its input and output for backward, so
+- HR002 (opt-in) rewrote the pool (also where a local name is another name for such a
+  container, `cache = self.cache`): `.amax` saves its input and output for backward, so
   an in-place op on the stored tensor made the rewritten backward raise where the
   original ran;
 - HR001 did not copy its restored output stored that way (now `.clone()`, as for an
@@ -70,6 +71,22 @@ class SelfListAfter(nn.Module):
 
     def modify(self):
         self.kept[-1].mul_(2)
+
+
+class AliasedDict(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cache = {}
+
+    def forward(self, x):
+        h = x * 1
+        cache = self.cache  # a local name for a container others reach
+        cache["pre_pool"] = h
+        y = h.view(h.shape[0], 2, -1, h.shape[-1]).max(dim=1).values
+        return y * 3
+
+    def modify(self):
+        self.cache["pre_pool"].mul_(2)
 '''
 
 LOCAL = '''import torch
@@ -99,11 +116,11 @@ def _load(source: str) -> types.ModuleType:
     return module
 
 
-@pytest.mark.parametrize("case", ["GlobalList", "SelfDict", "SelfListAfter"])
+@pytest.mark.parametrize("case", ["GlobalList", "SelfDict", "SelfListAfter", "AliasedDict"])
 def test_a_pool_stored_in_a_container_others_reach_is_refused(case):
     torch = pytest.importorskip("torch")
     reports = [r for r in rewrite_bytes(STORED.encode()).reports if r.code == "HR002"]
-    assert len(reports) == 3 and not any(r.applied for r in reports), reports
+    assert len(reports) == 4 and not any(r.applied for r in reports), reports
     assert all("where other code may modify it in place" in r.message for r in reports), reports
 
     def backward(source: str) -> None:
