@@ -37,7 +37,7 @@ from hiera_rewrite.flow import body_of, bound_parameter, declared_names, enclosi
 from hiera_rewrite.rewrite import PlanContext
 
 from ._calls import FORWARD_HOOKS
-from ._match import code, may_setattr
+from ._match import code, may_setattr, single_assign
 
 TENSOR = "tensor"
 CONTAINER = "container"  # a tuple/list/... that may hold it (binary ops keep it: `t + (y,)`)
@@ -919,17 +919,13 @@ def _contains(ctx: PlanContext, root: cst.CSTNode, node: cst.CSTNode) -> bool:
 _FRESH = (cst.List, cst.Dict, cst.Set, cst.Tuple, cst.ListComp, cst.DictComp, cst.SetComp)
 
 
-def _new_container(line: cst.CSTNode, name: str) -> bool:
+def _new_container(line: cst.SimpleStatementLine, name: str) -> bool:
     """``line`` is `name = <a new list, dict, set or tuple>` (a display, a comprehension,
     or `list(...)`, `dict(...)`, `set(...)`, `tuple(...)`)."""
-    body = getattr(line, "body", ())
-    if len(body) != 1 or not isinstance(body[0], (cst.Assign, cst.AnnAssign)):
+    assign = single_assign(line)
+    if assign is None or not isinstance(assign[0], cst.Name) or assign[0].value != name:
         return False
-    small = body[0]
-    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
-    value = small.value
-    if len(targets) != 1 or not isinstance(targets[0], cst.Name) or targets[0].value != name or value is None:
-        return False
+    value = assign[1]
     if isinstance(value, _FRESH):
         return True
     return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in ("list", "dict", "set", "tuple")

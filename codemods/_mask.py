@@ -416,17 +416,13 @@ def imports_typing_optional(module: cst.Module) -> bool:
 def free_names(flow: FunctionFlow, *names: str) -> List[str]:
     """Those of ``names`` already used in the function (they would clash), a def, lambda
     or comprehension nested in it included (a global it reads would become the new local)."""
-    used: Set[str] = set(flow.params)
-    for stmt in flow.stmts:
-        used |= stmt.assigned
-        used |= {n.value for n in stmt.loaded}
-    body = flow.func.body if flow.func is not None else cst.IndentedBlock([s.line for s in flow.stmts])
+    nodes = list(subtree(flow.func.body))  # every name bound or read, nested scopes included
     not_variables = {
-        id(n) for node in subtree(body) for n in (
+        id(n) for node in nodes for n in (
             (node.attr,) if isinstance(node, cst.Attribute) else (node.keyword,) if isinstance(node, cst.Arg) and node.keyword else ()
         )
     }
-    used |= {n.value for n in subtree(body) if isinstance(n, cst.Name) and id(n) not in not_variables}
+    used = set(flow.params) | {n.value for n in nodes if isinstance(n, cst.Name) and id(n) not in not_variables}
     return [n for n in names if n in used]
 
 

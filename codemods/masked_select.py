@@ -518,10 +518,13 @@ def _other_use(
         if isinstance(arg.value, cst.UnaryOperation) and is_name(arg.value.expression, pred_mask)
     }
     top = list(func.body.body)  # type: ignore[union-attr]
-    holder = next((s for s in top if s is line or any(n is line for n in walk(s))), None)
-    last = top.index(holder) if holder is not None else len(top) - 1
-    start = next((i + 1 for i, s in enumerate(top) if s is since or any(n is since for n in walk(s))), 0) if since else 0
-    for stmt in top[start: last + 1]:
+
+    def holding(node: Optional[cst.CSTNode]) -> Optional[int]:  # the top-level statement holding it
+        return next((i for i, s in enumerate(top) if s is node or any(n is node for n in walk(s))), None)
+
+    last = holding(line)
+    start = holding(since) if since is not None else None
+    for stmt in top[(0 if start is None else start + 1) : (len(top) if last is None else last + 1)]:
         for node in loaded_names(ctx, stmt):
             if node.value == pred_mask and id(node) not in allowed and not returned_as_is(ctx, node):
                 shown = _statement_holding(ctx, node)
