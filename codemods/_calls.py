@@ -16,7 +16,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import METADATA_ATTRIBUTES, METADATA_METHODS, bound_parameter, in_place_write, statement_names, subtree
+from hiera_rewrite.flow import METADATA_ATTRIBUTES, METADATA_METHODS, bound_parameter, enclosing_line, in_place_write, statement_names, subtree
 from hiera_rewrite.index import Pos
 from hiera_rewrite.rewrite import PlanContext
 
@@ -744,15 +744,18 @@ def passed_to_a_writer(
     namespaces are not known), the listed builtins, and the file's own methods, submodules (`self.patch_embed = PatchEmbed(...)`,
     assigned once in the module; its ``forward``) and module functions, followed into
     their bodies, here or in a module beside the file.  A subclass in the user's code
-    that overrides one of them, or replaces a submodule, is not seen."""
-    holders = _holders(ctx, func, name)
+    that overrides one of them, or replaces a submodule, is not seen.  What may hold the
+    tensor: :func:`_holders`, those calls followed (`x = self.patch_embed(x, mask=mask)`
+    holds it only if that forward may return it)."""
+    holders = _holders(ctx, func, name, (cls, 0))
     for held, since in sorted(holders.items()):
         node = in_place_write(ctx, func, held)
         if (
             node is not None and ctx.position(node) >= since and (before is None or _runs_before(ctx, node, before))
             and (after is None or _runs_after(ctx, node, after))
         ):
-            return f"{name} is written in place by `{code(node).splitlines()[0]}` at line {ctx.position(node).line}"
+            through = f" (through `{held}`, which may hold it)" if held != name else ""
+            return f"{name} is written in place by `{statement_of(ctx, node)}` at line {ctx.position(node).line}{through}"
     if len(_seen) > 8:
         return f"{name} is passed through more than 8 calls from {func.name.value}: not followed"
     calls = [n for n in walk(func.body) if isinstance(n, cst.Call)]
@@ -780,6 +783,13 @@ def passed_to_a_writer(
                 if why is not None:
                     return f"{why} in {callee.name.value}, called by {where}"
     return None
+
+
+def statement_of(ctx: PlanContext, node: cst.CSTNode) -> str:
+    """What a message quotes for a write ``node``: a call itself (`row[:1].fill_(True)`); for an
+    assignment's target, the simple statements of its line (`k[:, 0] = True`, not `k[:, 0] =`)."""
+    line = None if isinstance(node, cst.Call) else enclosing_line(ctx, node)
+    return "; ".join(code(small) for small in line.body) if line is not None else code(node)
 
 
 def _runs_after(ctx: PlanContext, node: cst.CSTNode, after: cst.CSTNode) -> bool:

@@ -120,7 +120,9 @@ def _proven(module: cst.Module, func: cst.FunctionDef) -> Optional[str]:
                 and all(isinstance(s.slice, cst.Index) for s in target.slice)
             ):
                 rows, cols = (s.slice.value for s in target.slice)  # type: ignore[attr-defined]
-                if _flat_or_as_is(rows, facts, "row_index", None) and _flat_or_as_is(cols, {}, None, ids):
+                # both flattened or neither: `mask[rows, ids.flatten()]` broadcasts to [B, B] for K == 1
+                flat = _flat_or_as_is(rows, facts, "row_index", None)
+                if flat is not None and flat == _flat_or_as_is(cols, {}, None, ids):
                     facts[target.value.value] = "filled"  # type: ignore[attr-defined]
                     continue
         return f"`{code(stmt)}` is not one of its statements"
@@ -177,14 +179,17 @@ def _arange(value: cst.BaseExpression, ids: str, facts: Dict[str, str]) -> bool:
     )
 
 
-def _flat_or_as_is(value: cst.BaseExpression, facts: Dict[str, str], kind: Optional[str], ids: Optional[str]) -> bool:
-    """``name`` or ``name.flatten()`` for the row index (kind) or the indices (ids)."""
+def _flat_or_as_is(value: cst.BaseExpression, facts: Dict[str, str], kind: Optional[str], ids: Optional[str]) -> Optional[bool]:
+    """Whether ``value`` is ``name.flatten()`` (True) or ``name`` (False), for the row index
+    (kind) or the indices (ids); None if it is neither."""
     flat = method_call(value, "flatten")
-    if flat is not None and not flat[1].args:
+    flattened = flat is not None and not flat[1].args
+    if flattened:
         value = flat[0]
     if not is_name(value):
-        return False
-    return value.value == ids if ids is not None else facts.get(value.value) == kind  # type: ignore[attr-defined]
+        return None
+    ok = value.value == ids if ids is not None else facts.get(value.value) == kind  # type: ignore[attr-defined]
+    return flattened if ok else None
 
 
 def _scatters(call: cst.Call, ids: str) -> bool:

@@ -14,11 +14,11 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import FunctionFlow, bound_parameter, enclosing_line, in_place_write, loaded_names, root_name, statement_names, subtree, tensor_aliases
+from hiera_rewrite.flow import FunctionFlow, bound_parameter, in_place_write, loaded_names, root_name, statement_names, subtree, tensor_aliases
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
-from ._calls import hands_on, kept_by_a_call, replaced, stored_to_a_holder, torch_or_builtin
+from ._calls import hands_on, kept_by_a_call, replaced, statement_of, stored_to_a_holder, torch_or_builtin
 from ._match import code, is_name, single_assign
 
 
@@ -238,9 +238,7 @@ def written_in_place(ctx: PlanContext, func: cst.FunctionDef, name: str) -> Opti
     node = in_place_write(ctx, func, name)
     if node is None:
         return None
-    line = enclosing_line(ctx, node)
-    shown = "; ".join(code(small) for small in line.body) if line is not None else code(node)
-    return f"{name} is written in place by `{shown}` at line {ctx.position(node).line}"
+    return f"{name} is written in place by `{statement_of(ctx, node)}` at line {ctx.position(node).line}"
 
 
 def written_by_a_call(

@@ -13,7 +13,7 @@ and emits:
     torch._assert_async(mask.count_nonzero() == len(kept))     # x fills all True units
     mask = mask.reshape(...)                                   # unchanged
     mask = mask.expand(...).bool()                             # unchanged
-    x_dec = x_dec.flatten(0, 1).index_copy(0, kept, x.flatten(0, 1)).view_as(x_dec)
+    x_dec.flatten(0, 1).index_copy_(0, kept, x.flatten(0, 1))  # in place, as the original
 
 with ``true_rows`` (codemods/_mask.py) put above the class: the flat indices of the
 True units, ascending.  The count needs no caller: `x_dec[mask] = x.flatten()` fills
@@ -58,9 +58,9 @@ class DecoderFill(Rewrite):
     any other count raises), in ascending order of the flattened (B, #MUs) mask.
     The rewrite takes those unit indices from a stable argsort of the 2-D mask
     (before it is expanded), sliced to that count (a Python int: static shapes),
-    and copies x's units there with `index_copy` on x_dec flattened to units: the
-    same values land in the same places, for the model's own masks and for a
-    caller's, ragged rows included.  No count is passed in, so hiera_mae.py's
+    and copies x's units there with `index_copy_` on x_dec flattened to units (a
+    view of the zeros: in place, as the original): the same values land in the same
+    places, for the model's own masks and for a caller's, ragged rows included.  No count is passed in, so hiera_mae.py's
     rewrite stands on its own.  Where the original raised (x's units and the mask's
     True units differ in number), `torch._assert_async(mask.count_nonzero() ==
     len(kept))` raises too (it counts the nonzero entries the fill reads as True: a
@@ -218,9 +218,11 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
         like=reshape_stmt.line,  # type: ignore[union-attr]
         replaces=False,
     )
-    fill = ctx.statement(
-        f"{grid} = {grid}.flatten(0, 1).index_copy(0, {INDEX}, {units}.flatten(0, 1)).view_as({grid})\n", like=line
-    )
+    # in place, as the original: x_dec stays the zeros tensor itself (not a view of a new
+    # one, which autograd tells apart: a later `x_dec.detach_()`, or an in-place write in
+    # grad mode to a grid made under no_grad, raises on a view); a view of the contiguous
+    # zeros, flatten(0, 1) writes into them
+    fill = ctx.statement(f"{grid}.flatten(0, 1).index_copy_(0, {INDEX}, {units}.flatten(0, 1))\n", like=line)
     anchor = reshape_stmt.line  # type: ignore[union-attr]
     module, helper = add_helper(ctx, func, TRUE_ROWS)
     return {

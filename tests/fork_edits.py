@@ -1193,6 +1193,27 @@ _op(
     ),
 )
 
+# 14: hunt 17d (2026-12-04): what autograd tells apart after the decoder fill.  The original
+# fills the zeros in place; an emitted `x_dec = ....index_copy(...).view_as(x_dec)` made x_dec a
+# view of a new tensor, and these raised ("A view was created in no_grad mode and is being
+# modified inplace", "Can't detach views in-place")
+_op(
+    "grid_filled_under_no_grad", "14a",
+    "hiera_mae.py: forward_decoder allocates and fills the grid with grad mode off (`torch.set_grad_enabled(False)`),"
+    " then, grad mode back, writes the learnable mask tokens into it in place",
+    edits=(
+        insert_before("hiera_mae.py", "        x_dec = torch.zeros(*mask.shape, *x.shape[2:], device=x.device, dtype=x.dtype)\n",
+                      "        grad_mode = torch.is_grad_enabled()\n        torch.set_grad_enabled(False)  # the latent: no gradient\n"),
+        insert_before("hiera_mae.py", "        x_dec = ~mask * mask_tokens + mask * x_dec\n",
+                      "        torch.set_grad_enabled(grad_mode)\n        x_dec[~mask] = mask_tokens.expand_as(x_dec)[~mask]\n"),
+    ),
+)
+_op(
+    "grid_detached_after_fill", "14b",
+    "hiera_mae.py: forward_decoder stops the latent's gradient with `x_dec.detach_()` right after the fill",
+    edits=(insert_after("hiera_mae.py", "        x_dec[mask] = x.flatten()\n", "        x_dec.detach_()\n"),),
+)
+
 BY_NAME: Dict[str, Operator] = {op.name: op for op in OPERATORS}
 ORDER = {op.name: i for i, op in enumerate(OPERATORS)}
 

@@ -51,22 +51,22 @@ def _before_label(code: str):
 REFUSED = {
     "HR005: a for target over the mask": (
         lambda: _loss(_before_label("for row in mask:\n    row[row.nonzero().flatten()[8:]] = False")),
-        "`row[row.nonzero().flatten()[8:]] =`",
+        "`row[row.nonzero().flatten()[8:]] = False`",
     ),
     "HR005: a chunk of the mask unpacked": (
         lambda: _loss(_before_label("first, second = mask.chunk(2, dim=1)\nfirst[:, :1] = False")),
-        "`first[:, :1] =`",
+        "`first[:, :1] = False`",
     ),
     "HR005: the mask under a condition": (
         lambda: _loss(_before_label("m = mask if self.training else None\nif m is not None:\n    m[:, :8] = False")),
-        "`m[:, :8] =`",
+        "`m[:, :8] = False`",
     ),
     "HR005: a method given each row": (
         lambda: _loss(
             (FORWARD_LOSS, "    def _cap_row(self, row):\n        row[8:] = False\n\n" + FORWARD_LOSS),
             _before_label("for row in mask:\n    self._cap_row(row)"),
         ),
-        "`row[8:] =`",
+        "`row[8:] = False`",
     ),
     "HR005: torch's checkpoint given a writer": (
         lambda: _loss(
@@ -89,7 +89,7 @@ REFUSED = {
     ),
     "HR003: a list extended by augmented assignment": (
         lambda: _drop(_before_drop("rows = []\nrows += mask.unbind(0)\nfor r in rows:\n    r[0] = True")),
-        "`r[0] =`",
+        "`r[0] = True`",
     ),
     "HR003: torch's checkpoint given a writer": (
         lambda: _drop(

@@ -171,6 +171,12 @@ NOT_PROVEN = {
         HELPER.replace("mask[row_indices.flatten(), indices.flatten()]", "mask[indices.flatten(), row_indices.flatten()]"),
         MAKING, "is not one of its statements",
     ),
+    # hunt 17d: one index flattened, the other not: with one kept unit per row ([B, 1]) they
+    # broadcast to [B, B], and every row keeps every row's unit (the original keeps B per row)
+    "one index flattened, the other not": (
+        HELPER.replace("mask[row_indices.flatten(), indices.flatten()]", "mask[row_indices, indices.flatten()]"),
+        MAKING, "is not one of its statements",
+    ),
     "ones, not zeros": (HELPER.replace("torch.zeros(", "torch.ones("), MAKING, "`mask = torch.ones("),
     "a third parameter": (
         HELPER.replace("seq_len: int)", "seq_len: int, value: float = 1.0)"), MAKING, "does not take exactly (indices, size)"
@@ -208,6 +214,14 @@ NOT_PROVEN = {
         HELPER, MAKING + "            mask = mask.roll(1, dims=1)\n", "mask is rebuilt by `mask = mask.roll(1, dims=1)`",
     ),
 }
+
+
+def test_neither_index_flattened_is_proven(tmp_path: Path):
+    """`mask[row_indices, indices] = 1` pairs the two [B, K] indices entry by entry, as the
+    flattened form does (only the mixed form broadcasts)."""
+    helper = HELPER.replace("mask[row_indices.flatten(), indices.flatten()]", "mask[row_indices, indices]")
+    _, report = _drop_report(_package(tmp_path, "omit", helper))
+    assert report.applied, report.message
 
 
 @pytest.mark.parametrize("case", sorted(NOT_PROVEN))

@@ -19,6 +19,8 @@ from tests.upstream import upstream_dir
 DROP = "        # Discard masked tokens\n"
 AFTER_DROP = "        for i, blk in enumerate(self.blocks):\n"
 GET_POS_EMBED = "    def get_pos_embed(self) -> torch.Tensor:\n"
+POS_EMBED_ADD = "        x = x + self.get_pos_embed()\n"
+PATCH_EMBED_RETURN = "        x = x.reshape(x.shape[0], x.shape[1], -1).transpose(2, 1)\n        return x\n"
 
 
 def _read(name: str) -> Optional[bytes]:
@@ -43,6 +45,11 @@ KEPT = {
     "tokens stored in a dict after the drop": (
         (AFTER_DROP, "        result = {}\n        result[\"tokens\"] = x\n" + AFTER_DROP),
     ),
+    # the files' own patch_embed, given the mask, returns a new tensor: writing it is not
+    # writing the mask (lynu1818/improve_mae writes `x += pos_embed` there)
+    "x written in place after patch_embed given the mask": (
+        (POS_EMBED_ADD, "        x += self.get_pos_embed()\n"),
+    ),
 }
 REFUSED = {
     "a method returning the mask, stored": (
@@ -53,6 +60,16 @@ REFUSED = {
     "a method storing the mask it is given": (
         (GET_POS_EMBED, "    def remember(self, m):\n        self.shown = m[:, :]\n        return 0\n\n" + GET_POS_EMBED),
         (DROP, "        if mask is not None:\n            n = self.remember(mask)\n" + DROP),
+        "",
+    ),
+    "a method returning the mask, written in place": (
+        (GET_POS_EMBED, "    def keep(self, m):\n        return m\n\n" + GET_POS_EMBED),
+        (DROP, "        if mask is not None:\n            k = self.keep(mask)\n            k[:, 0] = True\n" + DROP),
+        "mask is written in place by `k[:, 0] = True` at line",
+    ),
+    "patch_embed returning the mask it is given, written in place": (
+        (PATCH_EMBED_RETURN, PATCH_EMBED_RETURN.replace("return x", "return x if mask is None else mask")),
+        (POS_EMBED_ADD, "        x += self.get_pos_embed()\n"),
         "",
     ),
     "torch's view of the mask, packed": (

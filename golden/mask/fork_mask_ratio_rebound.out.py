@@ -230,7 +230,7 @@ class TinyMAE(TinyHiera):
         torch._assert_async(mask.count_nonzero() == len(kept))  # x fills all True units
         mask = mask.reshape(mask.shape + (1,) * len(x.shape[2:]))
         mask = mask.expand((-1,) * 2 + x.shape[2:]).bool()
-        x_dec = x_dec.flatten(0, 1).index_copy(0, kept, x.flatten(0, 1)).view_as(x_dec)
+        x_dec.flatten(0, 1).index_copy_(0, kept, x.flatten(0, 1))
         x_dec = ~mask * mask_tokens + mask * x_dec
 
         x = undo_windowing(x_dec, self.mask_spatial_shape, self.unit_shape)
