@@ -651,6 +651,12 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Dict[cst.FunctionDef, 
             " (its token drop is not rewritten there, it is not its file's own, or the name is its own parameter):"
             " the kept count is not passed"
         )
+    if module is not ctx.module:
+        # that file's rewrite proved its drop then; an edit since (`mask = ~mask` before the
+        # drop) would make the count another mask's: the proof is made again on it as it is
+        why = _counted_mask_unproven(ctx.context_of(module), owner, forward, next(iter(counted)))
+        if why is not None:
+            raise Refuse(f"{why} in {owner.name.value}.forward: the kept count is not passed")
     maker = method_of(ctx, module, owner, "get_random_mask")
     if maker is None or maker[1] is not owner:
         raise Refuse(f"{owner.name.value} does not define the get_random_mask its count is read from")
@@ -741,6 +747,27 @@ def _takes_our_ratio(forward: cst.FunctionDef) -> Set[str]:
     if counts != 1 or reads != 2 or len(drops) != 1:  # the test's and the count's reads; one drop
         return set()
     return set(drops)
+
+
+def _counted_mask_unproven(ctx: PlanContext, cls: cst.ClassDef, forward: cst.FunctionDef, mask: str) -> Optional[str]:
+    """Why the mask ``forward`` (of another file, rewritten) gives `kept_tokens` with the
+    count is not proven the parameter it is given, unchanged -- what :func:`_token_drop`
+    proved when it rewrote the drop (only bool casts bind it; nothing writes, stores or
+    hands it to a writer before the drop) -- else None."""
+    flow = ctx.flow(forward)
+    bindings = flow.assigning(mask)
+    other = [st for st in bindings if not is_bool_cast(st.line, mask)]
+    if mask not in flow.params or other or flow.compound_assigned.get(mask):
+        shown = f"`{code(other[0].line)}` at line {ctx.position(other[0].line).line}" if other else "a compound statement"
+        return f"{mask} is rebound by {shown}" if mask in flow.params else f"{mask} is not a parameter"
+    drop = next(
+        n for n in walk(forward.body)
+        if isinstance(n, cst.Call) and is_name(n.func, KEPT_TOKENS) and len(n.args) == 4 and is_name(n.args[1].value, mask)
+    )
+    return (
+        written_in_place(ctx, forward, mask) or stored_or_packed(ctx, forward, mask)
+        or passed_to_a_writer(ctx, cls, forward, mask, before=enclosing_line(ctx, drop))
+    )
 
 
 def _python_ints(ctx: PlanContext, cls: cst.ClassDef, reads: Sequence[str], edits: Dict[cst.CSTNode, Replacement]) -> None:

@@ -301,3 +301,33 @@ def test_the_ratio_goes_only_to_a_forward_counting_the_mask_passed(second_mask):
         assert not found.applied and "does not take random_mask_ratio as this rewrite adds it" in found.message, found
     else:
         assert found.applied, found
+
+
+# hunt 17a: the MAE's file planned against a hiera.py rewritten earlier and edited since (the
+# pre-commit flow: one run per changed file). Its forward was recognised by the rewrite's form
+# alone; a mask rebound before the drop (`mask = ~mask`, an option to encode the complement)
+# made the passed count another mask's, and kept_tokens' check raised.
+REWRITTEN_DROP = "        # Discard masked tokens\n        if mask is not None:\n"
+
+
+@pytest.mark.parametrize("edit, reason", [
+    ("        if mask is not None and self.invert_mask:\n            mask = ~mask\n\n", "mask is rebound by `mask = ~mask`"),
+    ("        if mask is not None and self.reveal_first:\n            mask[:, 0] = True\n\n", "mask is written in place by `mask[:, 0] = True`"),
+    ("", None),
+], ids=["rebound", "written", "unchanged"])
+def test_the_mae_passes_the_ratio_only_to_a_rewritten_forward_still_proven(edit, reason):
+    rewritten = rewrite_bytes((upstream_dir() / "hiera.py").read_bytes(), siblings=_read).output.decode()
+    assert rewritten.count(REWRITTEN_DROP) == 1 and "kept_tokens(x, mask, self.mu_size, num_kept)" in rewritten
+    rewritten = rewritten.replace(REWRITTEN_DROP, edit + REWRITTEN_DROP)
+
+    def siblings(name):
+        return rewritten.encode() if name.lstrip(".") == "hiera" else _read(name)
+
+    mae = (upstream_dir() / "hiera_mae.py").read_text()
+    result = rewrite_bytes(mae.encode(), siblings=siblings)
+    line = mae.splitlines().index("        _, intermediates = super().forward(x, mask, return_intermediates=True)") + 1
+    [found] = [r for r in result.reports if r.code == "HR003" and r.line == line]
+    if reason is None:
+        assert found.applied, found
+    else:
+        assert not found.applied and reason in found.message, found
