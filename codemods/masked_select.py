@@ -34,7 +34,7 @@ import dataclasses
 
 import libcst as cst
 
-from hiera_rewrite.flow import loaded_names
+from hiera_rewrite.flow import enclosing_line, loaded_names
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
 from ._calls import function_of, method_of, passed_to_a_writer, replaced, walk
@@ -438,10 +438,8 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 continue  # the count is right only for the decoder's own outputs
             if len({pred_mask.value, latent.value, pred.value}) != 3:  # type: ignore[attr-defined]
                 continue
-            if [s.index for s in flow.assigning(latent.value) if s.index < stmt.index] != [  # type: ignore[attr-defined]
-                s.index for s in flow.assigning(latent.value)  # type: ignore[attr-defined]
-            ] and latent.value not in flow.params:  # type: ignore[attr-defined]
-                continue
+            if any(s.index >= stmt.index for s in flow.assigning(latent.value)):  # type: ignore[attr-defined]
+                continue  # the count reads the latent's shape at the loss: the one the decoder got
             changed = (
                 flow.opaque  # a nested def that may rebind them (`nonlocal latent`), locals()...
                 or written_in_place(ctx, func, pred_mask.value)  # type: ignore[attr-defined]
@@ -524,8 +522,16 @@ def _other_use(
 
     last = holding(line)
     start = holding(since) if since is not None else None
+    after = None  # where one compound statement holds both: what runs after since's statement
+    if start is not None and start == last:
+        inner = enclosing_line(ctx, since) or since
+        loops = [a for a in ctx.ancestors(inner) if isinstance(a, (cst.For, cst.While)) and any(n is a for n in walk(top[start]))]
+        after = ctx.position(loops[-1]) if loops else ctx.span(inner).end  # a loop runs its start again
+        start -= 1
     for stmt in top[(0 if start is None else start + 1) : (len(top) if last is None else last + 1)]:
         for node in loaded_names(ctx, stmt):
+            if after is not None and ctx.position(node) < after:
+                continue
             if node.value == pred_mask and id(node) not in allowed and not returned_as_is(ctx, node):
                 shown = _statement_holding(ctx, node)
                 text = code(shown).strip().splitlines()[0] if not isinstance(shown, cst.SimpleStatementLine) else "; ".join(code(b) for b in shown.body)

@@ -331,3 +331,49 @@ def test_the_mae_passes_the_ratio_only_to_a_rewritten_forward_still_proven(edit,
         assert found.applied, found
     else:
         assert not found.applied and reason in found.message, found
+
+
+# hunt 17f (a white-box audit of HR005 at 5413930): MAE.forward-like counts where the latent
+# is a parameter bound again after the decoder (its shape at the loss is another tensor's), or
+# where one compound statement holds the decoder and the loss (the uses of the unit mask in
+# between were not looked at: a helper writing it in place). Both raised in masked_rows' check.
+DECODE_TO_LOSS = """        pred, pred_mask = self.forward_decoder(
+            latent, mask
+        )  # pred_mask is mask at resolution of *prediction*
+
+        # Toggle mask, to generate labels for *masked* tokens
+        return *self.forward_loss(x, pred, ~pred_mask), mask
+"""
+
+
+def _in_one_block(between: str) -> str:
+    return (
+        "        with torch.autocast(x.device.type, enabled=False):\n"
+        "            pred, pred_mask = self.forward_decoder(latent, mask)\n"
+        + between
+        + "            return *self.forward_loss(x, pred, ~pred_mask), mask\n"
+    )
+
+
+def test_the_unit_mask_used_between_decoder_and_loss_in_one_block_keeps_the_count_back():
+    _assert_count_not_passed((DECODE_TO_LOSS, _in_one_block("            self.invert_(mask)\n")), "mask is used by `self.invert_(mask)`")
+
+
+def test_decoder_and_loss_in_one_block_keep_the_count():
+    text = (upstream_dir() / "hiera_mae.py").read_text().replace(DECODE_TO_LOSS, _in_one_block(""))
+    result = rewrite_bytes(text.encode(), siblings=_read)
+    assert "*self.forward_loss(x, pred, ~pred_mask, num_masked=num_masked)," in result.output.decode()
+
+
+def test_a_latent_parameter_bound_again_after_the_decoder_gets_no_count():
+    reconstruct = (
+        "    def reconstruct(self, x, latent, mask):\n"
+        "        pred, pred_mask = self.forward_decoder(latent, mask)\n"
+        "        latent = latent.mean(dim=1)  # the pooled feature, returned\n"
+        "        loss, pred, label = self.forward_loss(x, pred, ~pred_mask)\n"
+        "        return loss, latent\n\n"
+    )
+    text = (upstream_dir() / "hiera_mae.py").read_text().replace(FORWARD_LOSS, reconstruct + FORWARD_LOSS)
+    out = rewrite_bytes(text.encode(), siblings=_read).output.decode()
+    assert "return *self.forward_loss(x, pred, ~pred_mask, num_masked=num_masked), mask" in out  # forward's own
+    assert out.count("num_masked=num_masked)") == 1  # and no other
