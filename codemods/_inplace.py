@@ -19,6 +19,10 @@ containers, ``a if c else b``), and reports:
   comprehension);
 - whether it is *returned* (or yielded) from the function.
 
+For a tensor that exists before the statement (HR002's pooled input), ``kept`` lists,
+in any order, what in the function may keep it (any hazard but an in-place op there
+and then), and ``held_elsewhere`` where it may come from a value other code holds too.
+
 Known to leave their arguments alone: ``torch.*`` functions (except ``*_``, those
 given ``inplace=``/``out=`` and those that run a function they are given, such as
 ``torch.utils.checkpoint.checkpoint``), a few builtins, ``self.m`` where every ``self.m = ...`` of
@@ -37,6 +41,9 @@ from hiera_rewrite.flow import body_of, bound_parameter, declared_names, enclosi
 from hiera_rewrite.rewrite import PlanContext
 
 from ._calls import FORWARD_HOOKS
+
+# the hooks that see what a module returns (a pre-hook sees its input only)
+POST_HOOKS = frozenset(h for h in FORWARD_HOOKS if "pre_hook" not in h)
 from ._match import code, may_setattr, single_assign
 
 TENSOR = "tensor"
@@ -112,7 +119,7 @@ class Effect:
     hazard: Optional[str] = None
     binds: Dict[str, str] = dataclasses.field(default_factory=dict)
     returned: bool = False
-    stored: bool = False  # the hazard is a store where other code can reach it
+    inplace: bool = False  # the hazard is an in-place op, there and then (it keeps no reference)
 
 
 @dataclasses.dataclass
@@ -120,7 +127,7 @@ class _Verdict:
     hazard: Optional[str] = None
     kind: Optional[str] = None  # the result may be (a view of) the argument
     holder: Optional[str] = None  # `holder.append(arg)`: holder now holds it
-    stored: bool = False  # the hazard: a container other code reaches now holds it
+    inplace: bool = False  # the hazard is an in-place op by torch, there and then
 
 
 @dataclasses.dataclass
@@ -139,11 +146,13 @@ class InplaceFlow:
     def __init__(self, ctx: PlanContext) -> None:
         self.ctx = ctx
         self._summaries: Dict[Tuple[int, str], Optional[Outcome]] = {}
-        self._modules: Dict[Tuple[int, str], Optional[str]] = {}
+        self._modules: Dict[Tuple[int, str, bool], Optional[str]] = {}
+        self._returns: Dict[int, Tuple[cst.FunctionDef, Optional[bool]]] = {}
         self._memo: Dict[Tuple[str, int], Tuple[cst.FunctionDef, List[Tuple[cst.Name, Effect]]]] = {}
         self._module_functions: Optional[Dict[str, Optional[cst.FunctionDef]]] = None
         self._module_bound: Optional[Dict[str, int]] = None
-        self._hooks: Optional[bool] = None
+        self._hooks: Dict[frozenset, bool] = {}
+        self._private_memo: Dict[Tuple[str, int, str], Tuple[cst.FunctionDef, bool]] = {}
 
     # -- public ---------------------------------------------------------------------
     def follow(self, func: cst.FunctionDef, stmt: cst.CSTNode, seed_nodes: Sequence[cst.CSTNode] = (), seed_names: Sequence[str] = ()) -> Outcome:
@@ -168,13 +177,14 @@ class InplaceFlow:
                     changed = True
         return group
 
-    def stored(self, func: cst.FunctionDef, names: Set[str]) -> Optional[str]:
-        """Where one of ``names`` is stored in an attribute anywhere in ``func`` (code
-        outside the function may then modify it at any time)."""
-        for name, effect in self._uses(func):
-            if name.value in names and effect.stored:
-                return effect.hazard
-        return None
+    def kept(self, func: cst.FunctionDef, names: Set[str]) -> List[str]:
+        """Where one of ``names`` may be kept anywhere in ``func``, in any order (code
+        outside the function may then modify it at any time): every hazard of its uses
+        but an in-place op there and then.  A store (an attribute, a container others
+        reach), and anything that may store it: a call not known to leave it alone (a
+        method of self, `setattr`, a function of the file that may keep or modify it,
+        any unknown one), a closure, a use that is not followed."""
+        return [effect.hazard for name, effect in self._uses(func) if name.value in names and effect.hazard is not None and not effect.inplace]
 
     def _uses(self, func: cst.FunctionDef) -> List[Tuple[cst.Name, Effect]]:
         key = ("uses", id(func))
@@ -215,6 +225,7 @@ class InplaceFlow:
                     method = p.attr.value
                     if is_inplace_method(method):
                         effect.hazard = f"`{_short(p.value)}.{method}(...)` at line {self._line(gp)} modifies {WHAT} in place"
+                        effect.inplace = True
                         return effect
                     if method in ALIAS_METHODS:
                         cur = gp
@@ -229,6 +240,7 @@ class InplaceFlow:
                 if p.attr.value in ALIAS_ATTRS:
                     if _is_target(ctx, p):
                         effect.hazard = f"`{_short(p)} = ...` at line {self._line(p)} modifies {WHAT} in place"
+                        effect.inplace = True
                         return effect
                     cur = p
                     continue
@@ -236,10 +248,12 @@ class InplaceFlow:
             if isinstance(p, cst.Subscript) and p.value is cur:
                 if _is_target(ctx, p):
                     effect.hazard = f"`{_short(p)} = ...` at line {self._line(p)} modifies {WHAT} in place"
+                    effect.inplace = True
                     return effect
                 aug = ctx.parent(p)
                 if isinstance(aug, cst.AugAssign) and aug.target is p:
                     effect.hazard = f"`{_short(p)} {_op(aug)}= ...` at line {self._line(p)} modifies {WHAT} in place"
+                    effect.inplace = True
                     return effect
                 cur, kind = p, TENSOR
                 continue
@@ -252,7 +266,7 @@ class InplaceFlow:
                     return effect
                 verdict = self._call(call, p, kind)
                 if verdict.hazard is not None:
-                    effect.hazard, effect.stored = verdict.hazard, verdict.stored
+                    effect.hazard, effect.inplace = verdict.hazard, verdict.inplace
                     return effect
                 if verdict.holder is not None:
                     effect.binds[verdict.holder] = CONTAINER
@@ -313,20 +327,20 @@ class InplaceFlow:
                     return effect
                 targets = [t.target for t in p.targets] if isinstance(p, cst.Assign) else [p.target]
                 for target in targets:
-                    if isinstance(target, cst.Attribute) or isinstance(target, cst.Subscript) and self._escapes(target):
-                        effect.hazard = f"{label} is stored in `{_short(target)}` at line {self._line(p)}, where other code may modify it in place"
-                        effect.stored = True
+                    store = self._store(target)
+                    if store is not None:
+                        effect.hazard = f"{label} is stored in `{_short(store)}` at line {self._line(p)}, where other code may modify it in place"
                         return effect
                     effect.binds.update(_target_names(target, kind))
                 return effect
             if isinstance(p, cst.AugAssign):
                 if p.target is cur:
                     effect.hazard = f"`{_short(cur)} {_op(p)}= ...` at line {self._line(p)} modifies {WHAT} in place"
+                    effect.inplace = True
                     return effect
                 if kind == CONTAINER:
                     if not isinstance(p.target, cst.Name) or self._escapes(p.target):
                         effect.hazard = f"{label} is stored in `{_short(p.target)}` at line {self._line(p)}, where other code may modify it in place"
-                        effect.stored = True
                         return effect
                     effect.binds.update(_target_names(p.target, CONTAINER))
                 return effect
@@ -335,10 +349,18 @@ class InplaceFlow:
                 return effect
             if isinstance(p, cst.For):
                 if p.iter is cur:
+                    store = _attribute_or_item(p.target)
+                    if store is not None:  # `for self.last in [x]`, `for c[k] in [x]`
+                        effect.hazard = f"{label} is stored in `{_short(store)}` at line {self._line(p)}, where other code may modify it in place"
+                        return effect
                     effect.binds.update(_target_names(p.target, TENSOR))
                 return effect
             if isinstance(p, cst.WithItem):
                 if p.item is cur and p.asname is not None:
+                    store = _attribute_or_item(p.asname.name)
+                    if store is not None:
+                        effect.hazard = f"{label} is stored in `{_short(store)}` at line {self._line(p)}, where other code may modify it in place"
+                        return effect
                     effect.binds.update(_target_names(p.asname.name, kind))
                 return effect
             if isinstance(p, (cst.Expr, cst.If, cst.While, cst.Assert, cst.Raise, cst.Del, cst.Match)):
@@ -349,23 +371,82 @@ class InplaceFlow:
             effect.hazard = f"{label} is used in a `{type(p).__name__}` at line {self._line(p)}, which HR002 does not follow"
             return effect
 
-    def _escapes(self, target: cst.CSTNode) -> bool:
-        """Whether a container reached through ``target`` (`self.cache[k]`, `FEATURES`,
-        `outs[0]`) may be reached by code outside the function: anything but a name the
-        function binds itself (not a parameter, not declared global or nonlocal)."""
-        base = target
-        while isinstance(base, (cst.Subscript, cst.Attribute)):
-            base = base.value
-        func = enclosing_function(self.ctx, target)
-        if not isinstance(base, cst.Name) or base.value == "self" or func is None:
+    def _store(self, target: cst.BaseExpression) -> Optional[cst.CSTNode]:
+        """The part of an assignment target that stores the value where other code may
+        reach it: an attribute, an item of a container that escapes (`self.cache[k]`,
+        `FEATURES[i]`, `record["maps"][k]`), or any attribute or item a tuple or list
+        target unpacks into (`self.last, n = x, w`); None for names and items of the
+        function's own containers (`outs[0] = x`)."""
+        if isinstance(target, cst.Subscript):
+            return target if self._escapes(target.value) else None
+        return _attribute_or_item(target)
+
+    def _escapes(self, container: cst.CSTNode) -> bool:
+        """Whether the container ``container`` (what `container[k] = x`,
+        `container.append(x)` or `container += [x]` puts a value in) may be reached by
+        code outside the function.  The function's own is a name that is no parameter,
+        not declared global or nonlocal, every binding of which makes a new container
+        (`outs = []`, `list(...)`; `cache = self.cache` is another name for one others
+        reach), and that the function uses only to read, store and delete its items
+        and call its mutators (see _private): `self.maps = maps`, `FEATS.append(maps)`,
+        `return maps`, a closure, make it reachable whenever the value goes in.  Not a
+        name (`self.cache`, `record["maps"]`: the item may be a container others reach,
+        `{"maps": self.maps}`): it escapes."""
+        func = enclosing_function(self.ctx, container)
+        if not isinstance(container, cst.Name) or container.value == "self" or func is None:
             return True
+        name = container.value
         flow = self.ctx.flow(func)
-        if base.value in flow.params or base.value in declared_names(self.ctx, func) or flow.compound_assigned.get(base.value):
+        if name in flow.params or name in declared_names(self.ctx, func) or flow.compound_assigned.get(name):
             return True
-        made = flow.assigning(base.value)
-        # its own only where every binding makes a new container (`outs = []`, `list(...)`):
-        # `cache = self.cache` is another name for one others reach
-        return not made or not all(_new_container(st.line, base.value) for st in made)
+        made = flow.assigning(name)
+        if not made or not all(_new_container(st.line, name) for st in made):
+            return True
+        for st in made:  # `list(...)` is the builtin
+            value = single_assign(st.line)[1]  # type: ignore[index]
+            if isinstance(value, cst.Call) and self._module_binds(value.func.value):  # type: ignore[attr-defined]
+                return True
+        return not self._private(func, name)
+
+    def _private(self, func: cst.FunctionDef, name: str) -> bool:
+        """``func`` uses the variable ``name`` only as `name[...]` (read, stored, deleted,
+        augmented) and `name.<mutator>(...)` (CONTAINER_MUTATORS), besides binding and
+        deleting it, and no nested scope names it: no other code can reach the
+        container it holds."""
+        key = ("private", id(func), name)
+        found = self._private_memo.get(key)
+        if found is None or found[0] is not func:
+            found = self._private_memo[key] = (func, self._only_items(func, name))
+        return found[1]
+
+    def _only_items(self, func: cst.FunctionDef, name: str) -> bool:
+        ctx = self.ctx
+        names: List[cst.Name] = []
+
+        class _Names(cst.CSTVisitor):
+            def visit_Name(self, node: cst.Name) -> None:
+                if node.value == name:
+                    names.append(node)
+
+        ctx.visit(_Names(), func.body)
+        for node in names:
+            p = ctx.parent(node)
+            if isinstance(p, cst.Attribute) and p.attr is node or isinstance(p, cst.Arg) and p.keyword is node:
+                continue  # `x.name`, `f(name=...)`: not the variable
+            if _in_nested_scope(ctx, node, func):
+                return False
+            if not _is_load(ctx, node):
+                continue  # a binding (each checked by _escapes) or `del name`
+            if isinstance(p, cst.Subscript) and p.value is node:
+                continue
+            if isinstance(p, cst.Attribute) and p.value is node and p.attr.value in CONTAINER_MUTATORS:
+                call = ctx.parent(p)
+                if isinstance(call, cst.Call) and call.func is p:
+                    continue
+            if isinstance(p, cst.AugAssign) and p.target is node:
+                continue  # `outs += [x]`
+            return False
+        return True
 
     # -- calls ----------------------------------------------------------------------
     def _call(self, call: cst.Call, arg: cst.Arg, kind: str) -> "_Verdict":
@@ -382,17 +463,23 @@ class InplaceFlow:
         result is, or a _Verdict."""
         line = self._line(call)
         callee = _short(call.func)
-        if arg.keyword is not None and arg.keyword.value == "out":
-            return f"`{callee}(..., out=...)` at line {line} writes {WHAT} in place"
         func = call.func
         qualified = self.ctx.qualified_names(func)
+        torch_only = bool(qualified) and all(q.startswith("torch.") for q in qualified)
+        # torch writing its input or `out=` keeps no reference to it (a function of the
+        # fork's own given `inplace=`/`out=` may)
+        written = torch_only and not any(q.startswith(CALLING_FUNCTIONS) for q in qualified) and (
+            arg.keyword is not None and arg.keyword.value == "out" or arg is _first_positional(call)
+        )
+        if arg.keyword is not None and arg.keyword.value == "out":
+            return _Verdict(hazard=f"`{callee}(..., out=...)` at line {line} writes {WHAT} in place", inplace=written)
         if inplace_given(call, qualified):
-            return f"`{callee}(..., inplace=...)` at line {line} modifies {WHAT} in place"
-        if qualified and all(q.startswith("torch.") for q in qualified):
+            return _Verdict(hazard=f"`{callee}(..., inplace=...)` at line {line} modifies {WHAT} in place", inplace=written)
+        if torch_only:
             if any(q.startswith(CALLING_FUNCTIONS) for q in qualified):
                 return f"{WHAT} is passed to `{callee}(...)` at line {line}, which runs code it is given on it"
             if any(is_inplace_function(q) for q in qualified):
-                return f"`{callee}(...)` at line {line} modifies {WHAT} in place"
+                return _Verdict(hazard=f"`{callee}(...)` at line {line} modifies {WHAT} in place", inplace=written)
             last = {q.rsplit(".", 1)[-1] for q in qualified}
             if last & CONTAINER_FUNCTIONS:
                 return CONTAINER
@@ -403,7 +490,7 @@ class InplaceFlow:
         if isinstance(func, cst.Attribute) and func.attr.value in CONTAINER_MUTATORS and not qualified:
             if self._escapes(func.value):
                 # `self.feats.append(x)`, `FEATURES.append(x)`, `self.cache.update(k=x)`
-                return _Verdict(hazard=f"{WHAT} is stored by `{callee}(...)` at line {line}, where other code may modify it in place", stored=True)
+                return _Verdict(hazard=f"{WHAT} is stored by `{callee}(...)` at line {line}, where other code may modify it in place")
             if func.attr.value in LIST_MUTATORS and isinstance(func.value, cst.Name):
                 # `outs.append(x)`: follow `outs` as a container holding it
                 return _Verdict(holder=func.value.value)
@@ -478,6 +565,136 @@ class InplaceFlow:
     def _module_binds(self, name: str) -> bool:
         return name in self._bindings()
 
+    def held_elsewhere(self, func: cst.FunctionDef, names: Set[str]) -> Optional[str]:
+        """Where a name of ``names`` (a storage group, see storage_names) gets a value
+        that other code may hold too: a global, an attribute or an item of one
+        (`h = self.cache["h"]`), what a loop or `with` header binds (`for h in
+        self.feats`), the result of a call not known to make a new tensor it does not
+        keep (`h = self.make(x)`, a function of the file).  Parameters are the callers'
+        (not checked here)."""
+        fflow = self.ctx.flow(func)
+        for name in sorted(names):
+            if fflow.compound_assigned.get(name):
+                return f"{WHAT} (as `{name}`) is bound by a compound statement's header (`for`, `with`, `except`) from a value other code may hold too"
+            made = fflow.assigning(name)
+            if name in declared_names(self.ctx, func) or not made and name not in fflow.params:
+                return f"{WHAT} is the global `{name}`, where other code may modify it in place"
+            for st in made:
+                for value in _values_bound(self.ctx, st.line, name):
+                    if value is None:
+                        return f"{WHAT} (as `{name}`) is bound at line {self._line(st.line) if st.line.body else self._line(func)} in a way HR002 does not follow"
+                    holder = self._holder(value)
+                    if holder is not None:
+                        return f"{WHAT} comes from `{_short(holder)}` at line {self._line(holder)} (bound to `{name}`), which other code may hold too"
+        return None
+
+    def value_held(self, expr: cst.BaseExpression) -> Optional[str]:
+        """Where the value of ``expr`` (or what it is a view of) may be held by other
+        code too (see held_elsewhere); None where it is new or a view of a name."""
+        holder = self._holder(expr)
+        if holder is None:
+            return None
+        return f"{WHAT} comes from `{_short(holder)}` at line {self._line(holder)}, which other code may hold too"
+
+    def _holder(self, expr: cst.BaseExpression, names: Optional[List[str]] = None) -> Optional[cst.CSTNode]:
+        """The part of ``expr`` other code may hold, where ``expr``'s value is it or
+        a view of it; None where its value is new or a view of a local name (added
+        to ``names``)."""
+        pending: List[cst.BaseExpression] = [expr]
+        while pending:
+            e = pending.pop()
+            if isinstance(e, cst.Name) and names is not None:
+                names.append(e.value)
+            if isinstance(e, (cst.Name, cst.BaseNumber, cst.BaseString, cst.BinaryOperation, cst.UnaryOperation, cst.Comparison)):
+                continue  # a name: its own bindings are checked
+            if isinstance(e, cst.Attribute):
+                if e.attr.value in ALIAS_ATTRS:
+                    pending.append(e.value)
+                    continue
+                if e.attr.value in ("values", "indices") and isinstance(e.value, cst.Call) and isinstance(e.value.func, cst.Attribute) and e.value.func.attr.value in NEW_RESULTS:
+                    continue  # `t.max(dim=1).values`
+                return e
+            if isinstance(e, cst.Subscript):
+                pending.append(e.value)
+            elif isinstance(e, (cst.Tuple, cst.List)):
+                pending.extend(el.value for el in e.elements)
+            elif isinstance(e, cst.IfExp):
+                pending += [e.body, e.orelse]
+            elif isinstance(e, cst.BooleanOperation):
+                pending += [e.left, e.right]
+            elif isinstance(e, cst.Call):
+                if not self._makes_new(e, pending):
+                    return e
+            else:
+                return e
+        return None
+
+    def _makes_new(self, call: cst.Call, pending: List[cst.BaseExpression]) -> bool:
+        """The call makes a new value no other code holds (True), or a view of its
+        receiver or arguments (True, with them added to ``pending``); False when it is
+        not known not to keep what it returns."""
+        func = call.func
+        qualified = self.ctx.qualified_names(func)
+        args = [a.value for a in call.args]
+        if qualified and all(q.startswith("torch.") for q in qualified):
+            if any(q.startswith(CALLING_FUNCTIONS) for q in qualified):
+                return False
+            last = {q.rsplit(".", 1)[-1] for q in qualified}
+            if not (last & NEW_RESULTS and not any(q.startswith("torch.Tensor.") for q in qualified)):
+                pending.extend(args)
+            return True
+        if _is_self_attr(func):
+            module = self._self_module(call, func.attr.value, output=True)  # type: ignore[union-attr]
+            if module == "alias":
+                pending.extend(args)
+            return module in ("new", "alias")
+        if isinstance(func, cst.Attribute) and not qualified and not _is_self(func.value):
+            method = func.attr.value
+            if method in ALIAS_METHODS or method in CONTAINER_METHODS:
+                pending.append(func.value)
+                return True
+            return method in NEW_RESULTS
+        if isinstance(func, cst.Name) and not qualified:
+            target = self._module_function(func.value, call)
+            if target is not None:
+                return self._returns_new(target)
+            if not self._module_binds(func.value):
+                if func.value in CONTAINER_BUILTINS:
+                    pending.extend(args)
+                    return True
+                return func.value in SAFE_BUILTINS
+        return False
+
+    def _returns_new(self, func: cst.FunctionDef) -> bool:
+        """Every value the module-level ``func`` returns is new and no other code holds
+        it: made by its return statement (`return x.view(...).max(dim=1).values`), or
+        a local name made so and kept nowhere; and it is no generator."""
+        found = self._returns.get(id(func))
+        if found is not None and found[0] is func:
+            return bool(found[1])  # None while it is being checked: recursive
+        self._returns[id(func)] = (func, None)
+        ok = True
+        names: List[str] = []
+        nested = False
+        pending: List[cst.CSTNode] = list(body_of(func.body))
+        while pending and ok:
+            node = pending.pop()
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                nested = True
+                continue
+            if isinstance(node, (cst.Yield, cst.Await)):
+                ok = False
+            elif isinstance(node, cst.Return) and node.value is not None:
+                ok = self._holder(node.value, names) is None
+            pending.extend(node.children)
+        if ok and names:
+            # `pooled = ...; return pooled`: made in the function, kept nowhere, not
+            # an argument (no nested scope that may keep it unseen)
+            group = set().union(*(self.storage_names(func, n) for n in names))
+            ok = not nested and not group & self.ctx.flow(func).params and not self.kept(func, group) and self.held_elsewhere(func, group) is None
+        self._returns[id(func)] = (func, ok)
+        return ok
+
     def calls_of(self, func: cst.FunctionDef) -> Optional[List[cst.Call]]:
         """Every call of the module-level ``func`` in this file; None where its name
         is also used otherwise (passed as a value, rebound)."""
@@ -499,22 +716,24 @@ class InplaceFlow:
             return None
         return calls
 
-    def _self_module(self, call: cst.Call, attr: str) -> Optional[str]:
+    def _self_module(self, call: cst.Call, attr: str, output: bool = False) -> Optional[str]:
         """'new' / 'alias' when every ``self.attr = ...`` of the enclosing class builds
         a known module that leaves its input alone; None when unknown."""
         cls = next((a for a in self.ctx.ancestors(call) if isinstance(a, cst.ClassDef)), None)
         if cls is None:
             return None
-        key = (id(cls), attr)
+        key = (id(cls), attr, output)
         if key not in self._modules:
-            self._modules[key] = self._class_module(cls, attr)
+            self._modules[key] = self._class_module(cls, attr, output)
         return self._modules[key]
 
-    def _class_module(self, cls: cst.ClassDef, attr: str) -> Optional[str]:
+    def _class_module(self, cls: cst.ClassDef, attr: str, output: bool = False) -> Optional[str]:
+        """See _self_module; with ``output``, only whether what it returns is new or
+        its input, no other code holding it (a forward pre-hook does not see it)."""
         values: List[cst.BaseExpression] = []
         # a subclass's self.attr may be set by its bases: those defined in this file
         classes = self._class_and_bases(cls)
-        if self._hooked():
+        if self._hooked(POST_HOOKS if output else FORWARD_HOOKS):
             return None  # a forward (pre-)hook registered in the file may run around any module
         for target in self.ctx.nodes(cst.AssignTarget):
             t = target.target  # type: ignore[attr-defined]
@@ -601,16 +820,17 @@ class InplaceFlow:
                         return True
         return False
 
-    def _hooked(self) -> bool:
+    def _hooked(self, hooks: frozenset = FORWARD_HOOKS) -> bool:
         """The file registers a forward hook or pre-hook (on a module, or globally):
-        code that may run around any submodule call and write its input in place."""
-        if self._hooks is None:
-            self._hooks = any(
-                isinstance(call.func, cst.Attribute) and call.func.attr.value in FORWARD_HOOKS
-                or isinstance(call.func, cst.Name) and call.func.value in FORWARD_HOOKS
+        code that may run around any submodule call and write its input in place
+        (``hooks``: of these registrations only)."""
+        if hooks not in self._hooks:
+            self._hooks[hooks] = any(
+                isinstance(call.func, cst.Attribute) and call.func.attr.value in hooks
+                or isinstance(call.func, cst.Name) and call.func.value in hooks
                 for call in self.ctx.nodes(cst.Call)  # type: ignore[union-attr]
             )
-        return self._hooks
+        return self._hooks[hooks]
 
     def _class_and_bases(self, cls: cst.ClassDef) -> Set[int]:
         """ids of ``cls`` and of its bases (transitively) that are classes of this file,
@@ -738,7 +958,7 @@ class _Runner:
             for item in stmt.items:
                 binds = self.header(item.item, state)
                 if item.asname is not None:
-                    for name in _target_names(item.asname.name, TENSOR):
+                    for name in _names_bound(item.asname.name):
                         state.pop(name, None)
                 state = _merge(state, binds) or {}
             return self.block(body_of(stmt.body), state)
@@ -757,7 +977,7 @@ class _Runner:
         target_binds: State = {}
         if isinstance(stmt, cst.For):
             target_binds = self.header(stmt.iter, head)
-            targets = _target_names(stmt.target, TENSOR)
+            targets = _names_bound(stmt.target)
         breaks_all: List[State] = []
         for _ in range(self.MAX_ROUNDS):
             continues: List[State] = []
@@ -951,18 +1171,77 @@ def _target_names(target: cst.CSTNode, kind: str) -> State:
     return {}
 
 
+def _values_bound(ctx: PlanContext, line: cst.SimpleStatementLine, name: str) -> List[Optional[cst.BaseExpression]]:
+    """The values ``line`` binds to ``name`` (assignments and walruses); None for a
+    binding of another kind (an import, a nested def's name); `name += ...` and `del
+    name` bind no new value."""
+    if not line.body:
+        return [None]  # a nested def or class of that name
+    found: List[Optional[cst.BaseExpression]] = []
+    for small in line.body:
+        if isinstance(small, cst.Assign) and any(name in _names_bound(t.target) for t in small.targets):
+            found.append(small.value)
+        elif isinstance(small, cst.AnnAssign) and small.value is not None and name in _names_bound(small.target):
+            found.append(small.value)
+        elif isinstance(small, (cst.AugAssign, cst.Del)):
+            pass
+        elif isinstance(small, (cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal)) and name in _bound_names(small) | {n.name.value for n in getattr(small, "names", ()) if isinstance(n, cst.NameItem)}:
+            found.append(None)
+        for walrus in _walruses(ctx, small):
+            if isinstance(walrus.target, cst.Name) and walrus.target.value == name:
+                found.append(walrus.value)
+    return found
+
+
+def _walruses(ctx: PlanContext, node: cst.CSTNode) -> List[cst.NamedExpr]:
+    found: List[cst.NamedExpr] = []
+
+    class _Walrus(cst.CSTVisitor):
+        def visit_NamedExpr(self, n: cst.NamedExpr) -> None:
+            found.append(n)
+
+    ctx.visit(_Walrus(), node)
+    return found
+
+
+def _first_positional(call: cst.Call) -> Optional[cst.Arg]:
+    first = next((a for a in call.args if a.keyword is None), None)
+    return None if first is None or first.star else first
+
+
+def _attribute_or_item(target: cst.CSTNode) -> Optional[cst.CSTNode]:
+    """The first attribute or subscript an assignment target stores into (also inside a
+    tuple, list or starred target), or the target itself where it is not a name."""
+    if isinstance(target, cst.Name):
+        return None
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            found = _attribute_or_item(element.value)
+            if found is not None:
+                return found
+        return None
+    if isinstance(target, cst.StarredElement):
+        return _attribute_or_item(target.value)
+    return target
+
+
+def _names_bound(target: cst.CSTNode) -> Set[str]:
+    """The names an assignment target rebinds (not `base` of `base[k]` or `base.a`)."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_names_bound(e.value) for e in target.elements))
+    if isinstance(target, cst.StarredElement):
+        return _names_bound(target.value)
+    return set()
+
+
 def _bound_names(small: cst.BaseSmallStatement) -> Set[str]:
     """Names a small statement rebinds (so their old value is no longer followed)."""
     names: Set[str] = set()
 
     def bind(target: cst.CSTNode) -> None:
-        if isinstance(target, cst.Name):
-            names.add(target.value)
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            for e in target.elements:
-                bind(e.value)
-        elif isinstance(target, cst.StarredElement):
-            bind(target.value)
+        names.update(_names_bound(target))
 
     if isinstance(small, cst.Assign):
         for t in small.targets:

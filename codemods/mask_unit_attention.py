@@ -241,6 +241,11 @@ class MaskUnitAttention(Rewrite):
                 message = (
                     f"{message or self.message}; the restored output gets .clone(): {match.clone_reason} ({CLONE_WHY})"
                 )
+            if match.mask_arg is not None:
+                message = (
+                    f"{message or self.message} where `{code(match.mask_arg.value)}` is None or bool"
+                    " (a float mask keeps the original's 5-D call, on the math backend)"
+                )
             ctx.add_site(call, edits, message)
 
 

@@ -75,7 +75,10 @@ class PoolAmax(Rewrite):
     the op and its line, where an in-place op (`x += ...`, `x[...] = ...`,
     `x.mul_(...)`, `torch.relu_(x)`, `inplace=True`, `out=x`) or code that may do
     one (an unknown function or module it is passed to, an attribute, or a
-    container other code can reach, it is stored in) can reach either.  A pooled tensor the function returns becomes
+    container other code can reach, it is stored in) can reach either; for the
+    tensor it pools also before the pool, and where it comes from (a global, an
+    attribute or an item of one, a loop over one, a call not known to make a new
+    tensor that it does not keep).  A pooled tensor the function returns becomes
     `.amax(dim=k).clone()`: the callers, in any file, may then modify it in
     place; under torch.compile the copy adds nothing measurable, in eager mode
     1-3% of the pool's time.  A pooled parameter is checked where the file calls
@@ -117,9 +120,14 @@ def _check_inplace(ctx: PlanContext, flow: InplaceFlow, node: "cst.Attribute | c
     root = _storage_root(reduced[1])
     if isinstance(root, cst.Name):
         group = flow.storage_names(func, root.value)
-        stored = flow.stored(func, group)
-        if stored is not None:
-            raise Refuse(_reason(stored, f"the tensor it pools (`{root.value}`)", "input"))
+        # before the pool too: what keeps it (a store, a call that may store it) lets
+        # other code modify it after the pool
+        kept = flow.kept(func, group)
+        if kept:
+            raise Refuse(_reason(kept[0], f"the tensor it pools (`{root.value}`)", "input"))
+        held = flow.held_elsewhere(func, group)
+        if held is not None:
+            raise Refuse(_reason(held, f"the tensor it pools (`{root.value}`)", "input"))
         source = flow.follow(func, point, seed_names=sorted(group))
         if source.hazards:
             raise Refuse(_reason(source.hazards[0], f"the tensor it pools (`{root.value}`)", "input"))
@@ -162,15 +170,22 @@ def _check_callers(ctx: PlanContext, flow: InplaceFlow, func: cst.FunctionDef, p
             passed = flow.param_for(func, call, param)
             if passed is None:
                 continue
+            where = ctx.position(call).line
+            held = flow.value_held(passed)  # `pool(self.buf)`, `pool(self.make(x))`
+            if held is not None:
+                raise Refuse(_reason(held, f"the tensor it pools (passed to {func.name.value} at line {where})", "input"))
             root = _storage_root(passed)
             if not isinstance(root, cst.Name):
                 continue
             group = flow.storage_names(caller, root.value)
             after = flow.follow(caller, _statement_of(ctx, call), seed_names=sorted(group))
-            # the call's own statement reads it as an argument; only later uses count
-            hazards = [h for h in after.hazards if f"`{func.name.value}(...)`" not in h]
+            # the call's own statement reads it as an argument; only later uses count,
+            # and anything, before or after, that may keep it or that it may come from
+            hazards = [h for h in after.hazards + flow.kept(caller, group) if f"`{func.name.value}(...)`" not in h]
+            held = flow.held_elsewhere(caller, group)
+            if held is not None:
+                hazards.append(held)
             if hazards:
-                where = ctx.position(call).line
                 raise Refuse(_reason(hazards[0], f"the tensor it pools (`{root.value}`, passed to {func.name.value} at line {where})", "input"))
 
 
