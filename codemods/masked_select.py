@@ -841,6 +841,35 @@ def _fills_the_latent(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.Function
     return None
 
 
+def _unrelated_classes(ctx: PlanContext, cls: cst.ClassDef) -> Set[int]:
+    """ids of the module's top-level classes that no inheritance in the module connects
+    to ``cls`` (not a base, a subclass, a base of a subclass...: their methods never run
+    on an instance of it, unless a class outside the module mixes them in, which the
+    files do not show); a class with a base that is not a plain name of the module is
+    taken as connected."""
+    classes = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.ClassDef)}
+    if sum(1 for s in ctx.module.body if isinstance(s, cst.ClassDef)) != len(classes):
+        return set()  # a name bound twice: which class a base names is not read here
+    edges: Dict[str, Set[str]] = {name: set() for name in classes}
+    connected = {cls.name.value}
+    for name, node in classes.items():
+        for base in node.bases:
+            if isinstance(base.value, cst.Name) and base.value.value in classes:
+                edges[name].add(base.value.value)
+                edges[base.value.value].add(name)
+            elif not (isinstance(base.value, cst.Name) or isinstance(base.value, cst.Attribute)) or base.keyword is not None:
+                connected.add(name)  # `class C(*bases)`, `metaclass=...`: not followed
+        if node.keywords:
+            connected.add(name)
+    todo = list(connected)
+    while todo:
+        for other in edges.get(todo.pop(), ()):
+            if other not in connected:
+                connected.add(other)
+                todo.append(other)
+    return {id(node) for name, node in classes.items() if name not in connected}
+
+
 # calls that may set a submodule, or run code around one, unseen by `self.<name> = ...`
 _MODULE_CHANGERS = {"add_module", "register_module", "setattr", *FORWARD_HOOKS}
 
@@ -858,8 +887,11 @@ def _linear_attributes(ctx: PlanContext, cls: cst.ClassDef) -> Set[str]:
         if isinstance(node, cst.Attribute) and node.attr.value == "_modules":
             return set()
     made: Dict[str, List[bool]] = {}
+    unrelated = _unrelated_classes(ctx, cls)
 
     class _Stores(cst.CSTVisitor):
+        def visit_ClassDef(self, node: cst.ClassDef) -> Optional[bool]:
+            return id(node) not in unrelated  # its `self` is never an instance of cls
         def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
             self.store(node.target, ctx.parent(node))
 

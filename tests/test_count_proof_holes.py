@@ -376,4 +376,32 @@ def test_a_latent_parameter_bound_again_after_the_decoder_gets_no_count():
     text = (upstream_dir() / "hiera_mae.py").read_text().replace(FORWARD_LOSS, reconstruct + FORWARD_LOSS)
     out = rewrite_bytes(text.encode(), siblings=_read).output.decode()
     assert "return *self.forward_loss(x, pred, ~pred_mask, num_masked=num_masked), mask" in out  # forward's own
-    assert out.count("num_masked=num_masked)") == 1  # and no other
+    assert out.count("num_masked = per_unit * (mask.numel() - math.prod(latent.shape[:2]))") == 1  # and no other
+
+
+# hunt 17e (real forks: lynu1818/improve_mae, qinhy/hiera-unet): another class of the module
+# setting its own `self.decoder_embed = nn.Linear(...)` stopped the MAE's count, though its
+# methods never run on the MAE; a subclass of the MAE in the module doing so still does
+OTHER_DECODER = '''
+
+class LinearProbe(nn.Module):
+    def __init__(self, dim: int, classes: int):
+        super().__init__()
+        self.decoder_embed = nn.Linear(dim, classes)
+'''
+SUBCLASS_DECODER = '''
+
+class WideDecoderMAE(MaskedAutoencoderHiera):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.decoder_embed = nn.Sequential(nn.Linear(self.blocks[-1].dim_out, 512), nn.GELU())
+'''
+
+
+@pytest.mark.parametrize("extra, passed", [(OTHER_DECODER, True), (SUBCLASS_DECODER, False)], ids=["unrelated", "subclass"])
+def test_only_classes_inheritance_connects_to_the_mae_can_set_its_decoder_embed(extra, passed):
+    text = (upstream_dir() / "hiera_mae.py").read_text()
+    anchor = "\n\n# Image Models\n"
+    assert text.count(anchor) == 1
+    out = rewrite_bytes(text.replace(anchor, extra + anchor).encode(), siblings=_read).output.decode()
+    assert ("num_masked=num_masked" in out) == passed
