@@ -34,16 +34,32 @@ def resolve_class(
     `from models.hiera import Hiera`); None when not known or bound again otherwise.
     ``at``: a class of ``module`` whose base ``name`` is: the binding in effect where its
     `class` statement runs (a later `from .other import Hiera` rebinds the name for code
-    that runs afterwards, not for that base), unless a function holds the class.
+    that runs afterwards, not for that base).  A class nested in a statement (a def, a
+    `try:`, an `if`, another class) is resolved only where that statement binds ``name``
+    nowhere and no function around it takes a parameter of that name (a local `from
+    .hiera_video import Hiera` before it in the block would be its base): else None; a
+    class a function holds is made when the function runs, after the module's last binding.
     ``through``: gets each module the name is imported through (a re-export module may
     patch the class on import: `Hiera.get_random_mask = f`)."""
     upto = None
     if at is not None:
         upto = next((i for i, s in enumerate(module.body) if s is at or any(n is at for n in walk(s))), None)
-        if upto is not None and isinstance(module.body[upto], cst.FunctionDef) and module.body[upto] is not at:
-            upto = None  # a class made when the function runs: after the module's last binding
+        if upto is not None and module.body[upto] is not at:
+            scopes = [a for a in ctx.context_of(module).ancestors(at) if isinstance(a, (cst.FunctionDef, cst.Lambda))]
+            if _binds(module.body[upto], name) or any(_takes(scope, name) for scope in scopes):
+                return None  # bound in the statement holding the class (before it, maybe)
+            if scopes:
+                upto = None  # a class made when the function runs: after the module's last binding
     found = _top_level(ctx, module, name, cst.ClassDef, depth, upto, through)
     return found  # type: ignore[return-value]
+
+
+def _takes(scope: "cst.FunctionDef | cst.Lambda", name: str) -> bool:
+    """The function (or lambda) takes a parameter ``name``."""
+    params = scope.params
+    every = [*params.params, *params.kwonly_params, *params.posonly_params]
+    every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+    return any(p.name.value == name for p in every)
 
 
 def base_class(
@@ -214,72 +230,256 @@ def replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: st
             return f"`{code(node)}`{_at(ctx, module, node)} is given the class {cls.name.value} (or an instance): it may replace {where}"
         if _writes_a_namespace(node):
             return f"`{code(node)}`{_at(ctx, module, node)} writes an object's namespace: it may replace {where}"
-    for name, other in imported_modules(ctx, [module, ctx.module]):
-        why = _patches(other, cls.name.value, method)
+    modules, incomplete = imported_modules(ctx, [module, ctx.module])
+    owners = _kin(cls.name.value, [module, ctx.module, *(m for _, m in modules)])
+    for name, other in modules:
+        why = _patches(other, cls.name.value, method, owners)
         if why is not None:
             return f"`{why}` in `{name}`, a module the files import, may replace {where}"
+    if incomplete is not None:
+        return f"{incomplete} (any may replace {where})"
     return None
 
 
-def imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int = 16) -> List[Tuple[str, cst.Module]]:
-    """The modules ``roots`` import from their package (`from . import m`, `from .m import
-    f`, `import pkg.m`, `from pkg import m`, transitively, read as the files import them;
-    a module not found there, torch's, is not read), and the package's `__init__`: code
-    that runs when the files are imported, which may patch their classes
-    (`Hiera.get_random_mask = f` in a module `hiera_mae.py` imports for that)."""
-    seen = {id(m) for m in roots}
+# how many modules imported_modules reads before it gives up (and the proof with it)
+MODULE_LIMIT = 128
+
+# where a module lies, as the file planned imports it: ("rel", ups, folders) for the
+# folder `<file's folder>/..^ups/<folders>` (what `.m`, `..pkg.m` and plain names find),
+# ("abs", package) for a module found by an absolute dotted name (`pkg.sub.m`: ("pkg", "sub"))
+Place = Tuple[str, int, Tuple[str, ...]]
+
+
+def _place(name: str) -> Optional[Place]:
+    """The folder of the module the file found as ``name`` (:meth:`PlanContext.name_of`;
+    "" for the file itself)."""
+    if name == "":
+        return ("rel", 0, ())
+    dots = len(name) - len(name.lstrip("."))
+    parts = tuple(name.lstrip(".").split("."))
+    if not all(parts):
+        return None
+    if dots == 0 and len(parts) > 1:
+        return ("abs", 0, parts[:-1])
+    return ("rel", max(dots - 1, 0), parts[:-1])
+
+
+def _import_name(place: Place, written: str, package: bool = False) -> Optional[str]:
+    """The name (for :meth:`PlanContext.module_named`) of the module ``written`` (`.m`,
+    `..pkg.m`, `pkg.m`, `m`) that a module at ``place`` imports; ``package``: of the
+    `__init__` of the package so named.  None where it leaves the top package."""
+    dots = len(written) - len(written.lstrip("."))
+    rest = written.lstrip(".")
+    parts = tuple(rest.split(".")) if rest else ()
+    if not all(parts):
+        return None
+    if package:
+        parts += ("__init__",)
+    if not parts:
+        return None
+    kind, ups, folders = place
+    if dots == 0 and (len(parts) > 1 and not (package and len(parts) == 2) or kind == "abs"):
+        return ".".join(parts)  # absolute: found from the file's path (files.sibling_path)
+    up = max(dots - 1, 0)
+    if kind == "abs":
+        if up >= len(folders):
+            return None  # beyond the top package: ImportError when it runs
+        return ".".join(folders[:len(folders) - up] + parts)
+    if up <= len(folders):
+        folders = folders[:len(folders) - up]
+    else:
+        ups, folders = ups + up - len(folders), ()
+    full = folders + parts
+    if ups == 0 and len(full) == 1:
+        return full[0]  # beside the file: its plain name, as the rest of this module asks it
+    return "." * (ups + 1) + ".".join(full)
+
+
+def imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int = MODULE_LIMIT) -> Tuple[List[Tuple[str, cst.Module]], Optional[str]]:
+    """(modules, why not all): the modules that run when ``roots`` are imported, which may
+    patch their classes (`Hiera.get_random_mask = f` in a module `hiera_mae.py` imports
+    for that): every module they import from their package (`from . import m`, `from .m
+    import f`, `import pkg.m`, `from pkg import m`, a package's `__init__`), transitively,
+    each module's relative imports read from its own folder; the `__init__` of each one's
+    folder; and, where the files are read from disk, the `__init__.py` of every package
+    enclosing those, up to the top package (Python runs each of them first; each module
+    read once, by its real path).  A module not found there (torch's) is not read.
+    ``why not all``: set when a module's folder is not known or more than ``limit``
+    modules are found (the walk stops: a module not read may patch them)."""
+    def key(name: Optional[str], module: cst.Module) -> object:
+        path = ctx.path_of(name) if name is not None else None
+        return path if path is not None else id(module)
+
+    names = [ctx.name_of(m) for m in roots]
+    seen = {key(n, m) for n, m in zip(names, roots)} | {id(m) for m in roots}
     found: List[Tuple[str, cst.Module]] = []
-    pending = list(roots)
-    init = ctx.sibling("__init__")
-    if init is not None and id(init) not in seen:
-        seen.add(id(init))
-        found.append(("__init__", init))
-        pending.append(init)
-    while pending and len(found) < limit:
-        here = pending.pop(0)
-        where = ctx.context_of(here)
+    pending: List[Tuple[cst.Module, Optional[str]]] = list(zip(roots, names))
+    incomplete: Optional[str] = None
+
+    def add(name: Optional[str], shown: Optional[str] = None) -> bool:
+        nonlocal incomplete
+        module = ctx.module_named(name) if name is not None else None
+        if module is None:
+            return False
+        k = key(name, module)
+        if k not in seen and id(module) not in seen:
+            if len(found) >= limit:
+                incomplete = f"more than {limit} modules run when the files are imported: not all are read"
+                return True
+            seen.update((k, id(module)))
+            found.append((shown or name, module))  # type: ignore[arg-type]
+            pending.append((module, name))
+        return True
+
+    while pending and incomplete is None:
+        here, name = pending.pop(0)
+        place = _place(name) if name is not None else None
+        if place is None:
+            incomplete = "a module the files import is not placed: the modules it imports are not read"
+            break
+        if name == "__init__" or name.endswith(".__init__"):  # type: ignore[union-attr]
+            # the package enclosing this one runs first (the walk stops at a folder without
+            # one); only where files are read from disk: a reader of names alone has no top
+            if ctx.path_of(name) is not None:  # type: ignore[arg-type]
+                add(_import_name(place, "..__init__"))
+        else:
+            add(_import_name(place, ".__init__"))  # the package the module is in
         for node in walk(here):
             if isinstance(node, cst.Import):  # `import pkg.masking` (found as the file imports it)
-                names = [code(a.name) for a in node.names]
+                written = [code(a.name) for a in node.names]
             elif isinstance(node, cst.ImportFrom):  # `from . import m`, `from pkg.m import f`
                 dots = "." * len(node.relative)
                 base = dots + code(node.module) if node.module is not None else dots
-                names = [base] if node.module is not None else []
+                written = [base] if node.module is not None else []
                 if not isinstance(node.names, cst.ImportStar):
-                    names += [(base + "." if node.module is not None else base) + code(a.name) for a in node.names]
+                    written += [(base + "." if node.module is not None else base) + code(a.name) for a in node.names]
             else:
                 continue
-            for name in names:
-                module = where.sibling(name)
-                if module is not None and id(module) not in seen:
-                    seen.add(id(module))
-                    found.append((name, module))
-                    pending.append(module)
-    return found
+            beside = place == ("rel", 0, ())  # (named as written there, as the file would)
+            for each in written:
+                if not add(_import_name(place, each), each if beside else None):
+                    add(_import_name(place, each, package=True))  # a package: its `__init__`
+    return found, incomplete
 
 
-def _patches(module: cst.Module, cls: str, method: str) -> Optional[str]:
-    """The first statement of ``module`` that may set ``<cls>.<method>`` on the class: a
-    store to `<anything but self>.<method>` (`Hiera.m = f`, `HieraBase.m = f` through an
-    alias, `c.m = f` for a loop's or a parameter's class), or a call given the class
-    anywhere in its arguments (`setattr(Hiera, ...)`, `patch(Hiera)`, `patch([Hiera])`), by its name or
-    an alias the module imports it as.  (What other code sets on an instance at run time
-    is out of contract: README, "What the rewrite assumes".)"""
+def _kin(name: str, modules: Iterable[cst.Module]) -> Set[str]:
+    """The names of the classes whose methods' `self` may be an instance of the class
+    ``name``: it, the classes of ``modules`` deriving from it (by name), and the bases of
+    any of those, transitively upward (a base's `__init__`, a mixin's, runs on that
+    instance too; a class merely sharing a base, another nn.Module, does not)."""
+    modules = list(modules)
+    classes = [node for module in modules for node in walk(module) if isinstance(node, cst.ClassDef)]
+    kin = {name} | {c.name.value for c in subclasses_in(modules, name)}
+    grew = True
+    while grew:
+        grew = False
+        for c in classes:
+            if c.name.value in kin:
+                bases = {n for n in (_base_name(b.value) for b in c.bases) if n is not None}
+                if not bases <= kin:
+                    kin |= bases
+                    grew = True
+    return kin
+
+
+def _on_self(node: cst.CSTNode) -> bool:
+    """``node`` sets an attribute of `self`: `self.m = ...`, `setattr(self, ...)`,
+    `self.__setattr__(...)`, `self.__dict__[...] = ...`, `vars(self)[...]`."""
+    def is_self(expr: Optional[cst.BaseExpression]) -> bool:
+        if expr is None:
+            return False
+        if is_name(expr, "self"):
+            return True
+        if isinstance(expr, cst.Attribute) and expr.attr.value == "__dict__":
+            return is_name(expr.value, "self")
+        return isinstance(expr, cst.Call) and is_name(expr.func, "vars") and bool(expr.args) and is_name(expr.args[0].value, "self")
+
+    if isinstance(node, cst.Attribute):
+        return is_self(node.value)
+    if isinstance(node, cst.Subscript):
+        return is_self(node.value)
+    if isinstance(node, cst.Call):
+        func = node.func
+        if isinstance(func, cst.Attribute) and not is_name(func.value, "type") and not is_name(func.value, "object"):
+            return is_self(func.value)  # `self.__setattr__(...)`, `self.__dict__.update(...)`
+        return bool(node.args) and is_self(node.args[0].value)
+    return False
+
+
+def _patches(module: cst.Module, cls: str, method: str, owners: Optional[Set[str]] = None) -> Optional[str]:
+    """The first statement of ``module`` that may set ``<cls>.<method>`` on the class or
+    on an instance: a store to `<anything>.<method>` (`Hiera.m = f`, `HieraBase.m = f`
+    through an alias, `c.m = f` for a loop's or a parameter's class, `self.m = self.other`
+    in a subclass's `__init__`: an instance attribute hides the method from `self.m(...)`
+    while the emitted checks look at the type), an attribute set by name that may be it
+    (:func:`_may_set_by_name`: `setattr(self, "m", f)`, `setattr(self, name, f)`,
+    `self.__dict__["m"] = f`), or a call given the class anywhere in its arguments
+    (`setattr(Hiera, ...)`, `patch(Hiera)`, `patch([Hiera])`), by its name or an alias
+    the module imports it as.  (What code the files do not import sets on an instance
+    at run time is out of contract: README, "What the rewrite assumes".)"""
     names = {cls} | {
         a.asname.name.value for node in walk(module) if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar)
         for a in node.names if code(a.name) == cls and a.asname is not None and isinstance(a.asname.name, cst.Name)
     }
+    # the class each node is in (the innermost): a store on `self` counts in a class whose
+    # instances may be ``cls``'s (``owners``; outside any class, or owners not given: all)
+    inside: Dict[int, str] = {}
+    for c in (n for n in walk(module) if isinstance(n, cst.ClassDef)):
+        for n in walk(c.body):
+            inside[id(n)] = c.name.value
+
+    def counts(node: cst.CSTNode, target: cst.CSTNode) -> bool:
+        return owners is None or not _on_self(target) or inside.get(id(node), "") in owners or id(node) not in inside
+
     for node in walk(module):
         stored = node.target if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.Del)) else None
         for t in flatten_targets(stored) if stored is not None else ():  # type: ignore[arg-type]
-            if isinstance(t, cst.Attribute) and t.attr.value == method and not is_name(t.value, "self"):
+            if isinstance(t, cst.Attribute) and t.attr.value == method and counts(node, t):
                 return code(t) + " = ..."
-        # (`setattr(model, name, m)` on an instance is out of contract; `setattr(Hiera, ...)`
-        # is a call given the class)
+            if isinstance(t, cst.Subscript) and _may_set_by_name(node, method) and counts(node, t):
+                return code(node).splitlines()[0] if not isinstance(node, cst.AssignTarget) else code(t) + " = ..."
+        if isinstance(node, cst.Call) and _may_set_by_name(node, method) and counts(node, node):
+            return code(node).splitlines()[0]
         if isinstance(node, cst.Call) and not (is_name(node.func) and node.func.value in _CLASS_READERS):  # type: ignore[attr-defined]
             if any(_names_the_class(a.value, names) for a in node.args):
                 return code(node).splitlines()[0]
     return None
+
+
+def _may_set_by_name(node: cst.CSTNode, method: str) -> bool:
+    """``node`` sets an attribute by name where it may be ``method``: a `setattr` /
+    `__setattr__` or a store through `x.__dict__` / `vars(x)` naming it by a string literal
+    (on any object), or by another expression on `self` (`setattr(self, name, f)`,
+    `self.__dict__.update(d)`: a subclass setting its own attributes).  A computed name on
+    another object (`setattr(model, name, block)`, a LoRA injector) is not taken for one:
+    out of contract, README "What the rewrite assumes"."""
+    if isinstance(node, cst.Call) and may_setattr(node, method):
+        func = node.func
+        bound = isinstance(func, cst.Attribute) and not is_name(func.value, "type") and not is_name(func.value, "object")
+        owner = func.value if bound else (node.args[0].value if node.args else None)  # type: ignore[union-attr]
+        names = node.args[0:1] if bound else node.args[1:2]
+        literal = any(isinstance(a.value, cst.SimpleString) for a in names)
+        return literal or owner is None or is_name(owner, "self")
+    if not _writes_a_namespace(node):
+        return False
+
+    def on_self(expr: cst.BaseExpression) -> bool:
+        if isinstance(expr, cst.Attribute):
+            return is_name(expr.value, "self")
+        return isinstance(expr, cst.Call) and bool(expr.args) and is_name(expr.args[0].value, "self")
+
+    if isinstance(node, (cst.AssignTarget, cst.AugAssign)):
+        for t in flatten_targets(node.target):
+            if not isinstance(t, cst.Subscript):
+                continue
+            key = t.slice[0].slice.value if len(t.slice) == 1 and isinstance(t.slice[0].slice, cst.Index) else None
+            if isinstance(key, cst.SimpleString):
+                if key.evaluated_value == method:
+                    return True
+            elif on_self(t.value):
+                return True
+        return False
+    return on_self(node.func.value)  # type: ignore[attr-defined]  # `self.__dict__.update(...)`
 
 
 def _names_the_class(expr: cst.BaseExpression, names: Set[str]) -> bool:
@@ -917,10 +1117,7 @@ def _bound_locally(ctx: PlanContext, call: cst.Call, name: str) -> bool:
     for scope in ctx.ancestors(call):
         if not isinstance(scope, (cst.FunctionDef, cst.Lambda)):
             continue
-        params = scope.params
-        every = [*params.params, *params.kwonly_params, *params.posonly_params]
-        every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
-        if any(p.name.value == name for p in every) or _binds(scope.body, name):
+        if _takes(scope, name) or _binds(scope.body, name):
             return True
     return False
 

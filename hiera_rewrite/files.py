@@ -94,7 +94,7 @@ def _module_file(path: Path, name: str) -> Optional[Path]:
     if not all(parts):
         return None
     if dots:
-        base = path.parent
+        base = Path(os.path.abspath(path)).parent  # (a relative path's `..` must not stop at the cwd)
         for _ in range(dots - 1):
             base = base.parent
         return base.joinpath(*parts[:-1], parts[-1] + ".py")
@@ -123,6 +123,12 @@ def sibling_reader(path: Path, rewritten: Optional[Dict[str, bytes]] = None) -> 
         except OSError:
             return None
 
+    def path_of(name: str) -> Optional[str]:
+        """The real path of the file ``read(name)`` reads ("" : ``path`` itself)."""
+        found = path if name == "" else sibling_path(path, name)
+        return os.path.realpath(found) if found is not None else None
+
+    read.path_of = path_of  # type: ignore[attr-defined]  # (PlanContext.path_of)
     return read
 
 

@@ -164,7 +164,29 @@ class PlanContext:
                 self.memo[key] = None
             if self.memo[key] is not None:
                 self.memo[("near", id(self.memo[key]))] = "." not in name
+                self.memo[("name", id(self.memo[key]))] = name
         return self.memo[key]
+
+    def module_named(self, name: str) -> Optional[cst.Module]:
+        """:meth:`sibling` of the file planned, asked from any context: ``name`` is read
+        from the file's folder (`.m`, `..pkg.m`, `pkg.m`) whichever module asks."""
+        return self._root.sibling(name)
+
+    def path_of(self, name: str) -> Optional[str]:
+        """The real path of the file of the module ``name`` (:meth:`sibling`; "" for the
+        file planned), where the file is read from disk (hiera_rewrite.files.sibling_reader);
+        None where the reader knows names only (stdin, a test's reader)."""
+        finder = getattr(self._root._siblings, "path_of", None)
+        return finder(name) if finder is not None else None
+
+    def name_of(self, module: cst.Module) -> Optional[str]:
+        """The name :meth:`sibling` found ``module`` by, as the file planned imports it
+        ("" for that file itself); None for a module not found so."""
+        root = self._root
+        if module is root.module:
+            return ""
+        name = root.memo.get(("name", id(module)))
+        return name if name is not None and root.memo.get(f"sibling:{name}") is module else None
 
     def context_of(self, module: cst.Module) -> "PlanContext":
         """A context that answers questions about ``module``: this one, or (for a module

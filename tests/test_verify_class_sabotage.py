@@ -40,7 +40,7 @@ WRONG = {
     # the kept mask units gathered in reverse order
     "HR003": (r"argsort\(dim=1, stable=True\)\[:, :num_kept\]", "argsort(dim=1, stable=True)[:, :num_kept].flip(1)"),
     # the decoder fill puts the kept units' tokens one unit off
-    "HR004": (r"index_copy\(0, (\w+), ", r"index_copy(0, \1.roll(1), "),
+    "HR004": (r"index_copy_\(0, (\w+), ", r"index_copy_(0, \1.roll(1), "),
     # the loss's selected rows in reverse order
     "HR005": (r"argsort\(stable=True\)\[:count\]", "argsort(stable=True)[:count].flip(0)"),
 }

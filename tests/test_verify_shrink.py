@@ -47,7 +47,7 @@ def test_the_small_build_raises_so_verify_shrinks_less(fork: Path, capsys, monke
 
 def test_a_sabotaged_rewrite_still_fails(fork: Path, capsys, monkeypatch):
     # the decoder fill puts the kept units' tokens one unit off
-    sabotage(monkeypatch, r"index_copy\(0, (\w+), ", r"index_copy(0, \1.roll(1), ")
+    sabotage(monkeypatch, r"index_copy_\(0, (\w+), ", r"index_copy_(0, \1.roll(1), ")
     monkeypatch.chdir(fork.parent)
     code, out, err = verify(Path("hiera"), capsys)
     assert code == EXIT_VERIFY_FAILED, out + err
