@@ -37,7 +37,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import body_of, bound_parameter, declared_names, enclosing_function, is_inplace_function, is_inplace_method, loaded_names
+from hiera_rewrite.flow import body_of, bound_parameter, declared_names, enclosing_function, is_inplace_function, is_inplace_method, loaded_names, subtree
 from hiera_rewrite.rewrite import PlanContext
 
 from ._calls import FORWARD_HOOKS
@@ -1187,20 +1187,9 @@ def _values_bound(ctx: PlanContext, line: cst.SimpleStatementLine, name: str) ->
             pass
         elif isinstance(small, (cst.Import, cst.ImportFrom, cst.Global, cst.Nonlocal)) and name in _bound_names(small) | {n.name.value for n in getattr(small, "names", ()) if isinstance(n, cst.NameItem)}:
             found.append(None)
-        for walrus in _walruses(ctx, small):
-            if isinstance(walrus.target, cst.Name) and walrus.target.value == name:
+        for walrus in subtree(small):
+            if isinstance(walrus, cst.NamedExpr) and isinstance(walrus.target, cst.Name) and walrus.target.value == name:
                 found.append(walrus.value)
-    return found
-
-
-def _walruses(ctx: PlanContext, node: cst.CSTNode) -> List[cst.NamedExpr]:
-    found: List[cst.NamedExpr] = []
-
-    class _Walrus(cst.CSTVisitor):
-        def visit_NamedExpr(self, n: cst.NamedExpr) -> None:
-            found.append(n)
-
-    ctx.visit(_Walrus(), node)
     return found
 
 
