@@ -78,12 +78,15 @@ def _top_level(
     ctx: PlanContext, module: cst.Module, name: str, kind: type, depth: int, upto: Optional[int] = None,
     through: Optional[List[cst.Module]] = None,
 ):
-    """Imports are read as the file imports them (``PlanContext.sibling``); those of a
-    module found elsewhere (a dotted or ``..`` import) are not followed further.
-    ``upto``: only the module's statements before that index."""
+    """Imports are read as the file imports them (``PlanContext.sibling``); a module found
+    elsewhere (a dotted or ``..`` import) has its relative and dotted imports read from
+    its own folder (:func:`_import_name`), its plain ones (`from m import f`: found on
+    sys.path, whose folders are not known) not followed.  ``upto``: only the module's
+    statements before that index."""
     if depth > 3:
         return None
     here = ctx.context_of(module)
+    here_name = ctx.name_of(module)
     if _rebinds_globals(module, name):
         return None
     found = None
@@ -105,13 +108,17 @@ def _top_level(
             # in the file's folder (`from .m import`, `from m import`): the module's plain
             # name; elsewhere (`from ..m`, `from pkg.sub.m`) its dotted one, found as the
             # file imports it (hiera_rewrite.files.sibling_path)
-            near = dots <= 1 and "." not in dotted
-            if dots == 0 and near and here.sibling("__init__") is not None:
-                # `from m import f` in a package: an absolute import, found on sys.path
-                # (a top-level m.py), not beside the file: which one is not known
+            place = _place(here_name) if here_name is not None else None
+            beside = place == ("rel", 0, ())  # the file's folder: read as the file reads it
+            if dots == 0 and "." not in dotted and (not beside or here.sibling("__init__") is not None):
+                # `from m import f` in a package or in a module elsewhere: an absolute
+                # import, found on sys.path (a top-level m.py): which one is not known
                 sibling = None
+            elif beside:
+                sibling = here.sibling(dotted if dots <= 1 and "." not in dotted else "." * dots + dotted)
             else:
-                sibling = here.sibling(dotted if near else "." * dots + dotted)
+                target = _import_name(place, "." * dots + dotted) if place is not None else None
+                sibling = ctx.module_named(target) if target is not None else None
             if sibling is not None and through is not None:
                 through.append(sibling)
             found = _top_level(ctx, sibling, code(alias.name), kind, depth + 1, None, through) if sibling is not None else None
@@ -813,11 +820,14 @@ def _may_return(ctx: PlanContext, follow: Follow, call: cst.Call, holders: Dict[
     return False
 
 
-def _stored(ctx: PlanContext, func: cst.FunctionDef, holders: Dict[str, Pos], follow: Follow):
+def _stored(ctx: PlanContext, func: cst.FunctionDef, holders: Dict[str, Pos], follow: Follow, before: Optional[cst.CSTNode] = None):
     """(the target, its binding) where ``func`` binds what may hold the tensor (``holders``)
-    to other than a local name: an attribute, an item, a `global`/`nonlocal` name; else None."""
+    to other than a local name: an attribute, an item, a `global`/`nonlocal` name; else None.
+    ``before``: only bindings that run before that node (:func:`runs_before`)."""
     declared = {i.name.value for n in walk(func.body) if isinstance(n, (cst.Global, cst.Nonlocal)) for i in n.names}
     for value, target, binding in value_bindings(func):
+        if before is not None and not runs_before(ctx, binding, before):
+            continue
         if _hands_on(ctx, value, holders, follow):
             for bound in flatten_targets(target):  # type: ignore[arg-type]
                 if not isinstance(bound, cst.Name) or bound.value in declared:
@@ -825,21 +835,31 @@ def _stored(ctx: PlanContext, func: cst.FunctionDef, holders: Dict[str, Pos], fo
     return None
 
 
-def stored_to_a_holder(ctx: PlanContext, func: cst.FunctionDef, name: str, cls: Optional[cst.ClassDef]):
+def stored_to_a_holder(
+    ctx: PlanContext, func: cst.FunctionDef, name: str, cls: Optional[cst.ClassDef], before: Optional[cst.CSTNode] = None
+):
     """:func:`_stored` for the tensor ``name`` holds, calls of the files followed (``cls``:
     ``func``'s class); and its holders."""
     holders = _holders(ctx, func, name, (cls, 0))
-    return _stored(ctx, func, holders, (cls, 0)), holders
+    return _stored(ctx, func, holders, (cls, 0), before), holders
 
 
 def kept_by_a_call(
-    ctx: PlanContext, cls: Optional[cst.ClassDef], func: cst.FunctionDef, name: str, proven: Optional[cst.CSTNode] = None
+    ctx: PlanContext,
+    cls: Optional[cst.ClassDef],
+    func: cst.FunctionDef,
+    name: str,
+    proven: Optional[cst.CSTNode] = None,
+    before: Optional[cst.CSTNode] = None,
 ) -> Optional[str]:
     """Why a call in ``func`` given what may hold the tensor ``name`` holds may keep it
     beyond its local names (a callee of the files storing it on an attribute, an item or a
     global, transitively; a call not followed), else None.  ``cls``: ``func``'s class;
-    ``proven``: a statement whose calls are proven otherwise (the indices' mask maker)."""
+    ``proven``: a statement whose calls are proven otherwise (the indices' mask maker);
+    ``before``: only calls that run before that node."""
     skip = {id(n) for n in walk(proven)} if proven is not None else set()
+    if before is not None:
+        skip |= {id(n) for n in walk(func.body) if isinstance(n, cst.Call) and not runs_before(ctx, n, before)}
     return _kept(ctx, (cls, 0), func, _holders(ctx, func, name, (cls, 0)), name, skip)
 
 
@@ -951,7 +971,7 @@ def passed_to_a_writer(
     for held, since in sorted(holders.items()):
         node = in_place_write(ctx, func, held)
         if (
-            node is not None and ctx.position(node) >= since and (before is None or _runs_before(ctx, node, before))
+            node is not None and ctx.position(node) >= since and (before is None or runs_before(ctx, node, before))
             and (after is None or _runs_after(ctx, node, after))
         ):
             through = f" (through `{held}`, which may hold it)" if held != name else ""
@@ -960,7 +980,7 @@ def passed_to_a_writer(
         return f"{name} is passed through more than 8 calls from {func.name.value}: not followed"
     calls = [n for n in walk(func.body) if isinstance(n, cst.Call)]
     for call in calls:
-        if before is not None and not _runs_before(ctx, call, before):
+        if before is not None and not runs_before(ctx, call, before):
             continue
         if after is not None and not _runs_after(ctx, call, after):
             continue
@@ -1000,7 +1020,7 @@ def _runs_after(ctx: PlanContext, node: cst.CSTNode, after: cst.CSTNode) -> bool
     return ctx.position(node).line > ctx.span(after).end.line
 
 
-def _runs_before(ctx: PlanContext, node: cst.CSTNode, before: cst.CSTNode) -> bool:
+def runs_before(ctx: PlanContext, node: cst.CSTNode, before: cst.CSTNode) -> bool:
     if any(isinstance(a, (cst.For, cst.While)) for a in ctx.ancestors(before)):
         return True  # a loop runs what follows before the next use
     return ctx.position(node).line < ctx.position(before).line

@@ -18,7 +18,7 @@ from hiera_rewrite.flow import FunctionFlow, bound_parameter, in_place_write, lo
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
-from ._calls import hands_on, kept_by_a_call, replaced, statement_of, stored_to_a_holder, torch_or_builtin
+from ._calls import hands_on, kept_by_a_call, replaced, runs_before, statement_of, stored_to_a_holder, torch_or_builtin, walk
 from ._match import code, is_name, single_assign
 
 
@@ -471,7 +471,13 @@ def is_docstring(stmt: cst.CSTNode) -> bool:
     )
 
 
-def stored_or_packed(ctx: PlanContext, func: cst.FunctionDef, mask: str, proven: Optional[cst.CSTNode] = None) -> Optional[str]:
+def stored_or_packed(
+    ctx: PlanContext,
+    func: cst.FunctionDef,
+    mask: str,
+    proven: Optional[cst.CSTNode] = None,
+    before: Optional[cst.CSTNode] = None,
+) -> Optional[str]:
     """Where ``func`` stores its mask argument, or anything that may hold or view it, on
     an attribute, an item or a global (`self.m = mask`, `self.m: Tensor = mask.detach()`,
     `extras = dict(m=mask); self.extras = extras`, `global G; G = mask`, `for self.m in
@@ -480,24 +486,32 @@ def stored_or_packed(ctx: PlanContext, func: cst.FunctionDef, mask: str, proven:
     What may hold it is :func:`codemods._calls._hands_on`'s: a call's result, unless every
     function it runs is the files' own and returns nothing that may hold it; and a call
     of the files storing it, transitively (:func:`codemods._calls.kept_by_a_call`; but
-    not the calls of ``proven``, a statement proven otherwise)."""
+    not the calls of ``proven``, a statement proven otherwise).  ``before``: only what
+    runs before that node counts (the statement using the mask's count; in a loop, all)."""
     block = ctx.parent(func)
     cls = ctx.parent(block) if block is not None else None
     cls = cls if isinstance(cls, cst.ClassDef) else None
-    stored, holders = stored_to_a_holder(ctx, func, mask, cls)
+    stored, holders = stored_to_a_holder(ctx, func, mask, cls, before)
     if stored is not None:
-        return f"{mask} is stored by `{code(stored[0])} = ...` at line {ctx.position(stored[1]).line}"
+        held = sorted({n.value for n in walk(stored[1]) if isinstance(n, cst.Name) and n.value in holders} - {mask})
+        through = f" (through `{held[0]}`, which may hold it)" if held and not any(
+            isinstance(n, cst.Name) and n.value == mask for n in walk(stored[1])
+        ) else ""
+        return f"{mask} is stored by `{code(stored[0])} = ...` at line {ctx.position(stored[1]).line}{through}"
     for node in loaded_names(ctx, func.body):
         if node.value not in holders or returned_as_is(ctx, node):
+            continue
+        if before is not None and not runs_before(ctx, node, before):
             continue
         for parent in ctx.ancestors(node):
             if isinstance(parent, (cst.Element, cst.StarredElement, cst.DictElement, cst.StarredDictElement)) and not any(
                 isinstance(a, cst.AssignTarget) for a in ctx.ancestors(parent)
             ):
-                return f"{mask} is packed into `{code(ctx.parent(parent))}` at line {ctx.position(node).line}"
+                through = f" (through `{node.value}`, which may hold it)" if node.value != mask else ""
+                return f"{mask} is packed into `{code(ctx.parent(parent))}` at line {ctx.position(node).line}{through}"
             if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Call, cst.Subscript)):
                 break
-    return kept_by_a_call(ctx, cls, func, mask, proven)
+    return kept_by_a_call(ctx, cls, func, mask, proven, before)
 
 
 def returned_as_is(ctx: PlanContext, name: cst.Name) -> bool:

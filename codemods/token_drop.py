@@ -303,7 +303,7 @@ def _token_drop(
                 f" in each row is not proven ({reason})"
             )
         raise Refuse(f"{mask} is not the function's own mask argument (reassigned or not a parameter)")
-    written = written_in_place(ctx, func, mask) or stored_or_packed(ctx, func, mask)
+    written = written_in_place(ctx, func, mask) or stored_or_packed(ctx, func, mask, before=line)
     block = ctx.parent(func)
     owner = ctx.parent(block) if block is not None else None
     cls = owner if isinstance(owner, cst.ClassDef) else None
@@ -312,7 +312,7 @@ def _token_drop(
         raise Refuse(f"{written}: how many units it keeps in each row is not proven")
     if indices is not None:  # ids.shape[1] at the drop is the width the mask was made from
         ids, _, made = indices
-        written = stored_or_packed(ctx, func, ids, proven=made) or passed_to_a_writer(ctx, cls, func, ids, before=line, after=made)
+        written = stored_or_packed(ctx, func, ids, proven=made, before=line) or passed_to_a_writer(ctx, cls, func, ids, before=line, after=made)
         if written is not None:
             raise Refuse(f"{written}: its width at the drop is not proven the mask's count")
     clash = free_names(flow, COUNT, RATIO, "__class__")
@@ -764,9 +764,10 @@ def _counted_mask_unproven(ctx: PlanContext, cls: cst.ClassDef, forward: cst.Fun
         n for n in walk(forward.body)
         if isinstance(n, cst.Call) and is_name(n.func, KEPT_TOKENS) and len(n.args) == 4 and is_name(n.args[1].value, mask)
     )
+    line = enclosing_line(ctx, drop)
     return (
-        written_in_place(ctx, forward, mask) or stored_or_packed(ctx, forward, mask)
-        or passed_to_a_writer(ctx, cls, forward, mask, before=enclosing_line(ctx, drop))
+        written_in_place(ctx, forward, mask) or stored_or_packed(ctx, forward, mask, before=line)
+        or passed_to_a_writer(ctx, cls, forward, mask, before=line)
     )
 
 

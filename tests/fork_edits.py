@@ -1214,6 +1214,17 @@ _op(
     edits=(insert_after("hiera_mae.py", "        x_dec[mask] = x.flatten()\n", "        x_dec.detach_()\n"),),
 )
 
+# hunt 17e M2 (ryanwongsa/SignRep): what holds the mask stored or packed after the drop no
+# longer stops HR003's proof; a write through it before the next forward changes nothing
+_op(
+    "mask_kept_after_drop", "15a",
+    "hiera.py: Hiera.forward keeps the mask and the kept tokens for a visualisation hook after the drop,"
+    " and the hook zeroes the kept mask's first unit in place",
+    edits=(insert_before("hiera.py", "\n        for i, blk in enumerate(self.blocks):\n",
+                         "\n        self.shown = [x.detach(), mask]\n        if mask is not None:\n"
+                         "            self.shown[1][:, :1] = False\n"),),
+)
+
 BY_NAME: Dict[str, Operator] = {op.name: op for op in OPERATORS}
 ORDER = {op.name: i for i, op in enumerate(OPERATORS)}
 

@@ -405,3 +405,46 @@ def test_only_classes_inheritance_connects_to_the_mae_can_set_its_decoder_embed(
     assert text.count(anchor) == 1
     out = rewrite_bytes(text.replace(anchor, extra + anchor).encode(), siblings=_read).output.decode()
     assert ("num_masked=num_masked" in out) == passed
+
+
+# hunt 17e M2 (a real fork, ryanwongsa/SignRep): what may hold the mask stored or packed
+# after the drop stopped the proof (`x`, made by `patch_embed(x, mask=...)`, packed into a
+# cls-token concat), though nothing after the drop changes the count it used; and the
+# message blamed the mask for `x`'s statement.  Only what runs before the drop counts now
+# (in a loop around the drop, everything).
+AFTER_DROP = "\n        for i, blk in enumerate(self.blocks):\n"
+
+
+@pytest.mark.parametrize(
+    "where, code, applied",
+    [
+        ("after", "self.last_mask = mask", True),
+        ("after", "pair = [x, mask]", True),
+        ("before", "self.last_mask = mask", False),
+        ("before", "m = mask.view(mask.shape)\npair = [x, m]", False),
+    ],
+    ids=["stored-after", "packed-after", "stored-before", "packed-before"],
+)
+def test_what_holds_the_mask_stored_or_packed_only_before_the_drop_stops_it(where, code, applied):
+    if where == "after":
+        edit = (AFTER_DROP, "\n        " + code + AFTER_DROP)
+    else:
+        edit = _before_drop(code)
+    report = _drop(edit)
+    assert report.applied == applied, report.message
+    if not applied and "pair" in code:
+        assert "is packed into `[x, m]`" in report.message and "(through `m`, which may hold it)" in report.message, report.message
+
+
+def test_what_holds_the_mask_stored_after_a_drop_in_a_loop_still_stops_it():
+    """A loop around the drop runs the store before the next drop."""
+    old = "        # Discard masked tokens\n        if mask is not None:\n"
+    new = "        # Discard masked tokens\n        for _ in range(1):\n          if mask is not None:\n"
+    text = (upstream_dir() / "hiera.py").read_text()
+    drop_old = "            x = x[mask[..., None].tile(1, self.mu_size, x.shape[2])].view(\n                x.shape[0], -1, x.shape[-1]\n            )\n"
+    assert text.count(old) == 1 and text.count(drop_old) == 1
+    text = text.replace(old, new).replace(drop_old, "  " + drop_old.replace("\n    ", "\n      ") + "          self.last_mask = mask\n")
+    line = text.splitlines().index("          if mask is not None:") + 2
+    result = rewrite_bytes(text.encode(), siblings=_read)
+    report = next(r for r in result.reports if r.code == "HR003" and r.line == line)
+    assert not report.applied and "self.last_mask" in report.message, report.message
