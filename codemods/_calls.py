@@ -351,6 +351,13 @@ def imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int = MOD
                 add(_import_name(place, "..__init__"))
         else:
             add(_import_name(place, ".__init__"))  # the package the module is in
+        dynamic = next((n for n in walk(here) if isinstance(n, cst.Call) and _imports_by_name(n)), None)
+        if dynamic is not None:
+            incomplete = (
+                f"`{code(dynamic.func)}(...)` in {'the file' if not name else f'`{name}`'} imports a module by name"
+                " at run time: the modules that run on import are not all read"
+            )
+            break
         for node in walk(here):
             if isinstance(node, cst.Import):  # `import pkg.masking` (found as the file imports it)
                 written = [code(a.name) for a in node.names]
@@ -367,6 +374,16 @@ def imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int = MOD
                 if not add(_import_name(place, each), each if beside else None):
                     add(_import_name(place, each, package=True))  # a package: its `__init__`
     return found, incomplete
+
+
+# functions that import or run a module named at run time (a plugin registry's loop)
+_DYNAMIC_IMPORTS = frozenset({"import_module", "__import__", "exec_module", "load_module", "run_module", "run_path", "reload"})
+
+
+def _imports_by_name(call: cst.Call) -> bool:
+    func = call.func
+    name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+    return name in _DYNAMIC_IMPORTS
 
 
 def _kin(name: str, modules: Iterable[cst.Module]) -> Set[str]:
@@ -601,10 +618,45 @@ def overridden_below(modules: Iterable[cst.Module], cls: cst.ClassDef, names: Se
 
 
 def _binds_one_of(cls: cst.ClassDef, names: Set[str]) -> Optional[str]:
-    """The first of ``names`` the class body binds (ANY_NAME where it may bind any), else None."""
+    """The first of ``names`` the class body binds (ANY_NAME where it may bind any), or
+    its methods set on `self` (`self.patch_embed = KeepCentre(...)`, `setattr(self, n,
+    v)`: an instance attribute hides the class's), else None."""
     bound = class_bindings(cls)
     hit = sorted(names & set(bound))
-    return hit[0] if hit else ANY_NAME if ANY_NAME in bound else None
+    return hit[0] if hit else ANY_NAME if ANY_NAME in bound else _set_on_self(cls, names)
+
+
+def _set_on_self(cls: cst.ClassDef, names: Set[str]) -> Optional[str]:
+    """The first of ``names`` a method of ``cls`` sets on `self` (an assignment to
+    `self.<name>`, `setattr`/`add_module`/`register_module` naming it or a computed name,
+    a store into `self._modules` or `self.__dict__`), else None."""
+    for node in walk(cls.body):
+        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)):
+            for t in flatten_targets(node.target):  # type: ignore[arg-type]
+                if isinstance(t, cst.Attribute) and is_name(t.value, "self") and t.attr.value in names:
+                    return t.attr.value
+                if isinstance(t, cst.Subscript) and isinstance(t.value, cst.Attribute) and is_name(t.value.value, "self") \
+                        and t.value.attr.value in ("_modules", "__dict__", "_parameters", "_buffers"):
+                    return f"self.{t.value.attr.value}[...]"
+        if isinstance(node, cst.Call) and isinstance(node.func, (cst.Name, cst.Attribute)):
+            called = node.func.value if isinstance(node.func, cst.Name) else node.func.attr.value
+            args = list(node.args)
+            if called in ("setattr", "__setattr__") and isinstance(node.func, cst.Name):
+                args = args[1:] if args and is_name(args[0].value, "self") else []
+            elif called in ("add_module", "register_module", "__setattr__") and isinstance(node.func, cst.Attribute) \
+                    and is_name(node.func.value, "self"):
+                pass
+            elif called == "update" and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Attribute) \
+                    and is_name(node.func.value.value, "self") and node.func.value.attr.value in ("_modules", "__dict__"):
+                return f"self.{node.func.value.attr.value}.update(...)"
+            else:
+                continue
+            if not args:
+                continue
+            key = args[0].value
+            if not isinstance(key, cst.SimpleString) or key.evaluated_value in names:
+                return key.evaluated_value if isinstance(key, cst.SimpleString) else ANY_NAME  # type: ignore[return-value]
+    return None
 
 
 def _base_name(value: cst.BaseExpression) -> Optional[str]:
@@ -1081,10 +1133,10 @@ def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
         if not built or registers_hooks(ctx.module):
             return None  # (a hook the files register may run around the call, given its arguments)
         targets = []
-        for value in built:
-            made = resolve_class(ctx, ctx.module, value.func.value) if isinstance(value, cst.Call) and is_name(value.func) else None
-            if made is None:
-                continue  # a submodule from a factory or another package: not read
+        classes = _built_classes(ctx, ctx.module, built, 0)
+        if classes is None:
+            return None  # `layers.PatchEmbed(...)`, `(A if c else B)(...)`, a factory not read: not followed
+        for made in classes:
             forward = method_of(ctx, made[0], made[1], "forward")
             if forward is None or forward[2].decorators or not forward[2].params.params:
                 return None
@@ -1108,6 +1160,53 @@ FORWARD_HOOKS = frozenset({
     "register_forward_pre_hook", "register_forward_hook",
     "register_module_forward_pre_hook", "register_module_forward_hook",
 })
+
+
+def _built_classes(ctx: PlanContext, module: cst.Module, values: Iterable[cst.BaseExpression], depth: int):
+    """The classes of the files whose instances ``values`` (of ``module``) may be: a
+    class's call (`PatchEmbed(...)`), each branch of a conditional, a call of a function
+    of the files (`make_patch_embed(...)`: what each of its returns builds); a class of
+    another package's (`nn.Conv2d(...)`) adds none.  None when one is not known."""
+    found: List[Tuple[cst.Module, cst.ClassDef]] = []
+    for value in values:
+        if isinstance(value, cst.IfExp):
+            more = _built_classes(ctx, module, [value.body, value.orelse], depth)
+        elif isinstance(value, cst.Call) and isinstance(value.func, cst.IfExp):  # `(A if c else B)(...)`
+            more = _built_classes(ctx, module, [cst.Call(func=b) for b in (value.func.body, value.func.orelse)], depth)
+        elif isinstance(value, cst.Call) and is_name(value.func):
+            name = value.func.value  # type: ignore[attr-defined]
+            made = resolve_class(ctx, module, name)
+            if made is not None:
+                more = [made]
+            else:
+                factory = function_of(ctx, module, name) if depth < 3 else None
+                if factory is not None:
+                    returns = [n.value for n in walk(factory[1].body) if isinstance(n, cst.Return)]
+                    more = _built_classes(ctx, factory[0], returns, depth + 1) if returns and all(r is not None for r in returns) else None
+                else:
+                    more = [] if _outside_the_files(ctx.context_of(module), value.func) else None
+        elif isinstance(value, cst.Call) and _outside_the_files(ctx.context_of(module), value.func):
+            more = []
+        else:
+            more = None
+        if more is None:
+            return None
+        found.extend(more)
+    return found
+
+
+def _outside_the_files(ctx: PlanContext, expr: cst.BaseExpression) -> bool:
+    """``expr`` names something of a module the files do not hold (`nn.Conv2d`,
+    `timm.layers.Mlp`): each of its qualified names is of an absolute module not found
+    as the file imports it.  False for a local name, a relative module, one beside it."""
+    qualified = ctx.qualified_names(expr)
+    if not qualified:
+        return False
+    for name in qualified:
+        module = name.rpartition(".")[0]
+        if not module or module.startswith(".") or ctx.module_named(module) is not None:
+            return False
+    return True
 
 
 def registers_hooks(module: cst.Module) -> bool:

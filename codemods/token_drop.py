@@ -25,6 +25,7 @@ beside it) is one whose drop takes it.
 
 from __future__ import annotations
 
+import ast
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
@@ -32,7 +33,10 @@ import libcst as cst
 from hiera_rewrite.flow import all_params, bound_parameter, enclosing_function, enclosing_line, loaded_names, names_in, statement_names
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
-from ._calls import base_class, binds, class_hooks, method_of, overridden_below, overridden_between, passed_to_a_writer, replaced, self_attributes, walk
+from ._calls import (
+    base_class, binds, class_hooks, method_of, overridden_below, overridden_between, passed_to_a_writer, registers_hooks, replaced,
+    self_attributes, walk,
+)
 from ._match import code, int_value, is_name, method_call, positional, single_assign
 from ._indices_mask import indicator_of
 from ._random_mask import PURE_CALLS, get_random_mask_call, kept_count, random_mask_guard
@@ -124,20 +128,44 @@ class EncoderTokenDrop(Rewrite):
         finder = _Finder()
         ctx.visit(finder)
         gaining: Dict[cst.FunctionDef, Set[str]] = {}  # functions whose drop takes RATIO: the masks it counts
+        binds: Dict[int, str] = {}  # drop -> how its edit binds RATIO: "param" (a new parameter) or "local"
+        drops = []
         for node, via in finder.drops + _drops_through_names(ctx, finder.tile_lines):
             if _in_helper(ctx, node):
                 continue  # kept_tokens' own fallback (this rewrite's output)
-            edits = ctx.attempt(node, lambda: _token_drop(ctx, node, via))
+            edits = ctx.attempt(node, lambda: _token_drop(ctx, node, via, binds))
             if edits is not None:
-                ctx.add_site(node, edits)
-                func = enclosing_function(ctx, node)
-                if func in edits:  # it gained RATIO (not where it draws the mask itself)
-                    mask = _unit_mask(node.slice[0].slice.value if via is None else single_assign(via)[1])[0]  # type: ignore[attr-defined, index, misc]
-                    gaining.setdefault(func, set()).add(mask)  # type: ignore[arg-type]
+                drops.append((node, via, edits, enclosing_function(ctx, node)))
+        # each site binding RATIO counts with it: two in one function (two masks drawn with
+        # their own ratios, a caller's mask and a drawn one) would count with the other's
+        # value; such a function keeps its drops (unless none draws: one parameter serves all)
+        ratio_drops: Dict[Optional[cst.FunctionDef], List[cst.CSTNode]] = {}
+        for node, _, _, func in drops:
+            if id(node) in binds:
+                ratio_drops.setdefault(func, []).append(node)
+        for node, via, edits, func in drops:
+            shared = ratio_drops.get(func, [])
+            if id(node) in binds and len(shared) > 1 and any(binds[id(n)] == "local" for n in shared):
+                other = next(n for n in shared if n is not node)
+                ctx.refuse(node, _shared_ratio(ctx, func, other))  # type: ignore[arg-type]
+                continue
+            ctx.add_site(node, edits)
+            if binds.get(id(node)) == "param":  # it gained RATIO (not where it draws the mask itself)
+                mask = _unit_mask(node.slice[0].slice.value if via is None else single_assign(via)[1])[0]  # type: ignore[attr-defined, index, misc]
+                gaining.setdefault(func, set()).add(mask)  # type: ignore[arg-type, index]
+        calls = []
         for call in finder.super_forwards:
             edits = ctx.attempt(call, lambda: _mae_ratio(ctx, call, gaining))
             if edits is not None:
-                ctx.add_site(call, edits, "MAE encoder: pass get_random_mask's ratio, so the token drop knows its kept count (static shapes)")
+                calls.append((call, edits, enclosing_function(ctx, call)))
+        for call, edits, func in calls:
+            other = next((n for n in ratio_drops.get(func, []) if n is not call), None) or next(
+                (c for c, _, f in calls if f is func and c is not call), None
+            )
+            if other is not None:
+                ctx.refuse(call, _shared_ratio(ctx, func, other))  # type: ignore[arg-type]
+                continue
+            ctx.add_site(call, edits, "MAE encoder: pass get_random_mask's ratio, so the token drop knows its kept count (static shapes)")
         for call in finder.submodule_masks:
             encoder = code(call.func.value)  # type: ignore[attr-defined]
             ctx.refuse(
@@ -146,6 +174,13 @@ class EncoderTokenDrop(Rewrite):
                 f"base class), so its forward's signature is unknown here; the kept count is not passed and "
                 f"{encoder} counts the mask itself (one host sync)",
             )
+
+
+def _shared_ratio(ctx: PlanContext, func: cst.FunctionDef, other: cst.CSTNode) -> str:
+    return (
+        f"{func.name.value} has another site counting with {RATIO} (line {ctx.position(other).line}): each would"
+        " bind it, and one would count with the other's ratio; the kept count is not passed"
+    )
 
 
 def _in_helper(ctx: PlanContext, node: cst.CSTNode) -> bool:
@@ -237,8 +272,9 @@ def _unit_mask(index: cst.BaseExpression) -> Optional[Tuple[str, cst.BaseExpress
 
 
 def _token_drop(
-    ctx: PlanContext, node: cst.Subscript, via: Optional[cst.SimpleStatementLine]
+    ctx: PlanContext, node: cst.Subscript, via: Optional[cst.SimpleStatementLine], binds: Dict[int, str]
 ) -> Dict[cst.CSTNode, Replacement]:
+    """The drop's edits; ``binds[id(node)]`` set to how they bind RATIO ("param", "local")."""
     index = node.slice[0].slice.value  # type: ignore[attr-defined]
     mask, unit_size, _ = _unit_mask(index if via is None else single_assign(via)[1])  # type: ignore[misc, index]
     func = enclosing_function(ctx, node)
@@ -358,8 +394,10 @@ def _token_drop(
     }
     if drawn is None:
         edits[func] = with_keyword_param(ctx, func, RATIO, "Optional[float]" if imports_typing_optional(ctx.module) else None)
+        binds[id(node)] = "param"
     else:
         edits.update(_ratio_kept(ctx, *drawn))
+        binds[id(node)] = "local"
     reads = sorted({r[len("self."):] for st in sources for r in _reads_of(cst.parse_expression(st.split(" = ", 1)[-1])) if r.startswith("self.")})
     _python_ints(ctx, maker, reads, edits)
     if via is not None and len(flow.loads_of(index.value)) == 1:  # type: ignore[attr-defined]
@@ -657,18 +695,29 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Dict[cst.FunctionDef, 
         why = _counted_mask_unproven(ctx.context_of(module), owner, forward, next(iter(counted)))
         if why is not None:
             raise Refuse(f"{why} in {owner.name.value}.forward: the kept count is not passed")
+        # and its count must still be the one get_random_mask there keeps (an edit since,
+        # `round` for `int`, would leave the count it emitted stale)
+        why = _stale_count(ctx.context_of(module), forward, next(iter(counted)))
+        if why is not None:
+            raise Refuse(f"{why} in {owner.name.value}.forward: the kept count is not passed")
     maker = method_of(ctx, module, owner, "get_random_mask")
     if maker is None or maker[1] is not owner:
         raise Refuse(f"{owner.name.value} does not define the get_random_mask its count is read from")
+    # the methods that forward calls on self (a hook given the mask) run their defs too
+    called = sorted(n for n in self_attributes(forward) if method_of(ctx, module, owner, n) is not None)
     again = next(
         (
             why for where in dict.fromkeys([module, ctx.module, *chain])  # a patch of its class here, or on the way
-            for method in ("get_random_mask", "forward") if (why := replaced(ctx, where, owner, method))
+            for method in dict.fromkeys(["get_random_mask", "forward", *called]) if (why := replaced(ctx, where, owner, method))
         ),
         None,
     )
     if again is not None:
         raise Refuse(f"{again}: the kept count is not passed")
+    hooked = next((m for m in dict.fromkeys([ctx.module, module]) if registers_hooks(m)), None)
+    if hooked is not None:  # the drop's own proof looked for hooks in its file only
+        where = "this file" if hooked is ctx.module else f"the file of {owner.name.value}"
+        raise Refuse(f"{where} registers a forward hook or pre-hook, which may be given the mask: the kept count is not passed")
     # For this class, `self.m` in that forward must be what it is for its owner (a fork's
     # hook the forward hands the mask to, overridden between them, may write it), and no
     # class of these files may mix this class with others (its MRO may put another
@@ -747,6 +796,26 @@ def _takes_our_ratio(forward: cst.FunctionDef) -> Set[str]:
     if counts != 1 or reads != 2 or len(drops) != 1:  # the test's and the count's reads; one drop
         return set()
     return set(drops)
+
+
+def _stale_count(ctx: PlanContext, forward: cst.FunctionDef, mask: str) -> Optional[str]:
+    """Why the count ``forward`` (of another file, rewritten) gives `kept_tokens` is not
+    the count its class's get_random_mask keeps as the file is now, else None."""
+    try:
+        formula = _random_count(ctx, forward, mask)[0]
+    except Refuse as exc:
+        return f"its kept count is not proven now ({exc.reason})"
+    emitted = [
+        single_assign(node.body.body[0])[1]  # type: ignore[attr-defined, index]
+        for node in walk(forward.body)
+        if isinstance(node, cst.If) and len(getattr(node.body, "body", ())) == 1
+        and isinstance(node.body.body[0], cst.SimpleStatementLine)  # type: ignore[attr-defined]
+        and single_assign(node.body.body[0]) is not None and is_name(single_assign(node.body.body[0])[0], COUNT)  # type: ignore[attr-defined, index]
+    ]
+    if len(emitted) != 1 or ast.dump(ast.parse(code(emitted[0]), mode="eval")) != ast.dump(ast.parse(formula, mode="eval")):
+        shown = f"`{code(emitted[0])}`" if len(emitted) == 1 else "its count"
+        return f"{COUNT} = {shown} is not the kept count of get_random_mask as it is now (`{formula}`)"
+    return None
 
 
 def _counted_mask_unproven(ctx: PlanContext, cls: cst.ClassDef, forward: cst.FunctionDef, mask: str) -> Optional[str]:
