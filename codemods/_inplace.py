@@ -40,11 +40,11 @@ import libcst as cst
 from hiera_rewrite.flow import body_of, bound_parameter, declared_names, enclosing_function, is_inplace_function, is_inplace_method, loaded_names, subtree
 from hiera_rewrite.rewrite import PlanContext
 
-from ._calls import FORWARD_HOOKS
+from ._calls import FORWARD_HOOKS, _kin, subclasses_in, walk
 
 # the hooks that see what a module returns (a pre-hook sees its input only)
 POST_HOOKS = frozenset(h for h in FORWARD_HOOKS if "pre_hook" not in h)
-from ._match import code, may_setattr, single_assign
+from ._match import code, flatten_targets, is_name, may_setattr, single_assign
 
 TENSOR = "tensor"
 CONTAINER = "container"  # a tuple/list/... that may hold it (binary ops keep it: `t + (y,)`)
@@ -92,7 +92,7 @@ ALIAS_MODULES = frozenset("Identity Dropout Dropout1d Dropout2d Dropout3d AlphaD
 # modules outside torch.nn known to leave their input alone (and that may return it)
 KNOWN_MODULES = frozenset({"timm.layers.DropPath", "timm.models.layers.DropPath", "timm.layers.drop.DropPath"})
 SAFE_BUILTINS = frozenset("len isinstance issubclass print repr str id type hash bool int float format callable hasattr".split())
-CONTAINER_BUILTINS = frozenset("tuple list iter reversed zip enumerate set frozenset sorted".split())
+CONTAINER_BUILTINS = frozenset("tuple list iter reversed zip enumerate set frozenset sorted dict".split())
 LIST_MUTATORS = frozenset("append extend insert".split())  # `outs.append(x)`: outs now holds x
 # methods that put their argument into the container they are called on
 CONTAINER_MUTATORS = LIST_MUTATORS | frozenset("update setdefault add __setitem__ appendleft extendleft put put_nowait".split())
@@ -153,6 +153,7 @@ class InplaceFlow:
         self._module_bound: Optional[Dict[str, int]] = None
         self._hooks: Dict[frozenset, bool] = {}
         self._private_memo: Dict[Tuple[str, int, str], Tuple[cst.FunctionDef, bool]] = {}
+        self._siblings: Dict[int, "InplaceFlow"] = {}
 
     # -- public ---------------------------------------------------------------------
     def follow(self, func: cst.FunctionDef, stmt: cst.CSTNode, seed_nodes: Sequence[cst.CSTNode] = (), seed_names: Sequence[str] = ()) -> Outcome:
@@ -166,16 +167,45 @@ class InplaceFlow:
         """Names of ``func`` that may share storage with ``root`` somewhere in it
         (flow-insensitive: a name one of them is viewed into, or viewed out of)."""
         group = {root}
-        uses = self._uses(func)
+        links = [{name.value, *effect.binds} for name, effect in self._uses(func)]
+        links += [names for names, _ in self._shared_bindings(func)]
         changed = True
         while changed:
             changed = False
-            for name, effect in uses:
-                linked = {name.value, *effect.binds}
+            for linked in links:
                 if linked & group and not linked <= group:
                     group |= linked
                     changed = True
         return group
+
+    def _shared_bindings(self, func: cst.FunctionDef) -> List[Tuple[Set[str], Optional[str]]]:
+        """The statements of ``func`` that bind one value to several targets at once:
+        an assignment with more than one target (`h = self.skip = v`, `h = g = v`), a
+        walrus (`self.skip = (h := v)`, `self.bufs.append(h := v)`): the names bound
+        to it, and the first hazard of the other targets or of the walrus's context
+        (a store, a call that may keep it), which a use of the names does not show."""
+        key = ("shared", id(func))
+        found = self._memo.get(key)
+        if found is None or found[0] is not func:
+            shared: List[Tuple[Set[str], Optional[str]]] = []
+            for node in walk(func.body):
+                if _in_nested_scope(self.ctx, node, func):
+                    continue
+                if isinstance(node, cst.Assign) and len(node.targets) > 1:
+                    names: Set[str] = set()
+                    hazard: Optional[str] = None
+                    for t in node.targets:
+                        names |= _names_bound(t.target)
+                        store = self._store(t.target)
+                        if store is not None and hazard is None:
+                            hazard = f"{WHAT} is stored in `{_short(store)}` at line {self._line(node)}, where other code may modify it in place"
+                    shared.append((names, hazard))
+                elif isinstance(node, cst.NamedExpr) and isinstance(node.target, cst.Name):
+                    effect = self.classify(node, TENSOR)
+                    hazard = effect.hazard if not effect.inplace else None
+                    shared.append(({node.target.value, *effect.binds}, hazard))
+            found = self._memo[key] = (func, shared)  # type: ignore[assignment]
+        return found[1]  # type: ignore[return-value]
 
     def kept(self, func: cst.FunctionDef, names: Set[str]) -> List[str]:
         """Where one of ``names`` may be kept anywhere in ``func``, in any order (code
@@ -258,7 +288,12 @@ class InplaceFlow:
                 cur, kind = p, TENSOR
                 continue
             if isinstance(p, (cst.Index, cst.Slice, cst.SubscriptElement)):
-                return effect  # used as an index: `a[x]` copies out of a
+                # used as an index: `a[x]` copies out of a; but `D[x] = v` keeps x as a
+                # key of D (a dict others reach keeps it)
+                sub = next((a for a in ctx.ancestors(p) if isinstance(a, cst.Subscript)), None)
+                if sub is not None and self._written_item(sub) and self._escapes(sub.value):
+                    effect.hazard = f"{label} is used as a key of `{_short(sub.value)}` at line {self._line(sub)}, where other code may modify it in place"
+                return effect
             if isinstance(p, cst.Arg):
                 call = ctx.parent(p)
                 if not isinstance(call, cst.Call):
@@ -363,13 +398,37 @@ class InplaceFlow:
                         return effect
                     effect.binds.update(_target_names(p.asname.name, kind))
                 return effect
-            if isinstance(p, (cst.Expr, cst.If, cst.While, cst.Assert, cst.Raise, cst.Del, cst.Match)):
+            if isinstance(p, cst.Match):
+                if p.subject is cur and any(_captures(case.pattern) for case in p.cases):
+                    # `case (True, out):` binds it (or a part of it) to a name not followed
+                    effect.hazard = f"{label} is matched by the `match` at line {self._line(p)}, whose captures HR002 does not follow"
+                return effect
+            if isinstance(p, (cst.Expr, cst.If, cst.While, cst.Assert, cst.Raise, cst.Del)):
                 return effect
             if isinstance(p, (cst.Param, cst.Parameters, cst.Decorator)):
                 effect.hazard = f"{label} is captured by a definition at line {self._line(p)}"
                 return effect
             effect.hazard = f"{label} is used in a `{type(p).__name__}` at line {self._line(p)}, which HR002 does not follow"
             return effect
+
+    def _written_item(self, sub: cst.Subscript) -> bool:
+        """`sub` (`D[k]`) is stored to: an assignment, augmented assignment, loop or
+        with target, or inside a tuple or list target."""
+        node: cst.CSTNode = sub
+        for a in self.ctx.ancestors(sub):
+            if isinstance(a, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
+                node = a
+                continue
+            if isinstance(a, cst.AssignTarget) and a.target is node:
+                return True
+            if isinstance(a, (cst.AugAssign, cst.AnnAssign)) and a.target is node:
+                return True
+            if isinstance(a, (cst.For, cst.CompFor)) and a.target is node:
+                return True
+            if isinstance(a, cst.AsName) and a.name is node:
+                return True
+            return False
+        return False
 
     def _store(self, target: cst.BaseExpression) -> Optional[cst.CSTNode]:
         """The part of an assignment target that stores the value where other code may
@@ -471,7 +530,9 @@ class InplaceFlow:
         written = torch_only and not any(q.startswith(CALLING_FUNCTIONS) for q in qualified) and (
             arg.keyword is not None and arg.keyword.value == "out" or arg is _first_positional(call)
         )
-        if arg.keyword is not None and arg.keyword.value == "out":
+        if arg.keyword is not None and arg.keyword.value == "out" and (torch_only or not qualified and not isinstance(func, cst.Name)):
+            # torch's `out=` (or a method's, which may be a tensor's); `dict(out=x)` is
+            # no write: what a call of another kind does with it is found below
             return _Verdict(hazard=f"`{callee}(..., out=...)` at line {line} writes {WHAT} in place", inplace=written)
         if inplace_given(call, qualified):
             return _Verdict(hazard=f"`{callee}(..., inplace=...)` at line {line} modifies {WHAT} in place", inplace=written)
@@ -573,6 +634,9 @@ class InplaceFlow:
         keep (`h = self.make(x)`, a function of the file).  Parameters are the callers'
         (not checked here)."""
         fflow = self.ctx.flow(func)
+        for bound, hazard in self._shared_bindings(func):
+            if hazard is not None and bound & names:
+                return hazard
         for name in sorted(names):
             if fflow.compound_assigned.get(name):
                 return f"{WHAT} (as `{name}`) is bound by a compound statement's header (`for`, `with`, `except`) from a value other code may hold too"
@@ -587,6 +651,24 @@ class InplaceFlow:
                     if holder is not None:
                         return f"{WHAT} comes from `{_short(holder)}` at line {self._line(holder)} (bound to `{name}`), which other code may hold too"
         return None
+
+    def view_names(self, expr: cst.BaseExpression) -> Tuple[Optional[str], List[str]]:
+        """(where the value of ``expr`` may be held by other code too, as value_held;
+        the local names whose storage it may share: `h` of `torch.flatten(h)`)."""
+        names: List[str] = []
+        holder = self._holder(expr, names)
+        if holder is not None:
+            return f"{WHAT} comes from `{_short(holder)}` at line {self._line(holder)}, which other code may hold too", names
+        return None, names
+
+    def sibling_flow(self, ctx: PlanContext) -> "InplaceFlow":
+        """The InplaceFlow of another module's context (one per module and plan)."""
+        if ctx is self.ctx:
+            return self
+        found = self._siblings.get(id(ctx))
+        if found is None or found.ctx is not ctx:
+            found = self._siblings[id(ctx)] = InplaceFlow(ctx)
+        return found
 
     def value_held(self, expr: cst.BaseExpression) -> Optional[str]:
         """Where the value of ``expr`` (or what it is a view of) may be held by other
@@ -761,6 +843,10 @@ class InplaceFlow:
         for ann in self.ctx.nodes(cst.AnnAssign):
             if _is_self_attr(ann.target) and ann.target.attr.value == attr:  # type: ignore[attr-defined]
                 return None
+        if any(_changes_inside(node, attr) for node in walk(self.ctx.module)):
+            return None  # `self.proj.forward = f`, `self._modules.update(proj=m)`
+        if self._set_beside(cls, attr, POST_HOOKS if output else FORWARD_HOOKS):
+            return None
         if not values:
             return None
         verdict = "new"
@@ -794,6 +880,49 @@ class InplaceFlow:
                 else:
                     return None
         return verdict
+
+    def _set_beside(self, cls: cst.ClassDef, attr: str, hooks: frozenset) -> bool:
+        """Another module of the file's folder (another file of the run, a script
+        importing it) may set ``<x>.attr`` of an instance of ``cls`` or change what it
+        runs: it stores into `<x>.attr` other than as `self.attr` of a class unrelated to
+        ``cls`` (`blk.attn.proj = ...`, a subclass's `self.proj = ...`), into an attribute
+        of it (`<x>.proj.forward = f`), sets it by name (`setattr`, `register_module`,
+        `_modules[...]`, `__dict__`), or registers a forward hook.  True also where the
+        folder is too large to read; False where it is not known at all (stdin, a reader
+        of names only: those modules are not read)."""
+        key = ("beside", id(cls), attr, hooks)
+        if key in self._modules:
+            return bool(self._modules[key])
+        modules = self.ctx.modules_beside([attr.encode(), b"hook", b"setattr", b"_modules", b"__dict__", b"vars("])
+        touched = False
+        if modules is not None:
+            others = [m for m in modules if m is not self.ctx.module]
+            # the classes beside whose `self` may be an instance of cls: its subclasses
+            # (by name) and their bases; not another module's own class of that name
+            subs = {c.name.value for c in subclasses_in([self.ctx.module, *others], cls.name.value)}
+            kin = set().union(*(_kin(n, [self.ctx.module, *others]) for n in subs)) - {cls.name.value} if subs else set()
+            for module in others:
+                for node in walk(module):
+                    if _changes_inside(node, attr) or may_setattr(node, attr) or isinstance(node, cst.Call) and (
+                        _registers_module(node, attr)
+                        or isinstance(node.func, cst.Attribute) and node.func.attr.value in hooks
+                        or isinstance(node.func, cst.Name) and node.func.value in hooks
+                    ):
+                        touched = True
+                    elif isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+                        for t in flatten_targets(node.target):  # type: ignore[arg-type]
+                            if isinstance(t, cst.Attribute) and t.attr.value == attr and (
+                                not _is_self_attr(t) or _in_kin_class(module, node, kin)
+                            ):
+                                touched = True
+                    if touched:
+                        break
+                if touched:
+                    break
+        elif self.ctx.beside_unread():
+            touched = True  # a folder too large to read
+        self._modules[key] = "touched" if touched else None
+        return touched
 
     def _related(self, other: cst.ClassDef, cls: cst.ClassDef) -> bool:
         """Some instance may run methods of both ``other`` and ``cls``: a class of this
@@ -966,6 +1095,8 @@ class _Runner:
             state = _merge(state, self.header(stmt.subject, state)) or {}
             ends = [state]
             for case in stmt.cases:
+                if case.guard is not None:  # `case True if h.mul_(2) ...:`
+                    state = _merge(state, self.header(case.guard, state)) or {}
                 e = self.block(body_of(case.body), dict(state))
                 if e is not None:
                     ends.append(e)
@@ -1117,6 +1248,8 @@ def _parts(suite: cst.BaseSuite) -> List[cst.CSTNode]:
         elif isinstance(stmt, cst.Match):
             found.append(stmt.subject)
             for case in stmt.cases:
+                if case.guard is not None:
+                    found.append(case.guard)
                 pending.extend(body_of(case.body))
     return found
 
@@ -1361,3 +1494,85 @@ def _registers_module(call: cst.Call, attr: str) -> bool:
         return False
     first = call.args[0].value
     return not isinstance(first, cst.SimpleString) or first.evaluated_value == attr
+
+
+def _through(expr: cst.BaseExpression, attr: str) -> bool:
+    """``expr`` reaches an object through `<...>.attr` (`self.proj`, `blk.attn.proj.fc`)."""
+    while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
+        if isinstance(expr, cst.Attribute) and expr.attr.value == attr:
+            return True
+        expr = expr.func if isinstance(expr, cst.Call) else expr.value
+    return False
+
+
+_MODULES_MUTATORS = frozenset("update setdefault __setitem__ pop popitem clear __delitem__".split())
+
+
+def _changes_inside(node: cst.CSTNode, attr: str) -> bool:
+    """``node`` may change what the submodule ``attr`` runs without storing into
+    `<x>.attr` itself: a store into an attribute or item of it (`self.proj.forward = f`,
+    `self.proj._forward_hooks[0] = h`), `setattr(self.proj, ...)`, a change of a
+    module's `_modules` by a method (`self._modules.update(proj=m)`), or a store through
+    `__dict__` / `vars(...)` (an instance attribute hides a submodule)."""
+    if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.Del)):
+        for t in flatten_targets(node.target):  # type: ignore[arg-type]
+            if isinstance(t, (cst.Attribute, cst.Subscript)) and _through(t.value, attr):
+                return True
+            if isinstance(t, cst.Subscript):
+                base = t.value
+                if isinstance(base, cst.Attribute) and base.attr.value in ("__dict__", "_modules"):
+                    return True
+                if isinstance(base, cst.Call) and is_name(base.func, "vars"):
+                    return True
+        return False
+    if isinstance(node, cst.Call):
+        func = node.func
+        objects: List[cst.BaseExpression] = []
+        if is_name(func, "setattr") or is_name(func, "delattr"):
+            objects = [a.value for a in node.args[:1]]
+        elif isinstance(func, cst.Attribute) and func.attr.value in ("__setattr__", "__delattr__"):
+            objects = [func.value, *(a.value for a in node.args[:1])]  # bound, or unbound (`object.__setattr__(m, ...)`)
+        if any(_through(o, attr) for o in objects):
+            return True
+        if isinstance(func, cst.Attribute) and func.attr.value in _MODULES_MUTATORS:
+            holder = func.value
+            if isinstance(holder, cst.Attribute) and holder.attr.value in ("_modules", "__dict__"):
+                return True
+            if isinstance(holder, cst.Call) and is_name(holder.func, "vars"):
+                return True
+    return False
+
+
+def _in_kin_class(module: cst.Module, node: cst.CSTNode, kin: Set[str]) -> bool:
+    """``node`` (of ``module``) is inside a class named in ``kin``, or in no class (a
+    function may be given any instance)."""
+    owner = _owner_class(module, node)
+    return owner is None or owner.name.value in kin
+
+
+def _owner_class(module: cst.Module, node: cst.CSTNode) -> Optional[cst.ClassDef]:
+    found: Optional[cst.ClassDef] = None
+
+    def search(current: cst.CSTNode, cls: Optional[cst.ClassDef]) -> bool:
+        nonlocal found
+        if current is node:
+            found = cls
+            return True
+        here = current if isinstance(current, cst.ClassDef) else cls
+        return any(search(child, here) for child in current.children)
+
+    search(module, None)
+    return found
+
+
+def _captures(pattern: cst.MatchPattern) -> bool:
+    """A `case` pattern binds a name (`case out:`, `case (True, out):`, `case {**rest}`,
+    `case [*xs]`, `case C(a=x)`, `... as y`)."""
+    for node in subtree(pattern):
+        if isinstance(node, cst.MatchAs) and node.name is not None:
+            return True
+        if isinstance(node, cst.MatchStar) and node.name is not None:
+            return True
+        if isinstance(node, cst.MatchMapping) and node.rest is not None:
+            return True
+    return False

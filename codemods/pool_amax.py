@@ -81,9 +81,13 @@ class PoolAmax(Rewrite):
     tensor that it does not keep).  A pooled tensor the function returns becomes
     `.amax(dim=k).clone()`: the callers, in any file, may then modify it in
     place; under torch.compile the copy adds nothing measurable, in eager mode
-    1-3% of the pool's time.  A pooled parameter is checked where the file calls
-    its function; what callers elsewhere do with the tensor they passed in is not
-    seen: they are assumed not to modify it in place before backward.
+    1-3% of the pool's time.  A pooled parameter is checked where its function is
+    called, in the file and in the other modules of its folder (the other files of
+    the run, a script beside them); the site is skipped where its callers are not
+    all found: a method (but a module's `forward`), a function passed as a value,
+    rebound, imported under another name or called with `*args`.  What callers
+    outside the folder (and a `forward`'s callers) do with the tensor they passed
+    in is not seen: they are assumed not to modify it in place before backward.
     """
 
     def plan(self, ctx: PlanContext) -> None:
@@ -118,32 +122,48 @@ def _check_inplace(ctx: PlanContext, flow: InplaceFlow, node: "cst.Attribute | c
     reduced = reduction_values(node)
     assert reduced is not None
     root = _storage_root(reduced[1])
-    if isinstance(root, cst.Name):
-        group = flow.storage_names(func, root.value)
-        # before the pool too: what keeps it (a store, a call that may store it) lets
-        # other code modify it after the pool
-        kept = flow.kept(func, group)
-        if kept:
-            raise Refuse(_reason(kept[0], f"the tensor it pools (`{root.value}`)", "input"))
-        held = flow.held_elsewhere(func, group)
-        if held is not None:
-            raise Refuse(_reason(held, f"the tensor it pools (`{root.value}`)", "input"))
-        source = flow.follow(func, point, seed_names=sorted(group))
-        if source.hazards:
-            raise Refuse(_reason(source.hazards[0], f"the tensor it pools (`{root.value}`)", "input"))
-        if source.returned:
-            raise Refuse(
-                f"the tensor it pools (`{root.value}`) is returned, and a caller may modify it in place"
-                " before backward (.amax saves its input for backward, .max(...).values does not)"
-            )
-        if group & _param_names(func):
-            _check_callers(ctx, flow, func, sorted(group & _param_names(func)))
-    elif isinstance(root, cst.Attribute):
+    if isinstance(root, cst.Attribute):
         raise Refuse(
             f"it pools `{code(root)}`, which other code may modify in place before backward"
             " (.amax saves its input for backward, .max(...).values does not)"
         )
+    if isinstance(root, cst.Name):
+        names = [root.value]
+    else:
+        # a call, `a if c else b`, a walrus...: what other code may hold, or the names
+        # whose storage its value may share (`torch.flatten(h)`, `(h := x * 2)`)
+        held, names = flow.view_names(root)
+        if held is not None:
+            raise Refuse(_reason(held, "the tensor it pools", "input"))
+    for name in dict.fromkeys(names):
+        _check_input(ctx, flow, func, point, name)
     return result.returned
+
+
+def _check_input(ctx: PlanContext, flow: InplaceFlow, func: cst.FunctionDef, point: cst.CSTNode, name: str) -> None:
+    """The tensor it pools shares the storage of the local ``name``: nothing may keep or
+    modify that storage, before the pool or after, nor may it come from what other code
+    holds; a parameter is checked at its callers."""
+    role = f"the tensor it pools (`{name}`)"
+    group = flow.storage_names(func, name)
+    # before the pool too: what keeps it (a store, a call that may store it) lets
+    # other code modify it after the pool
+    kept = flow.kept(func, group)
+    if kept:
+        raise Refuse(_reason(kept[0], role, "input"))
+    held = flow.held_elsewhere(func, group)
+    if held is not None:
+        raise Refuse(_reason(held, role, "input"))
+    source = flow.follow(func, point, seed_names=sorted(group))
+    if source.hazards:
+        raise Refuse(_reason(source.hazards[0], role, "input"))
+    if source.returned:
+        raise Refuse(
+            f"{role} is returned, and a caller may modify it in place"
+            " before backward (.amax saves its input for backward, .max(...).values does not)"
+        )
+    if group & _param_names(func):
+        _check_callers(ctx, flow, func, sorted(group & _param_names(func)))
 
 
 def _reason(hazard: str, role: str, saved: str) -> str:
@@ -158,35 +178,105 @@ def _param_names(func: cst.FunctionDef) -> Set[str]:
 
 
 def _check_callers(ctx: PlanContext, flow: InplaceFlow, func: cst.FunctionDef, params: List[str]) -> None:
-    """A pooled parameter is the caller's tensor: where the function is called in this
-    file, the caller must not modify what it passed in place after the call.  (Callers
-    in other files are not seen; see the explanation.)"""
+    """A pooled parameter is the caller's tensor: where the function is called (in this
+    file, and in the other modules of its folder: the other files of the run, scripts
+    beside them), the caller must not modify what it passed in place after the call, nor
+    keep it.  Refused where the callers are not all found: a method (its calls are not
+    resolved), a function passed as a value or rebound, imported under another name or
+    referenced otherwise than by a call in a module beside it.  (Modules outside the
+    folder are not read; see the explanation.)"""
+    name = func.name.value
     calls = flow.calls_of(func)
-    for call in calls or ():
-        caller = enclosing_function(ctx, call)
-        if caller is None:
+    if calls is None and name == "forward" and isinstance(ctx.parent(ctx.parent(func)), cst.ClassDef):  # type: ignore[arg-type]
+        return  # a module's forward: its callers call the module, in any file (see the explanation)
+    if calls is None:
+        kind = "a method" if any(isinstance(a, cst.ClassDef) for a in ctx.ancestors(func)) else "a function"
+        raise Refuse(
+            f"it pools a parameter of {kind} (`{name}`) whose callers are not all seen (called other than"
+            " directly by its name in this file, or passed as a value), which may modify the tensor they"
+            " pass in place before backward (.amax saves its input for backward, .max(...).values does not)"
+        )
+    for call in calls:
+        _check_call(ctx, flow, func, call, params)
+    if any(isinstance(a, (cst.ClassDef, cst.FunctionDef)) for a in ctx.ancestors(func)):
+        return  # (calls_of finds no callers of a nested def: refused above)
+    if ctx.beside_unread():
+        raise Refuse(
+            f"it pools a parameter of `{name}`, whose callers in the modules beside this file are not read"
+            " (too many modules): they may modify the tensor they pass in place before backward"
+            " (.amax saves its input for backward, .max(...).values does not)"
+        )
+    for module in ctx.modules_beside([name.encode()]) or ():
+        if module is ctx.module:
             continue
-        for param in params:
-            passed = flow.param_for(func, call, param)
-            if passed is None:
+        octx = ctx.context_of(module)
+        oflow = flow.sibling_flow(octx)
+        for call in _references(octx, module, name):
+            _check_call(octx, oflow, func, call, params, elsewhere=True)
+
+
+def _references(ctx: PlanContext, module: cst.Module, name: str) -> List[cst.Call]:
+    """The calls of ``name`` in ``module`` (another module of the folder): `name(...)`,
+    `m.name(...)`; Refuse where it is referenced otherwise (passed as a value, imported
+    under another name)."""
+    calls: List[cst.Call] = []
+    for node in ctx.nodes(cst.ImportAlias):
+        alias = node  # type: cst.ImportAlias
+        if code(alias.name).rsplit(".", 1)[-1] == name and alias.asname is not None:
+            raise Refuse(f"`{name}` is imported as another name at line {ctx.position(alias).line} of a module beside this file: its callers there are not seen")
+    for node in [*ctx.nodes(cst.Name), *ctx.nodes(cst.Attribute)]:
+        if isinstance(node, cst.Name):
+            if node.value != name:
                 continue
-            where = ctx.position(call).line
-            held = flow.value_held(passed)  # `pool(self.buf)`, `pool(self.make(x))`
-            if held is not None:
-                raise Refuse(_reason(held, f"the tensor it pools (passed to {func.name.value} at line {where})", "input"))
-            root = _storage_root(passed)
-            if not isinstance(root, cst.Name):
-                continue
-            group = flow.storage_names(caller, root.value)
+            parent = ctx.parent(node)
+            if isinstance(parent, cst.Attribute) and parent.attr is node:
+                continue  # as an attribute: below
+            if isinstance(parent, cst.Arg) and parent.keyword is node or isinstance(parent, (cst.FunctionDef, cst.Param)) and parent.name is node:
+                continue  # `f(do_pool=...)`, its own `def do_pool` or parameter (their calls are checked too)
+        elif node.attr.value != name:  # type: ignore[union-attr]
+            continue
+        parent = ctx.parent(node)
+        if isinstance(parent, cst.Call) and parent.func is node:
+            calls.append(parent)
+            continue
+        if any(isinstance(a, (cst.Import, cst.ImportFrom)) for a in ctx.ancestors(node)):
+            continue  # `from .hiera_utils import do_pool` (another name: refused above)
+        raise Refuse(
+            f"`{name}` is referenced other than by a call at line {ctx.position(node).line} of a module beside"
+            " this file: its callers there are not seen"
+        )
+    return calls
+
+
+def _check_call(ctx: PlanContext, flow: InplaceFlow, func: cst.FunctionDef, call: cst.Call, params: List[str], elsewhere: bool = False) -> None:
+    """The caller at ``call`` (of ``ctx``'s module) leaves alone and keeps nowhere what it
+    passes for ``params``."""
+    where = f"line {ctx.position(call).line}" + (" of a module beside this file" if elsewhere else "")
+    fname = func.name.value
+    if any(a.star for a in call.args):
+        raise Refuse(f"{fname} is called with `*`/`**` arguments at {where}: what it pools there is not followed")
+    caller = enclosing_function(ctx, call)
+    for param in params:
+        passed = flow.param_for(func, call, param)
+        if passed is None:
+            continue
+        role = f"the tensor it pools (passed to {fname} at {where})"
+        if caller is None:
+            raise Refuse(f"{fname} is called outside a function at {where}: what it pools there is not followed")
+        held, names = flow.view_names(passed)  # `pool(self.buf)`, `pool(self.make(x))`
+        if held is not None:
+            raise Refuse(_reason(held, role, "input"))
+        for name in dict.fromkeys(names):
+            group = flow.storage_names(caller, name)
             after = flow.follow(caller, _statement_of(ctx, call), seed_names=sorted(group))
             # the call's own statement reads it as an argument; only later uses count,
             # and anything, before or after, that may keep it or that it may come from
-            hazards = [h for h in after.hazards + flow.kept(caller, group) if f"`{func.name.value}(...)`" not in h]
+            hazards = [h for h in after.hazards + flow.kept(caller, group) if f"`{fname}(...)`" not in h]
             held = flow.held_elsewhere(caller, group)
             if held is not None:
                 hazards.append(held)
             if hazards:
-                raise Refuse(_reason(hazards[0], f"the tensor it pools (`{root.value}`, passed to {func.name.value} at line {where})", "input"))
+                raise Refuse(_reason(hazards[0], f"the tensor it pools (`{name}`, passed to {fname} at {where})", "input"))
 
 
 def _statement_of(ctx: PlanContext, node: cst.CSTNode) -> cst.CSTNode:

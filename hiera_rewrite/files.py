@@ -128,7 +128,21 @@ def sibling_reader(path: Path, rewritten: Optional[Dict[str, bytes]] = None) -> 
         found = path if name == "" else sibling_path(path, name)
         return os.path.realpath(found) if found is not None else None
 
+    def neighbours() -> Optional[List[str]]:
+        """The modules beside ``path`` (the ``*.py`` files of its folder but itself), by
+        the names ``read`` takes; None where the folder cannot be listed."""
+        try:
+            entries = sorted(os.listdir(path.parent if str(path.parent) else "."))
+        except OSError:
+            return None
+        own = os.path.realpath(path)
+        return [
+            e[:-3] for e in entries
+            if e.endswith(".py") and e[:-3].isidentifier() and os.path.realpath(path.parent / e) != own
+        ]
+
     read.path_of = path_of  # type: ignore[attr-defined]  # (PlanContext.path_of)
+    read.neighbours = neighbours  # type: ignore[attr-defined]  # (PlanContext.modules_beside)
     return read
 
 

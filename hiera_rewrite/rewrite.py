@@ -167,6 +167,51 @@ class PlanContext:
                 self.memo[("name", id(self.memo[key]))] = name
         return self.memo[key]
 
+    def modules_beside(self, needles: Sequence[bytes], limit: int = 128) -> Optional[List[cst.Module]]:
+        """The modules of the planned file's folder (the file itself included, as planned;
+        each other one as this run leaves it) whose text holds one of ``needles``, parsed
+        (a module that does not parse cannot be imported either: left out).  None where
+        the folder is not known (stdin, a reader of names only), or it holds more than
+        ``limit`` modules.  Asked of a module found elsewhere (not beside the file): None.
+        Not recorded as consulted: what is asked of them here is not what a rewrite changes."""
+        root = self._root
+        if root is not self and not self._near:
+            return None
+        lister = getattr(root._siblings, "neighbours", None)
+        if lister is None:
+            return None
+        key = "beside"
+        if key not in root.memo:
+            names = lister()
+            root.memo[key] = None if names is None or len(names) > limit else {n: None for n in names}
+            root.memo["beside unread"] = names is not None and len(names) > limit
+        found = root.memo[key]
+        if found is None:
+            return None
+        modules: List[cst.Module] = [root.module]
+        for name in found:
+            entry = found[name]
+            if entry is None:
+                data = root._siblings(name) if root._siblings is not None else None
+                module = None
+                if data is not None:
+                    try:
+                        module = cst.parse_module(data)
+                    except Exception:
+                        module = None
+                entry = found[name] = (data or b"", module)
+                if module is not None:
+                    root.memo[("near", id(module))] = True
+            data, module = entry
+            if module is not None and any(n in data for n in needles):
+                modules.append(module)
+        return modules
+
+    def beside_unread(self) -> bool:
+        """The planned file's folder is known but was too large to read (modules_beside)."""
+        self.modules_beside([])
+        return bool(self._root.memo.get("beside unread"))
+
     def module_named(self, name: str) -> Optional[cst.Module]:
         """:meth:`sibling` of the file planned, asked from any context: ``name`` is read
         from the file's folder (`.m`, `..pkg.m`, `pkg.m`) whichever module asks."""
