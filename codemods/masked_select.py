@@ -34,11 +34,23 @@ import dataclasses
 
 import libcst as cst
 
-from hiera_rewrite.flow import enclosing_line, loaded_names
+from hiera_rewrite.flow import METADATA_ATTRIBUTES, enclosing_line, loaded_names, root_name
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
-from ._calls import function_of, method_of, passed_to_a_writer, replaced, walk
+from ._calls import (
+    _PURE_BUILTINS,
+    FRESH_METHODS,
+    bound_locally,
+    class_bindings,
+    function_of,
+    method_of,
+    passed_to_a_writer,
+    replaced,
+    torch_or_builtin,
+    walk,
+)
 from ._inplace import FORWARD_HOOKS
+from .decoder_fill import _ARITHMETIC_METHODS
 from ._match import code, is_name, method_call, single_assign, target_code
 from ._mask import (
     MASK_CONTRACT,
@@ -399,7 +411,9 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
     ``pred_mask.numel() // mask.numel()`` tokens), so ``~pred_mask`` selects
     ``per_unit * (mask.numel() - math.prod(latent.shape[:2]))`` tokens: for every mask,
     the model's own or a caller's, ragged rows included, whatever module embeds the
-    latent for the decoder (a subclass's per-unit pooling included).  L becomes ``if not_overridden(self,
+    latent for the decoder (a subclass's per-unit pooling included) -- while nothing
+    between D and L can write a tensor (``_writes_between``: pred_mask may be a view of
+    the unit mask, reached through an alias the names do not show).  L becomes ``if not_overridden(self,
     __class__, "forward_decoder", "forward_loss"): <count>; <L with num_masked> else: <L>``.
     (the sites, the methods given the count there)."""
     if not imports_module(ctx.module, "math"):
@@ -468,6 +482,7 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                     # nor the unit mask after the decoder got it (pred_mask may be a view of it)
                     or _other_use(ctx, func, unit_mask.value, after.line, calls, since=stmt.line)  # type: ignore[attr-defined]
                 )
+                other = other or _writes_between(ctx, cls, func, stmt.line, after.line, calls)
                 if other is not None:
                     ctx.refuse(next(iter(calls)), f"{other}: the masked count is not passed")
                     break
@@ -522,8 +537,8 @@ def _other_use(
 
     last = holding(line)
     start = holding(since) if since is not None else None
-    after = None  # where one compound statement holds both: what runs after since's statement
-    if start is not None and start == last:
+    after = None  # what runs after since's statement in the top-level statement holding it
+    if start is not None:
         inner = enclosing_line(ctx, since) or since
         loops = [a for a in ctx.ancestors(inner) if isinstance(a, (cst.For, cst.While)) and any(n is a for n in walk(top[start]))]
         after = ctx.position(loops[-1]) if loops else ctx.span(inner).end  # a loop runs its start again
@@ -537,6 +552,177 @@ def _other_use(
                 text = code(shown).strip().splitlines()[0] if not isinstance(shown, cst.SimpleStatementLine) else "; ".join(code(b) for b in shown.body)
                 return f"{pred_mask} is used by `{text}` at line {ctx.position(node).line} before the loss"
     return None
+
+
+# context managers whose enter and exit write no tensor (a `with` around the decoder exits
+# between the decoder and the loss)
+_QUIET_CONTEXTS = frozenset({
+    "torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast",
+    "torch.no_grad", "torch.enable_grad", "torch.inference_mode", "torch.set_grad_enabled",
+})
+# tensor methods that make a new tensor, a view or a value and write nothing
+_READING_METHODS = _ARITHMETIC_METHODS | FRESH_METHODS
+
+
+def _writes_between(
+    ctx: PlanContext, cls: cst.ClassDef, func: cst.FunctionDef, decoded: cst.SimpleStatementLine,
+    line: cst.SimpleStatementLine, calls: List[cst.Call],
+) -> Optional[str]:
+    """None when nothing ``func`` runs after the decoder's statement ``decoded`` and until
+    ``calls`` in ``line`` are given `~pred_mask` can write a tensor; else what may.  The
+    count is read from shapes, so it holds only while pred_mask's True entries stay those
+    the decoder filled -- and pred_mask may be a view of the unit mask (1x1 final units),
+    which a method given nothing may reach through an alias held on ``self`` (`self.last_mask
+    .logical_not_()`), a helper through a local view (`invert_(mask_2d)`): names are not
+    enough.  Proven to write nothing: bindings of local names, expression statements,
+    `return`, `assert`, `if`/`while`/`try` and `for ... in range(...)` made only of names,
+    constants, a tensor's metadata, `self.<attribute>` loads (no property or method of the
+    class), operators, torch's functions that compute (no `out=`, none ending in `_`), the
+    listed builtins, and tensor methods that make a new tensor or a view
+    (:data:`_READING_METHODS`, not on what ``self`` holds: `Module.to` converts its
+    parameters); `with` only around torch's grad and autocast modes.  In a loop around the
+    decoder, the whole loop runs after it; a loss in a loop: not proven."""
+    top = list(func.body.body)  # type: ignore[union-attr]
+    bindings = class_bindings(cls)
+
+    def ancestors(node: cst.CSTNode) -> List[cst.CSTNode]:
+        found = []
+        for a in ctx.ancestors(node):
+            if a is func:
+                break
+            found.append(a)
+        return found
+
+    around = ancestors(decoded)
+    if any(isinstance(a, (cst.For, cst.While)) for a in ancestors(line)):
+        return f"the loss `{code(line.body[0]).strip()}` at line {ctx.position(line).line} runs in a loop"
+    loops = [a for a in around if isinstance(a, (cst.For, cst.While))]
+    lo = ctx.position(loops[-1]) if loops else ctx.span(decoded).end  # a loop runs its start again
+    hi = ctx.span(line).end
+    exempt = {id(c) for c in calls}
+
+    def builtin(call: cst.Call, names=_PURE_BUILTINS) -> bool:  # `len(...)`, `range(...)`: the builtin itself
+        name = call.func.value if isinstance(call.func, cst.Name) else None
+        return (
+            name in names and not ctx.qualified_names(call.func) - {f"builtins.{name}"}
+            and function_of(ctx, ctx.module, name) is None and not bound_locally(ctx, call, name)  # type: ignore[arg-type]
+            and not any(a.keyword is not None and a.keyword.value == "key" for a in call.args)
+        )
+
+    def attribute_of_self(node: cst.Attribute) -> bool:  # `self.training`: a plain attribute
+        name = node.attr.value
+        return name not in bindings and method_of(ctx, ctx.module, cls, name) is None
+
+    def reads(node: Optional[cst.CSTNode]) -> bool:
+        if node is None or isinstance(node, (cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString, cst.Ellipsis)):
+            return True
+        if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+            return all(reads(e.value) for e in node.elements)
+        if isinstance(node, cst.Attribute):
+            if is_name(node.value, "self"):
+                return attribute_of_self(node)
+            return node.attr.value in METADATA_ATTRIBUTES | {"type"} and reads(node.value)
+        if isinstance(node, cst.Subscript):
+            return reads(node.value) and all(
+                reads(e.slice.value) if isinstance(e.slice, cst.Index)
+                else all(reads(p) for p in (e.slice.lower, e.slice.upper, e.slice.step))  # type: ignore[attr-defined]
+                for e in node.slice
+            )
+        if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation)):
+            return reads(node.left) and reads(node.right)
+        if isinstance(node, cst.UnaryOperation):
+            return reads(node.expression)
+        if isinstance(node, cst.Comparison):
+            return reads(node.left) and all(reads(c.comparator) for c in node.comparisons)
+        if isinstance(node, cst.IfExp):
+            return reads(node.test) and reads(node.body) and reads(node.orelse)
+        if isinstance(node, cst.Call):
+            if any(a.keyword is not None and a.keyword.value == "out" for a in node.args) or not all(reads(a.value) for a in node.args):
+                return False
+            if id(node) in exempt:  # the calls given the count: forward_loss's own proof
+                return True
+            func_ = node.func
+            if isinstance(func_, cst.Attribute) and func_.attr.value in _READING_METHODS and root_name(func_.value) != "self":
+                return reads(func_.value)
+            return torch_or_builtin(ctx, node) or builtin(node)
+        return False
+
+    def small_reads(small: cst.BaseSmallStatement) -> bool:
+        if isinstance(small, cst.Pass):
+            return True
+        if isinstance(small, (cst.Expr, cst.Return)):
+            return reads(small.value)
+        if isinstance(small, cst.Assert):
+            return reads(small.test) and reads(small.msg)
+        if isinstance(small, (cst.Assign, cst.AnnAssign)):
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            plain = all(
+                isinstance(n, cst.Name) for t in targets
+                for n in ([e.value for e in t.elements] if isinstance(t, (cst.Tuple, cst.List)) else [t])
+            )
+            return plain and reads(small.value)
+        return False
+
+    def quiet(item: cst.WithItem) -> bool:
+        call = item.item
+        return (
+            isinstance(call, cst.Call) and all(reads(a.value) for a in call.args)
+            and bool(ctx.qualified_names(call.func)) and ctx.qualified_names(call.func) <= _QUIET_CONTEXTS
+            and (item.asname is None or isinstance(item.asname.name, cst.Name))
+        )
+
+    def where(node: cst.CSTNode) -> str:
+        text = code(node).strip().splitlines()[0]
+        return f"`{text}` at line {ctx.position(node).line} runs between the decoder and the loss and may write a tensor"
+
+    def statement(stmt: cst.CSTNode) -> Optional[str]:
+        if stmt is decoded or ctx.span(stmt).end <= lo or ctx.position(stmt) >= hi:
+            return None
+        if isinstance(stmt, cst.SimpleStatementLine):
+            bad = next((s for s in stmt.body if not small_reads(s)), None)
+            return where(bad if bad is not None else stmt) if bad is not None else None
+        header_in = ctx.position(stmt) >= lo  # its header runs after the decoder
+        if isinstance(stmt, cst.If):
+            if header_in and not reads(stmt.test):
+                return where(stmt)
+            return block(stmt.body) or (statement(stmt.orelse) if isinstance(stmt.orelse, cst.If) else block(stmt.orelse.body if stmt.orelse else None))
+        if isinstance(stmt, cst.While):
+            if header_in and not reads(stmt.test):
+                return where(stmt)
+            return block(stmt.body) or block(stmt.orelse.body if stmt.orelse else None)
+        if isinstance(stmt, cst.For):
+            iterated = stmt.iter
+            ranged = (
+                isinstance(iterated, cst.Call) and builtin(iterated, {"range"})
+                and all(reads(a.value) for a in iterated.args)
+            )
+            if stmt.asynchronous or header_in and not (ranged and isinstance(stmt.target, cst.Name)):
+                return where(stmt)
+            return block(stmt.body) or block(stmt.orelse.body if stmt.orelse else None)
+        if isinstance(stmt, cst.With):
+            # its exit runs after the decoder when it holds it, its entry too when after
+            if stmt.asynchronous or (header_in or any(a is stmt for a in around)) and not all(quiet(i) for i in stmt.items):
+                return where(stmt)
+            return block(stmt.body)
+        if isinstance(stmt, cst.Try):
+            for handler in stmt.handlers:
+                if ctx.position(handler) >= lo and not reads(handler.type):
+                    return where(handler)
+            return (
+                block(stmt.body) or next((w for h in stmt.handlers if (w := block(h.body))), None)
+                or block(stmt.orelse.body if stmt.orelse else None) or block(stmt.finalbody.body if stmt.finalbody else None)
+            )
+        return where(stmt)  # a def, a class, a match...: not read
+
+    def block(body: Optional[cst.BaseSuite]) -> Optional[str]:
+        if body is None:
+            return None
+        if isinstance(body, cst.SimpleStatementSuite):  # `if c: a = 1` on one line
+            bad = next((s for s in body.body if ctx.span(s).end > lo and ctx.position(s) < hi and not small_reads(s)), None)
+            return where(bad) if bad is not None else None
+        return next((w for s in body.body if (w := statement(s))), None)
+
+    return next((w for s in top if (w := statement(s))), None)
 
 
 def _count_calls(ctx: PlanContext, line: cst.SimpleStatementLine, methods: Dict[str, "_Method"], same_mask) -> List[cst.Call]:
@@ -632,23 +818,27 @@ def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:
             rearranged = _rearranges_only(ctx, "undo_windowing")
             if rearranged is not None:
                 return rearranged
-            unfolded = _unfolds_the_argument(ctx, decoder, filled, fill)
+            chain: List[str] = []
+            unfolded = _unfolds_the_argument(ctx, decoder, filled, fill, chain)
             if unfolded is not None:
                 return unfolded
-            # the fill mask itself unchanged after the fill (`mask[:, 0] = True`, a call
-            # writing it): the units filled are the units the returned mask shows
-            written = (
-                written_in_place(ctx, decoder, filled)
-                or stored_or_packed(ctx, decoder, filled)
-                or passed_to_a_writer(ctx, _class_of(ctx, decoder), decoder, filled)
-            )
+            # the fill mask unchanged after the fill (`mask[:, 0] = True`, a call writing
+            # it), nor any name it was made from, the argument included (it views them all:
+            # `m = mask.reshape(...)...; invert_(mask)` writes m): the units filled are the
+            # units the returned mask shows
+            written = next((
+                why for name in chain
+                if (why := written_in_place(ctx, decoder, name)
+                    or stored_or_packed(ctx, decoder, name)
+                    or passed_to_a_writer(ctx, _class_of(ctx, decoder), decoder, name))
+            ), None)
             if written is not None:
                 return f"{written}: the units {decoder.name.value} fills may not be those the mask it returns shows"
             return None
         return why
 
 
-def _unfolds_the_argument(ctx: PlanContext, decoder: cst.FunctionDef, filled: str, fill) -> Optional[str]:
+def _unfolds_the_argument(ctx: PlanContext, decoder: cst.FunctionDef, filled: str, fill, chain: List[str]) -> Optional[str]:
     """None when the fill mask is the decoder's mask argument brought to the grid's shape
     by upstream's steps alone, and made bool on the way:
 
@@ -659,7 +849,8 @@ def _unfolds_the_argument(ctx: PlanContext, decoder: cst.FunctionDef, filled: st
     count reads the unit mask the forward gives the decoder), and `~pred_mask` selects
     the tokens not filled (a uint8 mask's `~` is 254 or 255 everywhere).  A fork's
     `mask = mask.repeat(1, T)` (tube masking) or `mask.expand(B, -1)` (one mask for the
-    batch) fills another count: why not."""
+    batch) fills another count: why not.  ``chain`` gets the names from the fill mask
+    to the argument, each once."""
     flow = ctx.flow(decoder)
     ordered = [*decoder.params.posonly_params, *decoder.params.params]
     argument = ordered[2].name.value if len(ordered) > 2 else None
@@ -670,6 +861,8 @@ def _unfolds_the_argument(ctx: PlanContext, decoder: cst.FunctionDef, filled: st
     )
     name, stmt, made_bool = filled, fill, False
     while True:
+        if name not in chain:
+            chain.append(name)
         if flow.compound_assigned.get(name) or written_in_place(ctx, decoder, name):
             return why
         defs = [s for s in flow.assigning(name) if s.index < stmt.index]

@@ -1225,6 +1225,33 @@ _op(
                          "            self.shown[1][:, :1] = False\n"),),
 )
 
+# hunt 18c F4: HR005's count proof checked writers of the fill mask's name and direct writes of
+# the names it was made from, not a call given the decoder's mask argument (which the fill mask
+# views: reshape, expand and a bool mask's `.bool()`); anchors without their line ends, so
+# 10d's edits of the same lines keep them
+_op(
+    "decoder_argument_inverted_after_fill", "16a",
+    "hiera_mae.py: forward_decoder fills with `m`, made from its mask argument, and a method flips the argument"
+    " in place after the fill and the blend (m views it: the mask returned shows the other units)",
+    edits=(
+        Edit("hiera_mae.py", "        mask = mask.reshape(mask.shape + (1,) * len(x.shape[2:]))",
+             "        m = mask.reshape(mask.shape + (1,) * len(x.shape[2:]))"),
+        Edit("hiera_mae.py", "        mask = mask.expand((-1,) * 2 + x.shape[2:]).bool()",
+             "        m = m.expand((-1,) * 2 + x.shape[2:]).bool()"),
+        Edit("hiera_mae.py", "        x_dec[mask] = x.flatten()\n", "        x_dec[m] = x.flatten()\n"),
+        # after the blend, which saves m for the backward in both (a write right after the fill:
+        # the original's backward raises, the index_copy_ saves no mask and runs)
+        Edit("hiera_mae.py", "        x_dec = ~mask * mask_tokens + mask * x_dec\n",
+             "        x_dec = ~m * mask_tokens + m * x_dec\n        self._mark_masked(mask)  # from here on 1 = *masked*\n"),
+        Edit("hiera_mae.py", "undo_windowing(\n            mask[..., 0:1],", "undo_windowing(\n            m[..., 0:1],"),
+        insert_before("hiera_mae.py", "    def forward_loss(\n", _method('''
+            def _mark_masked(self, units):
+                """The visualiser's convention: 1 = *masked*."""
+                units.logical_not_()
+        ''') + "\n"),
+    ),
+)
+
 BY_NAME: Dict[str, Operator] = {op.name: op for op in OPERATORS}
 ORDER = {op.name: i for i, op in enumerate(OPERATORS)}
 

@@ -448,3 +448,96 @@ def test_what_holds_the_mask_stored_after_a_drop_in_a_loop_still_stops_it():
     result = rewrite_bytes(text.encode(), siblings=_read)
     report = next(r for r in result.reports if r.code == "HR003" and r.line == line)
     assert not report.applied and "self.last_mask" in report.message, report.message
+
+
+# hunt 18c (a white-box audit of HR005 at c50ca3f): the MAE forward's count is read from shapes,
+# right only while the True entries of the decoder's pred_mask stay those it filled; pred_mask
+# may be a view of the unit mask (1x1 final units).  The proof looked for reads of the NAMES
+# only: a method given nothing writing the unit mask through an attribute (F1), the rest of a
+# compound statement holding the decoder (F2), a local view given to a helper (F3), and, in
+# forward_decoder, a call given the mask argument the fill mask views (F4).  Each made
+# masked_rows' check raise in eager mode where the original ran (compiled: other rows).
+INVERT = '''def invert_(mask):
+    """Flip a keep-mask to a masked-mask, in place."""
+    mask.logical_not_()
+    return mask
+
+
+def apply_fusion_head('''
+ENCODER_END = "        x = self.encoder_norm(x)\n\n        return x, mask\n"
+MARK_MASKED = '''    def mark_masked(self):
+        # the visualiser's convention: 1 = *masked*
+        self.last_mask.logical_not_()
+
+'''
+WITH_DECODER = """        with torch.autocast(device_type=x.device.type, enabled=False):  # decoder in full precision
+            pred, pred_mask = self.forward_decoder(latent, mask)
+{between}
+        # Toggle mask, to generate labels for *masked* tokens
+        return *self.forward_loss(x, pred, ~pred_mask), mask
+"""
+FILL_LINES = """        mask = mask.reshape(mask.shape + (1,) * len(x.shape[2:]))
+        mask = mask.expand((-1,) * 2 + x.shape[2:]).bool()
+        x_dec[mask] = x.flatten()
+        x_dec = ~mask * mask_tokens + mask * x_dec
+"""
+COUNT_REFUSED_18 = {
+    "F1: a method given nothing flips the unit mask through an attribute": (
+        [(ENCODER_END, ENCODER_END.replace("\n\n", "\n        self.last_mask = mask  # kept for visualisation\n\n")),
+         (TOGGLE, "        self.mark_masked()\n\n" + TOGGLE), (FORWARD_LOSS, MARK_MASKED + FORWARD_LOSS)],
+        "`self.mark_masked()` at line",
+    ),
+    "F2: a helper flips the unit mask in the with block holding the decoder": (
+        [(DECODE_TO_LOSS, WITH_DECODER.format(between="            invert_(mask)  # returned as 1 = *masked*\n")),
+         ("def apply_fusion_head(", INVERT)],
+        "mask is used by `invert_(mask)`",
+    ),
+    "F2: the same in an if block": (
+        [(DECODE_TO_LOSS, WITH_DECODER.replace("with torch.autocast(device_type=x.device.type, enabled=False):", "if mask is not None:")
+          .format(between="            invert_(mask)\n")), ("def apply_fusion_head(", INVERT)],
+        "mask is used by `invert_(mask)`",
+    ),
+    "F3: a helper flips a view of the unit mask made before the decoder": (
+        [(DECODE_TO_LOSS, "        mask_2d = mask.view(mask.shape[0], *self.mask_spatial_shape)  # for visualisation\n"
+          + DECODE_TO_LOSS.replace(TOGGLE, "        invert_(mask_2d)  # returned as 1 = *masked*\n\n" + TOGGLE)),
+         ("def apply_fusion_head(", INVERT)],
+        "`invert_(mask_2d)` at line",
+    ),
+    "F4: the decoder's mask argument flipped by a helper after the fill": (
+        [(FILL_LINES, FILL_LINES.replace("mask = mask.reshape", "m = mask.reshape").replace("mask = mask.expand", "m = m.expand")
+          .replace("x_dec[mask]", "x_dec[m]").replace("~mask * mask_tokens + mask * x_dec", "~m * mask_tokens + m * x_dec")
+          .replace("x_dec[m] = x.flatten()\n", "x_dec[m] = x.flatten()\n        invert_(mask)  # from here on 1 = *masked*\n")),
+         ("undo_windowing(\n            mask[..., 0:1],", "undo_windowing(\n            m[..., 0:1],"),
+         ("def apply_fusion_head(", INVERT)],
+        "mask is written in place by `mask.logical_not_()`",
+    ),
+}
+
+
+def _edited_mae(edits) -> str:
+    text = (upstream_dir() / "hiera_mae.py").read_text()
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+@pytest.mark.parametrize("case", sorted(COUNT_REFUSED_18))
+def test_a_write_of_the_decoders_mask_between_its_fill_and_the_loss_keeps_the_count_back(case):
+    edits, reason = COUNT_REFUSED_18[case]
+    result = rewrite_bytes(_edited_mae(edits).encode(), siblings=_read)
+    refused = [r for r in result.reports if r.code == "HR005" and "the masked count is not passed" in r.message]
+    assert refused and not refused[0].applied and reason in refused[0].message, [r for r in result.reports if r.code == "HR005"]
+    assert "num_masked=num_masked" not in result.output.decode()
+
+
+@pytest.mark.parametrize("between", [
+    "",
+    "            pred = pred.float()  # the loss in full precision\n",
+    "            if self.training:\n                assert pred.shape[0] == len(x), pred.shape\n",
+], ids=["nothing", "arithmetic", "an assert under if"])
+def test_only_tensor_arithmetic_after_a_decoder_in_a_with_block_keeps_the_count(between):
+    """The control: torch's autocast around the decoder, and bindings, operators and
+    assertions after it write no tensor."""
+    out = rewrite_bytes(_edited_mae([(DECODE_TO_LOSS, WITH_DECODER.format(between=between))]).encode(), siblings=_read).output.decode()
+    assert "*self.forward_loss(x, pred, ~pred_mask, num_masked=num_masked)," in out

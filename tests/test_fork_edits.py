@@ -226,11 +226,15 @@ def test_decoder_fill_rejects_a_latent_with_fewer_units_than_the_mask(forks):
     assert check_fork(forks.fork(), ("decoder_fill_mismatch",)) == {"decoder_fill_mismatch": "raises"}
 
 
-def test_validation_forward_under_no_grad(forks):
+@pytest.mark.parametrize("name", ["decoder_reveals_unit_after_fill", "decoder_argument_inverted_after_fill"])
+def test_validation_forward_under_no_grad(forks, name):
     """10d: forward_decoder writes its fill mask after the fill (with grads both sides
     raise: autograd's in-place check); a validation forward under no_grad runs in the
-    original, and must give the same outputs rewritten (hunt 8: the count check raised)."""
-    fork = forks.fork(["decoder_reveals_unit_after_fill"])
+    original, and must give the same outputs rewritten (hunt 8: the count check raised).
+    16a: a method given the decoder's mask argument flips it after the fill, the fill
+    mask `m` a view of it (hunt 18c F4: the forward's count was passed, masked_rows'
+    check raised)."""
+    fork = forks.fork([name])
     model_a = fork.original.build_mae(torch)
     randomize_(model_a, torch, seed=0)
     model_b = fork.rewritten.build_mae(torch)
