@@ -592,11 +592,28 @@ def overridden_between(ctx: PlanContext, cls: cst.ClassDef, owner: cst.ClassDef,
 def subclasses_in(modules: Iterable[cst.Module], name: str) -> List[cst.ClassDef]:
     """The classes of ``modules`` that derive from the class ``name`` (by name, through
     classes of these modules), in source order."""
+    modules = list(modules)
     classes = [node for module in modules for node in walk(module) if isinstance(node, cst.ClassDef)]
+    # the names a module gives them too: `from .hiera_mae import MaskedAutoencoderHiera as MAE`, `Base = MAE`
+    aliases = [
+        (code(a.name).rpartition(".")[2], a.asname.name.value)  # type: ignore[union-attr]
+        for module in modules for node in walk(module)
+        if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar)
+        for a in node.names if a.asname is not None and isinstance(a.asname.name, cst.Name)  # type: ignore[union-attr]
+    ] + [
+        (node.value.value, t.target.value)  # type: ignore[attr-defined]
+        for module in modules for node in walk(module)
+        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name)
+        for t in node.targets if isinstance(t.target, cst.Name)
+    ]
     family = {name}
     grew = True
     while grew:
         grew = False
+        for original, alias in aliases:
+            if original in family and alias not in family:
+                family.add(alias)
+                grew = True
         for c in classes:
             if c.name.value not in family and any(_base_name(b.value) in family for b in c.bases):
                 family.add(c.name.value)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from hiera_rewrite.engine import rewrite_bytes
-from tests.test_module_reach import DROP, ENCODER_CALL, _init, _package, _reports, _site, _upstream
+from tests.test_module_reach import DROP, ENCODER_CALL, SUBCLASS, _init, _loss_count, _package, _reports, _site, _upstream
 from tests.upstream import read_upstream_module, upstream_dir
 
 INIT_END = "        self.initialize_weights()\n"
@@ -183,3 +183,14 @@ def test_a_module_imported_by_name_at_run_time_stops_the_proofs(tmp_path: Path, 
     pkg = _package(tmp_path, {"__init__.py": _init(loop), "masking.py": "import torch\n"})
     drop = _site(_reports(pkg, capsys), pkg, "hiera.py", "HR003", DROP)
     assert not drop["applied"] and "imports a module by name at run time" in drop["message"], drop
+
+
+def test_an_instance_attribute_set_by_a_subclass_of_an_aliased_base_stops_hr005(tmp_path: Path, capsys):
+    """hunt 18b F4: hunt 17b F1's subclass, its base imported under another name."""
+    sub = SUBCLASS.format(store="self.forward_loss = self.l1_loss")
+    old = "from .hiera_mae import MaskedAutoencoderHiera\n\n\nclass MaskedAutoencoderHieraL1(MaskedAutoencoderHiera):"
+    assert sub.count(old) == 1
+    sub = sub.replace(old, "from .hiera_mae import MaskedAutoencoderHiera as MAE\n\n\nclass MaskedAutoencoderHieraL1(MAE):")
+    pkg = _package(tmp_path, {"video_mae.py": sub, "__init__.py": _init("from .video_mae import MaskedAutoencoderHieraL1")})
+    loss = _loss_count(_reports(pkg, capsys), pkg)
+    assert loss is not None and "may replace MaskedAutoencoderHiera.forward_loss" in loss, loss
