@@ -477,6 +477,7 @@ def stored_or_packed(
     mask: str,
     proven: Optional[cst.CSTNode] = None,
     before: Optional[cst.CSTNode] = None,
+    calls: bool = True,
 ) -> Optional[str]:
     """Where ``func`` stores its mask argument, or anything that may hold or view it, on
     an attribute, an item or a global (`self.m = mask`, `self.m: Tensor = mask.detach()`,
@@ -487,7 +488,8 @@ def stored_or_packed(
     function it runs is the files' own and returns nothing that may hold it; and a call
     of the files storing it, transitively (:func:`codemods._calls.kept_by_a_call`; but
     not the calls of ``proven``, a statement proven otherwise).  ``before``: only what
-    runs before that node counts (the statement using the mask's count; in a loop, all)."""
+    runs before that node counts (the statement using the mask's count; in a loop, all);
+    ``calls``: False, the function's own stores and packs only."""
     block = ctx.parent(func)
     cls = ctx.parent(block) if block is not None else None
     cls = cls if isinstance(cls, cst.ClassDef) else None
@@ -511,7 +513,7 @@ def stored_or_packed(
                 return f"{mask} is packed into `{code(ctx.parent(parent))}` at line {ctx.position(node).line}{through}"
             if isinstance(parent, (cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.Call, cst.Subscript)):
                 break
-    return kept_by_a_call(ctx, cls, func, mask, proven, before)
+    return kept_by_a_call(ctx, cls, func, mask, proven, before) if calls else None
 
 
 def returned_as_is(ctx: PlanContext, name: cst.Name) -> bool:

@@ -34,11 +34,14 @@ import dataclasses
 
 import libcst as cst
 
-from hiera_rewrite.flow import METADATA_ATTRIBUTES, enclosing_line, loaded_names, root_name
+from hiera_rewrite.flow import METADATA_ATTRIBUTES, enclosing_line, loaded_names, root_name, tensor_aliases
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
 from ._calls import (
     _PURE_BUILTINS,
+    base_class,
+    hands_on,
+    value_bindings,
     FRESH_METHODS,
     bound_locally,
     class_bindings,
@@ -51,7 +54,7 @@ from ._calls import (
 )
 from ._inplace import FORWARD_HOOKS
 from .decoder_fill import _ARITHMETIC_METHODS
-from ._match import code, is_name, method_call, single_assign, target_code
+from ._match import code, flatten_targets, is_name, method_call, single_assign, target_code
 from ._mask import (
     MASK_CONTRACT,
     RUNS_OWN,
@@ -462,7 +465,7 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 # pred_mask may be a view of it (1x1 final mask units): `mask.logical_not_()`
                 or written_in_place(ctx, func, unit_mask.value)  # type: ignore[attr-defined]
             )
-            unproven = again or _decoded_mask(ctx, decoder) or _fills_the_latent(ctx, cls, decoder)
+            unproven = again or _decoded_mask(ctx, decoder) or _fills_the_latent(ctx, cls, decoder) or _unit_mask_kept(ctx, cls, func, unit_mask.value)  # type: ignore[attr-defined]
             if changed or unproven:
                 ctx.refuse(call[1], f"{changed or unproven}: the masked count is not passed")
                 continue
@@ -743,6 +746,44 @@ def _count_calls(ctx: PlanContext, line: cst.SimpleStatementLine, methods: Dict[
 
     ctx.visit(_Calls(), line)
     return found
+
+
+def _unit_mask_kept(ctx: PlanContext, cls: cst.ClassDef, func: cst.FunctionDef, unit_mask: str) -> Optional[str]:
+    """Where the unit mask may be kept beyond the locals of the methods it passes through
+    (hunt 18c: `self.last_mask = mask` in forward_encoder, then a method the decoder runs
+    after its fill writes it through `self`): a value made from it or a view of it
+    (:func:`hiera_rewrite.flow.tensor_aliases`) stored on an attribute, an item or a global,
+    or packed, by ``func`` (the MAE method calling the decoder), by the class's
+    forward_encoder or forward_decoder or the forward its super() reaches (their
+    parameters after ``x``), or by its get_random_mask (what it returns); else None.  (A
+    helper they call, given the mask, storing it is not followed.)"""
+    places = [(ctx, func, {unit_mask})]
+    for name in ("forward_encoder", "forward_decoder", "get_random_mask", "forward"):
+        found = method_of(ctx, ctx.module, cls, "forward_encoder" if name == "forward" else name)
+        if name == "forward" and found is not None:  # the one forward_encoder's super().forward reaches
+            base = base_class(ctx, found[0], found[1])
+            found = method_of(ctx, base[0], base[1], "forward") if base is not None else None
+        if found is None:
+            continue
+        module, _, method = found
+        if name == "get_random_mask":
+            names = {n.value for r in walk(method.body) if isinstance(r, cst.Return) and r.value is not None for n in walk(r.value) if isinstance(n, cst.Name)}
+        else:
+            names = {p.name.value for p in method.params.params[2:]}  # (after self and x)
+        places.append((ctx.context_of(module), method, names))
+    for where, method, names in places:
+        held = set().union(*(tensor_aliases(where, method, n) for n in names)) if names else set()
+        for value, target, binding in value_bindings(method):
+            if not hands_on(where, value, held):  # (a number made from it, `mask.float().mean().item()`, is not it)
+                continue
+            for bound in flatten_targets(target):  # type: ignore[arg-type]
+                if not isinstance(bound, cst.Name):
+                    return f"`{code(bound)} = ...` at line {where.position(binding).line} in {method.name.value} keeps the mask"
+        for node in walk(method.body):
+            if isinstance(node, (cst.List, cst.Tuple, cst.Set, cst.Dict)) and not isinstance(where.parent(node), (cst.AssignTarget, cst.For, cst.Return)):
+                if any(isinstance(n, cst.Name) and n.value in held for n in walk(node)) and isinstance(node, (cst.List, cst.Set, cst.Dict)):
+                    return f"`{code(node)}` at line {where.position(node).line} in {method.name.value} packs the mask"
+    return None
 
 
 def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:

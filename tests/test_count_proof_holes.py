@@ -485,7 +485,7 @@ COUNT_REFUSED_18 = {
     "F1: a method given nothing flips the unit mask through an attribute": (
         [(ENCODER_END, ENCODER_END.replace("\n\n", "\n        self.last_mask = mask  # kept for visualisation\n\n")),
          (TOGGLE, "        self.mark_masked()\n\n" + TOGGLE), (FORWARD_LOSS, MARK_MASKED + FORWARD_LOSS)],
-        "`self.mark_masked()` at line",
+        "`self.last_mask = ...` at line",  # (and `self.mark_masked()` there: one of the two)
     ),
     "F2: a helper flips the unit mask in the with block holding the decoder": (
         [(DECODE_TO_LOSS, WITH_DECODER.format(between="            invert_(mask)  # returned as 1 = *masked*\n")),
@@ -502,6 +502,12 @@ COUNT_REFUSED_18 = {
           + DECODE_TO_LOSS.replace(TOGGLE, "        invert_(mask_2d)  # returned as 1 = *masked*\n\n" + TOGGLE)),
          ("def apply_fusion_head(", INVERT)],
         "`invert_(mask_2d)` at line",
+    ),
+    "F1 left open by 99eca00: the flip inside the decoder, after its fill": (
+        [(ENCODER_END, ENCODER_END.replace("\n\n", "\n        self.last_mask = mask  # kept for visualisation\n\n")),
+         ("        x_dec[mask] = x.flatten()\n", "        x_dec[mask] = x.flatten()\n        self.mark_masked()\n"),
+         (FORWARD_LOSS, MARK_MASKED + FORWARD_LOSS)],
+        "`self.last_mask = ...` at line",
     ),
     "F4: the decoder's mask argument flipped by a helper after the fill": (
         [(FILL_LINES, FILL_LINES.replace("mask = mask.reshape", "m = mask.reshape").replace("mask = mask.expand", "m = m.expand")
