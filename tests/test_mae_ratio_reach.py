@@ -194,3 +194,37 @@ def test_an_instance_attribute_set_by_a_subclass_of_an_aliased_base_stops_hr005(
     pkg = _package(tmp_path, {"video_mae.py": sub, "__init__.py": _init("from .video_mae import MaskedAutoencoderHieraL1")})
     loss = _loss_count(_reports(pkg, capsys), pkg)
     assert loss is not None and "may replace MaskedAutoencoderHiera.forward_loss" in loss, loss
+
+
+MIXINS = '''LOGGED = ("forward_loss",)
+
+
+class LossLogging:
+    """Wraps each logged method of a subclass to record its calls."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in LOGGED:
+            method = getattr(cls, name, None)
+            if method is not None:
+                def logged(self, *args, _method=method):
+                    return _method(self, *args)
+                setattr(cls, name, logged)
+'''
+
+
+@pytest.mark.parametrize("base", ["mixins.LossLogging", "nn.Module"])
+def test_a_base_named_through_a_module_of_the_files_is_read_or_stops_hr005(tmp_path: Path, capsys, base):
+    """hunt 18b F10: a mixin base written `mixins.LossLogging` was skipped (only bare names
+    were followed), and its `__init_subclass__` wraps forward_loss; torch's `nn.Module`
+    named so is not the files' and is not read."""
+    old = "class MaskedAutoencoderHiera(Hiera):"
+    mae = _upstream("hiera_mae.py")
+    assert mae.count(old) == 1
+    mae = mae.replace(old, f"class MaskedAutoencoderHiera(Hiera, {base}):").replace("from .hiera import ", "from . import mixins\nfrom .hiera import ", 1)
+    pkg = _package(tmp_path, {"hiera_mae.py": mae, "mixins.py": MIXINS})
+    loss = _loss_count(_reports(pkg, capsys), pkg)
+    if base == "nn.Module":
+        assert loss is None, loss
+    else:
+        assert loss is not None and "the base `mixins.LossLogging` of MaskedAutoencoderHiera is not read" in loss, loss
