@@ -541,7 +541,8 @@ def class_hooks(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, depth: 
             why = class_hooks(ctx, found[0], found[1], depth + 1)
             if why is not None:
                 return why
-        elif not isinstance(base.value, cst.Name) and not _outside_the_files(ctx.context_of(module), base.value):
+        elif not isinstance(base.value, cst.Name) and any(n is cls for n in walk(module)) \
+                and not _outside_the_files(ctx.context_of(module), base.value):
             # `mixins.LossLogging` of a module of the files (hunt 18b F10): not read here
             return f"the base `{code(base.value)}` of {cls.name.value} is not read"
     return None
