@@ -638,6 +638,12 @@ def overridden_below(modules: Iterable[cst.Module], cls: cst.ClassDef, names: Se
     return None
 
 
+def _torch_nn(func: cst.BaseExpression) -> bool:
+    """`nn.X` or `torch.nn.X` (by how it is written)."""
+    text = code(func)
+    return isinstance(func, cst.Attribute) and (text.startswith("nn.") or text.startswith("torch.nn.")) and text.count(".") == text.startswith("torch.") + 1
+
+
 def _binds_one_of(cls: cst.ClassDef, names: Set[str]) -> Optional[str]:
     """The first of ``names`` the class body binds (ANY_NAME where it may bind any), or
     its methods set on `self` (`self.patch_embed = KeepCentre(...)`, `setattr(self, n,
@@ -651,8 +657,15 @@ def _set_on_self(cls: cst.ClassDef, names: Set[str]) -> Optional[str]:
     """The first of ``names`` a method of ``cls`` sets on `self` (an assignment to
     `self.<name>`, `setattr`/`add_module`/`register_module` naming it or a computed name,
     a store into `self._modules` or `self.__dict__`), else None."""
+    torch_built = {  # `self.norm = nn.Identity()`: torch's module, out of contract as any other package's
+        id(t) for node in walk(cls.body)
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.Call)
+        and _torch_nn(node.value.func) for t in [node.targets[0]]
+    }
     for node in walk(cls.body):
         if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign)):
+            if id(node) in torch_built:
+                continue
             for t in flatten_targets(node.target):  # type: ignore[arg-type]
                 if isinstance(t, cst.Attribute) and is_name(t.value, "self") and t.attr.value in names:
                     return t.attr.value

@@ -903,7 +903,12 @@ class InplaceFlow:
             kin = set().union(*(_kin(n, [self.ctx.module, *others]) for n in subs)) - {cls.name.value} if subs else set()
             for module in others:
                 for node in walk(module):
-                    if _changes_inside(node, attr) or may_setattr(node, attr) or isinstance(node, cst.Call) and (
+                    on_self = isinstance(node, cst.Call) and (
+                        is_name(node.func, "setattr") and bool(node.args) and is_name(node.args[0].value, "self")
+                        or isinstance(node.func, cst.Attribute) and is_name(node.func.value, "self")
+                    )
+                    set_by_name = may_setattr(node, attr) and (not on_self or _in_kin_class(module, node, kin))
+                    if _changes_inside(node, attr) or set_by_name or isinstance(node, cst.Call) and (
                         _registers_module(node, attr)
                         or isinstance(node.func, cst.Attribute) and node.func.attr.value in hooks
                         or isinstance(node.func, cst.Name) and node.func.value in hooks

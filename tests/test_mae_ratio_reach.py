@@ -149,7 +149,7 @@ def _show_centre(module, args, kwargs):
 '''
 
 
-@pytest.mark.parametrize("case", ["none", "patch_embed", "pre_hook", "method_patch"])
+@pytest.mark.parametrize("case", ["none", "torch_norm", "patch_embed", "pre_hook", "method_patch"])
 def test_what_the_mae_changes_in_hieras_forward_stops_the_ratio(tmp_path: Path, capsys, case):
     mae = _upstream("hiera_mae.py")
     anchor = "\n\nclass MaskedAutoencoderHiera(Hiera):\n"
@@ -160,6 +160,8 @@ def test_what_the_mae_changes_in_hieras_forward_stops_the_ratio(tmp_path: Path, 
             INIT_END, INIT_END.replace("self.initialize_weights()", "old = self.patch_embed.proj\n        self.patch_embed = "
                                        "KeepCentrePatchEmbed(old.in_channels, old.out_channels, old.kernel_size, old.stride, "
                                        "old.padding)\n        self.initialize_weights()"))
+    elif case == "torch_norm":  # (ryanwongsa/SignRep: torch's module, out of contract as any package's)
+        mae = mae.replace(INIT_END, INIT_END.replace("self.initialize_weights()", "self.norm = nn.Identity()\n        self.initialize_weights()"))
     elif case == "pre_hook":
         mae = mae.replace(anchor, SHOW_CENTRE + anchor).replace(
             INIT_END, INIT_END + "        self.patch_embed.register_forward_pre_hook(_show_centre, with_kwargs=True)\n")
@@ -168,7 +170,7 @@ def test_what_the_mae_changes_in_hieras_forward_stops_the_ratio(tmp_path: Path, 
         mae += "\n\ndef _fixed_pos_embed(self):\n    return self.pos_embed\n\n\nHiera.get_pos_embed = _fixed_pos_embed\n"
     pkg = _package(tmp_path, {"hiera_mae.py": mae})
     ratio = _site(_reports(pkg, capsys), pkg, "hiera_mae.py", "HR003", ENCODER_CALL)
-    assert ratio["applied"] == (case == "none"), ratio
+    assert ratio["applied"] == (case in ("none", "torch_norm")), ratio
     expected = {
         "patch_embed": "MaskedAutoencoderHiera binds `patch_embed`",
         "pre_hook": "registers a forward hook or pre-hook",

@@ -438,3 +438,26 @@ def test_a_keyword_out_of_another_call_is_no_write():
     [report] = [r for r in result.reports if r.code == "HR001"]
     assert report.applied and "is stored in `self.maps`" in report.message, report
     assert "writes it in place" not in report.message
+
+
+@pytest.mark.parametrize("owner", ["Pyramid", "MaskUnitAttention"])
+def test_hr001_beside_a_computed_setattr_on_self_counts_only_in_a_related_class(tmp_path, owner):
+    """A model beside hiera.py registering its stages by computed names
+    (`setattr(self, f"block{i + 1}", block)`, archaeoscape's pvt.py) does not set an
+    attention's proj (no clone, stop 44's corpus); in a subclass of the attention it may."""
+    pytest.importorskip("hiera")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for path in upstream_dir().glob("*.py"):
+        (folder / path.name).write_bytes(path.read_bytes())
+    base = "nn.Module" if owner == "Pyramid" else "MaskUnitAttention"
+    (folder / "pvt.py").write_text(
+        "import torch.nn as nn\n\nfrom .hiera import MaskUnitAttention\n\n\n"
+        f"class Stages({base}):\n    def __init__(self, *args):\n        nn.Module.__init__(self)\n"
+        "        for i, block in enumerate(args):\n            setattr(self, f\"block{i + 1}\", block)\n"
+    )
+    _, result, error, _ = process_file((str(folder / "hiera.py"), selected_codes(), 0, False))
+    assert error is None, error
+    [report] = [r for r in result.reports if r.code == "HR001"]
+    assert report.applied, report
+    assert (CLONED in result.output.decode()) == (owner != "Pyramid"), report.message
