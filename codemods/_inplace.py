@@ -893,7 +893,7 @@ class InplaceFlow:
         key = ("beside", id(cls), attr, hooks)
         if key in self._modules:
             return bool(self._modules[key])
-        modules = self.ctx.modules_beside([attr.encode(), b"hook", b"setattr", b"_modules", b"__dict__", b"vars("])
+        modules = self.ctx.modules_beside([attr.encode(), b"hook", b"setattr", b"_modules", b"__dict__", b"vars(", b"add_module", b"register_module"])
         touched = False
         if modules is not None:
             others = [m for m in modules if m is not self.ctx.module]
@@ -908,9 +908,15 @@ class InplaceFlow:
                         or isinstance(node.func, cst.Attribute) and is_name(node.func.value, "self")
                     )
                     set_by_name = may_setattr(node, attr) and (not on_self or _in_kin_class(module, node, kin))
-                    if _changes_inside(node, attr) or set_by_name or isinstance(node, cst.Call) and (
-                        _registers_module(node, attr)
-                        or isinstance(node.func, cst.Attribute) and node.func.attr.value in hooks
+                    # `register_module(name, m)` by a computed name: on `self`, only in a class related to
+                    # cls; on another object (`self.body.add_module(f"stage{i}", ...)`) out of contract, as
+                    # a computed setattr there is
+                    registered = isinstance(node, cst.Call) and _registers_module(node, attr) and (
+                        isinstance(node.args[0].value, cst.SimpleString)
+                        or on_self and _in_kin_class(module, node, kin)
+                    )
+                    if _changes_inside(node, attr) or set_by_name or registered or isinstance(node, cst.Call) and (
+                        isinstance(node.func, cst.Attribute) and node.func.attr.value in hooks
                         or isinstance(node.func, cst.Name) and node.func.value in hooks
                     ):
                         touched = True

@@ -440,8 +440,14 @@ def test_a_keyword_out_of_another_call_is_no_write():
     assert "writes it in place" not in report.message
 
 
-@pytest.mark.parametrize("owner", ["Pyramid", "MaskUnitAttention"])
-def test_hr001_beside_a_computed_setattr_on_self_counts_only_in_a_related_class(tmp_path, owner):
+@pytest.mark.parametrize("owner, register", [
+    ("Pyramid", 'setattr(self, f"block{i + 1}", block)'),
+    ("MaskUnitAttention", 'setattr(self, f"block{i + 1}", block)'),
+    ("Pyramid", 'self.add_module(f"block{i + 1}", block)'),
+    ("MaskUnitAttention", 'self.add_module(f"block{i + 1}", block)'),
+    ("Pyramid", 'self.body.add_module(f"block{i + 1}", block)'),
+])
+def test_hr001_beside_a_computed_setattr_on_self_counts_only_in_a_related_class(tmp_path, owner, register):
     """A model beside hiera.py registering its stages by computed names
     (`setattr(self, f"block{i + 1}", block)`, archaeoscape's pvt.py) does not set an
     attention's proj (no clone, stop 44's corpus); in a subclass of the attention it may."""
@@ -454,7 +460,7 @@ def test_hr001_beside_a_computed_setattr_on_self_counts_only_in_a_related_class(
     (folder / "pvt.py").write_text(
         "import torch.nn as nn\n\nfrom .hiera import MaskUnitAttention\n\n\n"
         f"class Stages({base}):\n    def __init__(self, *args):\n        nn.Module.__init__(self)\n"
-        "        for i, block in enumerate(args):\n            setattr(self, f\"block{i + 1}\", block)\n"
+        f"        self.body = nn.Module()\n        for i, block in enumerate(args):\n            {register}\n"
     )
     _, result, error, _ = process_file((str(folder / "hiera.py"), selected_codes(), 0, False))
     assert error is None, error
