@@ -414,21 +414,7 @@ class InplaceFlow:
     def _written_item(self, sub: cst.Subscript) -> bool:
         """`sub` (`D[k]`) is stored to: an assignment, augmented assignment, loop or
         with target, or inside a tuple or list target."""
-        node: cst.CSTNode = sub
-        for a in self.ctx.ancestors(sub):
-            if isinstance(a, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
-                node = a
-                continue
-            if isinstance(a, cst.AssignTarget) and a.target is node:
-                return True
-            if isinstance(a, (cst.AugAssign, cst.AnnAssign)) and a.target is node:
-                return True
-            if isinstance(a, (cst.For, cst.CompFor)) and a.target is node:
-                return True
-            if isinstance(a, cst.AsName) and a.name is node:
-                return True
-            return False
-        return False
+        return _binding_of(self.ctx, sub) is not None
 
     def _store(self, target: cst.BaseExpression) -> Optional[cst.CSTNode]:
         """The part of an assignment target that stores the value where other code may
@@ -1421,18 +1407,24 @@ def _is_load(ctx: PlanContext, name: cst.Name) -> bool:
 
 
 def _target_context(ctx: PlanContext, name: cst.CSTNode) -> bool:
-    """A name inside a tuple/list: a load unless the tuple is an assignment target."""
-    node = name
-    for a in ctx.ancestors(name):
+    """A name inside a tuple/list: a load unless the tuple is an assignment or loop target."""
+    return not isinstance(_binding_of(ctx, name), (cst.AssignTarget, cst.For, cst.CompFor))
+
+
+def _binding_of(ctx: PlanContext, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+    """The statement part whose target ``node`` is, itself or inside a tuple or list: an
+    assignment's, augmented or annotated assignment's, loop's or comprehension's target,
+    or a `with ... as` name; else None."""
+    for a in ctx.ancestors(node):
         if isinstance(a, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
             node = a
             continue
-        if isinstance(a, cst.AssignTarget) and a.target is node:
-            return False
-        if isinstance(a, (cst.For, cst.CompFor)) and a.target is node:
-            return False
-        return True
-    return True
+        if isinstance(a, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor)) and a.target is node:
+            return a
+        if isinstance(a, cst.AsName) and a.name is node:
+            return a
+        return None
+    return None
 
 
 def _is_self_attr(node: cst.CSTNode) -> bool:
