@@ -313,6 +313,12 @@ def imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int = MOD
     read once, by its real path).  A module not found there (torch's) is not read.
     ``why not all``: set when a module's folder is not known or more than ``limit``
     modules are found (the walk stops: a module not read may patch them)."""
+    if not ctx.placed():
+        return [], (
+            "the file is read from stdin: the modules of its package, which run when it is imported and"
+            " may patch its classes, are not read (give its path with --stdin-filename)"
+        )
+
     def key(name: Optional[str], module: cst.Module) -> object:
         path = ctx.path_of(name) if name is not None else None
         return path if path is not None else id(module)
@@ -373,7 +379,44 @@ def imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int = MOD
             for each in written:
                 if not add(_import_name(place, each), each if beside else None):
                     add(_import_name(place, each, package=True))  # a package: its `__init__`
+            if isinstance(node, cst.ImportFrom) and isinstance(node.names, cst.ImportStar) and node.module is not None:
+                # `from .plugins import *` imports the submodules the package's `__all__` names
+                package = ctx.module_named(_import_name(place, written[0], package=True) or "")
+                names = _all_names(package) if package is not None else []
+                if names is None:
+                    incomplete = (
+                        f"`{code(node)}` imports what `__all__` of `{written[0]}` names, which is not a literal list:"
+                        " the modules that run on import are not all read"
+                    )
+                    break
+                for each in names:
+                    if not add(_import_name(place, f"{written[0]}.{each}")):
+                        add(_import_name(place, f"{written[0]}.{each}", package=True))
     return found, incomplete
+
+
+def _all_names(module: cst.Module) -> Optional[List[str]]:
+    """The names a module's top-level `__all__` lists (its `=`, `+=`, `.append`/`.extend`
+    of string literals); None where one of its writes is not such a literal."""
+    names: List[str] = []
+
+    def literal(expr: Optional[cst.BaseExpression]) -> bool:
+        if isinstance(expr, cst.SimpleString):
+            names.append(str(expr.evaluated_value))
+            return True
+        if isinstance(expr, (cst.List, cst.Tuple)):
+            return all(isinstance(e, cst.Element) and literal(e.value) for e in expr.elements)
+        return False
+
+    for node in walk(module):
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            if any(is_name(t, "__all__") for t in targets) and not literal(node.value):
+                return None
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and is_name(node.func.value, "__all__"):
+            if not (len(node.args) == 1 and literal(node.args[0].value)):
+                return None
+    return names
 
 
 # functions that import or run a module named at run time (a plugin registry's loop)
@@ -479,7 +522,9 @@ def _may_set_by_name(node: cst.CSTNode, method: str) -> bool:
     out of contract, README "What the rewrite assumes"."""
     if isinstance(node, cst.Call) and may_setattr(node, method):
         func = node.func
-        bound = isinstance(func, cst.Attribute) and not is_name(func.value, "type") and not is_name(func.value, "object")
+        # `obj.__setattr__(name, v)` is bound; `type.__setattr__(cls, name, v)` and
+        # `nn.Module.__setattr__(self, name, v)` (any class's, three arguments) are not
+        bound = isinstance(func, cst.Attribute) and len(node.args) < 3 and not is_name(func.value, "type") and not is_name(func.value, "object")
         owner = func.value if bound else (node.args[0].value if node.args else None)  # type: ignore[union-attr]
         names = node.args[0:1] if bound else node.args[1:2]
         literal = any(isinstance(a.value, cst.SimpleString) for a in names)
@@ -625,12 +670,12 @@ def subclasses_in(modules: Iterable[cst.Module], name: str) -> List[cst.ClassDef
     return [c for c in classes if c.name.value != name and c.name.value in family]
 
 
-def overridden_below(modules: Iterable[cst.Module], cls: cst.ClassDef, names: Set[str]) -> Optional[str]:
+def overridden_below(modules: Iterable[cst.Module], cls: cst.ClassDef, names: Set[str], mixed: bool = True) -> Optional[str]:
     """Why a subclass of ``cls`` in ``modules`` may see ``self.<name>`` or ``super()``
-    otherwise than ``cls``: it binds one of ``names``, or mixes ``cls`` with other
-    bases (its MRO may put another class between ``cls`` and its base)."""
+    otherwise than ``cls``: it binds one of ``names``, or (``mixed``) mixes ``cls`` with
+    other bases (its MRO may put another class between ``cls`` and its base)."""
     for sub in subclasses_in(modules, cls.name.value):
-        if len(sub.bases) > 1:
+        if mixed and len(sub.bases) > 1:
             return f"`class {sub.name.value}` derives from {cls.name.value} and other classes: its super() may reach another class"
         hit = _binds_one_of(sub, names)
         if hit is not None:
@@ -1157,6 +1202,8 @@ def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
         return []
     func = call.func
     if isinstance(func, cst.Attribute) and is_name(func.value, "self") and cls is not None:
+        if self_call_unproven(ctx, cls, func.attr.value) is not None:
+            return None
         found = method_of(ctx, ctx.module, cls, func.attr.value)
         if found is not None:
             owner_module, owner, method = found
@@ -1164,8 +1211,8 @@ def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
                 return None
             return [(ctx.context_of(owner_module), owner, method, True)]
         built = _submodules(ctx, func.attr.value)
-        if not built or registers_hooks(ctx.module):
-            return None  # (a hook the files register may run around the call, given its arguments)
+        if not built:
+            return None
         targets = []
         classes = _built_classes(ctx, ctx.module, built, 0)
         if classes is None:
@@ -1186,6 +1233,43 @@ def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
             return None
         return [(ctx.context_of(found_fn[0]), None, found_fn[1], False)]
     return None
+
+
+def _receiver_modules(ctx: PlanContext, cls: cst.ClassDef) -> Tuple[List[cst.Module], List[cst.Module]]:
+    """(modules, kin modules): where a class whose instance a method of ``cls`` (in
+    ``ctx.module``) may run on is defined: this module, the modules it imports, the
+    modules beside it naming ``cls``; and those of them defining ``cls`` or a subclass."""
+    key = ("receivers", id(cls))
+    if key not in ctx.memo:
+        imported = [m for _, m in imported_modules(ctx, [ctx.module])[0]]
+        modules = list(dict.fromkeys([ctx.module, *imported, *(ctx.modules_beside([cls.name.value.encode()]) or [])]))
+        subs = {id(c) for c in subclasses_in(modules, cls.name.value)} | {id(cls)}
+        kin = [m for m in modules if any(isinstance(n, cst.ClassDef) and id(n) in subs for n in walk(m))]
+        ctx.memo[key] = (modules, kin)
+    return ctx.memo[key]
+
+
+def self_call_unproven(ctx: PlanContext, cls: cst.ClassDef, attr: str) -> Optional[str]:
+    """Why `self.<attr>(...)` in a method of ``cls`` (in ``ctx.module``) may run other
+    code than what ``cls`` shows for it (hunt 19c): `self` may be an instance of a
+    subclass (here, in a module this one imports, or beside it) binding or setting
+    ``attr``; the method is replaced on its class or instance (:func:`replaced`); or,
+    for a submodule, a module defining ``cls`` or a subclass registers a forward hook,
+    which runs around the call given its arguments.  None when none of these holds."""
+    key = ("self call", id(cls), attr)
+    if key not in ctx.memo:
+        modules, kin = _receiver_modules(ctx, cls)
+        why = overridden_below(modules, cls, {attr}, mixed=False)
+        if why is None:
+            found = method_of(ctx, ctx.module, cls, attr)
+            if found is not None:
+                why = replaced(ctx.context_of(found[0]), found[0], found[1], attr)
+            else:
+                hooked = next((m for m in kin if registers_hooks(m)), None)
+                if hooked is not None:
+                    why = "a module of the class or its subclasses registers a forward hook or pre-hook, which may be given it"
+        ctx.memo[key] = why
+    return ctx.memo[key]
 
 
 # nn.Module's hook registrations: a forward (pre-)hook runs around a submodule's call,

@@ -104,6 +104,25 @@ def method_call(node: cst.CSTNode, *names: str) -> Optional[Tuple[cst.BaseExpres
     return None
 
 
+def keeps_dtype(call: cst.Call) -> bool:
+    """``call`` (a ``.view(...)``/``.reshape(...)``) rearranges elements and keeps the
+    dtype: a reshape, or a view whose arguments are dims (two or more, or one int,
+    tuple, list, `*shape`, `x.shape`, `x.size()`).  `x.view(torch.uint8)` reinterprets
+    the bytes (a bool mask's True becomes 1 of a uint8, its `~` 254): not such a view."""
+    func = call.func
+    if not isinstance(func, cst.Attribute) or func.attr.value not in ("view", "reshape"):
+        return False
+    if func.attr.value == "reshape" or len(call.args) > 1:
+        return all(a.keyword is None for a in call.args)
+    if len(call.args) != 1 or call.args[0].keyword is not None:
+        return False
+    arg = call.args[0]
+    value = arg.value
+    return bool(arg.star) or isinstance(value, (cst.Integer, cst.UnaryOperation, cst.Tuple, cst.List, cst.BinaryOperation)) or (
+        isinstance(value, cst.Attribute) and value.attr.value == "shape"
+    ) or (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "size")
+
+
 def positional(call: cst.Call) -> Optional[List[cst.BaseExpression]]:
     """Positional args, with one tuple/list argument expanded (``view((a, b))``)."""
     if any(a.keyword is not None or a.star for a in call.args):

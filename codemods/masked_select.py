@@ -54,7 +54,7 @@ from ._calls import (
 )
 from ._inplace import FORWARD_HOOKS
 from .decoder_fill import _ARITHMETIC_METHODS
-from ._match import code, flatten_targets, is_name, method_call, single_assign, target_code
+from ._match import code, flatten_targets, is_name, keeps_dtype, method_call, single_assign, target_code
 from ._mask import (
     MASK_CONTRACT,
     RUNS_OWN,
@@ -841,7 +841,7 @@ def _decoded_mask(ctx: PlanContext, decoder: cst.FunctionDef) -> Optional[str]:
             return why
         value = assign[1]
         view = method_call(value, "view", "reshape")
-        if view is not None and is_name(view[0]):
+        if view is not None and is_name(view[0]) and keeps_dtype(view[1]):
             name = view[0].value  # type: ignore[attr-defined]
             continue
         if (
@@ -964,7 +964,10 @@ def _rearranges_only(ctx: PlanContext, name: str) -> Optional[str]:
 
     def rearranged(value: cst.BaseExpression) -> Optional[cst.Name]:
         """x in `x.view(...).permute(...)...` (rearranging calls only on x), else None."""
-        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _REARRANGE:
+        while (
+            isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _REARRANGE
+            and (value.func.attr.value != "view" or keeps_dtype(value))
+        ):
             value = value.func.value
         return value if is_name(value, x) else None  # type: ignore[return-value]
 

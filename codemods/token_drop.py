@@ -34,7 +34,7 @@ from hiera_rewrite.flow import all_params, bound_parameter, enclosing_function, 
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._calls import (
-    base_class, binds, class_hooks, method_of, overridden_below, overridden_between, passed_to_a_writer, registers_hooks, replaced,
+    base_class, binds, class_hooks, imported_modules, method_of, overridden_below, overridden_between, passed_to_a_writer, registers_hooks, replaced,
     self_attributes, walk,
 )
 from ._match import code, int_value, is_name, method_call, positional, single_assign
@@ -281,6 +281,10 @@ def _token_drop(
     line = enclosing_line(ctx, node)
     if func is None or line is None:
         raise Refuse("the boolean token drop is not a statement inside a function")
+    suspends = next((n for n in walk(func.body) if isinstance(n, (cst.Yield, cst.Await))), None)
+    if suspends is not None:
+        # the caller runs between its statements, and may write the mask it was handed
+        raise Refuse(f"{func.name.value} suspends at `{code(suspends)}` (a generator or coroutine): what its caller does meanwhile is not proven")
     flow = ctx.flow(func)
     if via is not None:
         name = index.value  # type: ignore[attr-defined]
@@ -469,7 +473,10 @@ def _drawn_here(ctx: PlanContext, func: cst.FunctionDef, mask: str, line: cst.Si
     if made in top:
         return made, args[1], None
     guard = random_mask_guard(ctx, func, mask)
-    if guard is not None and guard.guard in top and guard.made.line is made and mask in flow.params:
+    if (
+        guard is not None and guard.guard in top and guard.made.line is made and mask in flow.params
+        and not any(a is guard.guard for a in ctx.ancestors(line))  # (the guard is remade from its own lines)
+    ):
         return made, args[1], guard.guard
     return None
 
@@ -723,10 +730,14 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Dict[cst.FunctionDef, 
     # class of these files may mix this class with others (its MRO may put another
     # forward between them, where super() lands, that does not take the ratio).
     reads = self_attributes(forward)
+    # a subclass elsewhere overriding such a hook (`class KeepCentreMAE(MAE)` in a module
+    # the files import, or beside this file naming the class) is this class for that call
+    elsewhere = [m for _, m in imported_modules(ctx, [ctx.module, module])[0]] + (ctx.modules_beside([cls.name.value.encode()]) or [])
     why = (
         class_hooks(ctx, ctx.module, cls)  # a metaclass, __getattribute__, __init_subclass__...
         or overridden_between(ctx, cls, owner, reads)
         or overridden_below(dict.fromkeys([ctx.module, module]), cls, reads)
+        or overridden_below(dict.fromkeys([ctx.module, module, *elsewhere]), cls, reads, mixed=False)
     )
     if why is not None:
         raise Refuse(f"{why}, which {owner.name.value}.forward reads: the kept count is not passed")

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 
 from . import __version__
 from .engine import FileResult, InputError, InternalError, line_length_for, rewrite_bytes, selected_codes
-from .files import FileError, expand_paths, process_file, replan_with_siblings, unified_diff, write_in_order
+from .files import FileError, expand_paths, process_file, replan_with_siblings, sibling_reader, stdin_reader, unified_diff, write_in_order
 from .output import FORMATS, make_output
 from .exit_codes import EXIT_CHANGED, EXIT_CLEAN, EXIT_ERROR
 from .rewrite import REGISTRY
@@ -77,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--bench-size", metavar="H,W", help="with --verify-cuda: the input size to time at (default: the model's own input_size)")
     verify.add_argument("--bench-batch", metavar="N", type=int, help="with --verify-cuda: the batch size to time at (default 16)")
     verify.add_argument("--bench-modes", metavar="MODES", help="with --verify-cuda: a comma list of eager, compile, ro (torch.compile(mode='reduce-overhead'), CUDA graphs): time the step in each mode, compiled and warmed up before the timed rounds (compile time reported apart); a side that cannot run a mode (raises, or CUDA graphs skipped) is timed in its next mode that runs, and the report says which and why (default: eager)")
+    parser.add_argument(
+        "--stdin-filename",
+        metavar="PATH",
+        help="with '-': the path of the file read from stdin (its package's modules are read from there; it is"
+        " named so in reports). Without it, a claim about the modules that import the file (HR003, HR005:"
+        " none of them patches its classes) is not proven, and those sites keep the original",
+    )
     parser.add_argument("--line-length", type=int, metavar="N", help="line length for inserted code (default: black's from pyproject.toml, else 88)")
     parser.add_argument("-j", "--jobs", type=int, default=0, metavar="N", help="processes working on files in parallel; 0 (default): one per available core when there are at least 8 files, else 1")
     parser.add_argument(
@@ -139,6 +146,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return export_upstream(Path(args.export), codes, quiet=args.quiet)
     if not args.paths:
         parser.error("no PATH given (use '-' for stdin)")
+    if args.stdin_filename is not None and "-" not in args.paths:
+        parser.error("--stdin-filename only makes sense with '-' (stdin)")
 
     verify_only = [f for f, v in (("--factory", args.factory), ("--kwargs", args.kwargs), ("--input-shape", args.input_shape), ("--package-root", args.package_root), ("--verify-cuda", args.verify_cuda), ("--verify-dtype", args.verify_dtype is not None), ("--verify-budget", args.verify_budget), ("--no-graph-report", args.no_graph_report)) if v]
     if verify_only and not args.verify:
@@ -245,9 +254,18 @@ class _Runner:
 
     def run_stdin(self) -> None:
         data = sys.stdin.buffer.read()
-        name = "<stdin>"
+        given = self.args.stdin_filename
+        name = given if given is not None else "<stdin>"
+        # where the file lies, its package's modules are read from there (as for a path);
+        # unknown, no claim about them is proven (stdin_reader)
+        place = Path(given) if given is not None else None
         try:
-            result = rewrite_bytes(data, codes=self.codes, line_length=self.args.line_length or line_length_for(Path.cwd() / "stdin.py"))
+            result = rewrite_bytes(
+                data,
+                codes=self.codes,
+                line_length=self.args.line_length or line_length_for(place if place is not None else Path.cwd() / "stdin.py"),
+                siblings=sibling_reader(place) if place is not None else stdin_reader(),
+            )
         except (InputError, InternalError) as exc:
             if not (self.args.check or self.args.diff):
                 sys.stdout.buffer.write(data)  # a filter passes what it cannot rewrite through

@@ -80,7 +80,9 @@ def sibling_path(path: Path, name: str) -> Optional[Path]:
     (``hiera_utils``); a relative one from its folder (``.hiera_utils``, ``..layers.utils``);
     a dotted absolute one (``models.layers.hiera_utils``) under the nearest folder of the
     file's own path named like its first part (the root that makes the file importable
-    as ``models....`` too). None when there is none such, or when a package of that name
+    as ``models....`` too), else in a folder of that name beside the top package (the
+    file's own folder in a flat layout: ``from utils import masking``; ``backbones.hiera``
+    from ``mae/hiera_mae.py``). None when there is none such, or when a package of that name
     (a folder with ``__init__.py``) is there too: Python imports the package, not the file."""
     found = _module_file(path, name)
     if found is not None and (found.with_suffix("") / "__init__.py").is_file():
@@ -103,7 +105,28 @@ def _module_file(path: Path, name: str) -> Optional[Path]:
     for ancestor in Path(os.path.abspath(path)).parents:
         if ancestor.name == parts[0]:
             return ancestor.parent.joinpath(*parts[:-1], parts[-1] + ".py")
+    # else under the folder that makes the file's top package importable (the first one
+    # up without `__init__.py`): the file's own folder in a flat layout (`from utils
+    # import masking`, `utils/` beside the file), a repo root holding `backbones/` and
+    # `mae/`; not an installed package's site-packages (torch's modules are not read)
+    root = Path(os.path.abspath(path)).parent
+    while (root / "__init__.py").is_file() and root.parent != root:
+        root = root.parent
+    if root.name not in ("site-packages", "dist-packages") and (root / parts[0]).is_dir():
+        return root.joinpath(*parts[:-1], parts[-1] + ".py")
     return None
+
+
+def stdin_reader() -> Callable[[str], Optional[bytes]]:
+    """``siblings`` for a file read from stdin with no path: no module is found, and the
+    context knows it is not placed (PlanContext.placed): the modules that import the file
+    (its package's `__init__`, which may patch its classes) are not known."""
+
+    def read(name: str) -> Optional[bytes]:
+        return None
+
+    read.unplaced = True  # type: ignore[attr-defined]
+    return read
 
 
 def sibling_reader(path: Path, rewritten: Optional[Dict[str, bytes]] = None) -> Callable[[str], Optional[bytes]]:

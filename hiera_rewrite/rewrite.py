@@ -217,6 +217,11 @@ class PlanContext:
         from the file's folder (`.m`, `..pkg.m`, `pkg.m`) whichever module asks."""
         return self._root.sibling(name)
 
+    def placed(self) -> bool:
+        """False for a file read from stdin with no path (hiera_rewrite.files.stdin_reader):
+        the package it belongs to, whose modules run when it is imported, is not known."""
+        return not getattr(self._root._siblings, "unplaced", False)
+
     def path_of(self, name: str) -> Optional[str]:
         """The real path of the file of the module ``name`` (:meth:`sibling`; "" for the
         file planned), where the file is read from disk (hiera_rewrite.files.sibling_reader);
