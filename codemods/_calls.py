@@ -202,6 +202,11 @@ def sole_def(cls: cst.ClassDef, bindings: List[cst.CSTNode]) -> Optional[cst.Fun
 
 
 def replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: str) -> Optional[str]:
+    """:func:`_replaced`, once for the file's plans."""
+    return ctx.fact(("replaced", id(ctx.module), id(module), id(cls), method), lambda: _replaced(ctx, module, cls, method), ctx.module, module, cls)
+
+
+def _replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: str) -> Optional[str]:
     """Why ``cls.<method>`` may not run the def the file shows, else None: the class is
     decorated, the def is decorated, the class body binds the name again or otherwise
     (a second def, one under `if`/`try`, `m = wrap(m)`, an import, a tuple target), or the
@@ -313,6 +318,11 @@ def imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int = MOD
     read once, by its real path).  A module not found there (torch's) is not read.
     ``why not all``: set when a module's folder is not known or more than ``limit``
     modules are found (the walk stops: a module not read may patch them)."""
+    key = ("imported", id(ctx.module), tuple(id(m) for m in roots), limit)
+    return ctx.fact(key, lambda: _imported_modules(ctx, roots, limit), ctx.module, *roots)
+
+
+def _imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int) -> Tuple[List[Tuple[str, cst.Module]], Optional[str]]:
     if not ctx.placed():
         return [], (
             "the file is read from stdin: the modules of its package, which run when it is imported and"
@@ -846,19 +856,45 @@ def _at(ctx: PlanContext, module: cst.Module, node: cst.CSTNode) -> str:
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """``node`` and every node below it, in source order.  A whole module's list is kept
-    (the last few modules walked: the proofs walk the same files again and again)."""
+    (the last modules walked: the proofs walk the same files again and again), and where
+    each node's own subtree lies in it: a node of a module walked is a slice of it."""
     if isinstance(node, cst.Module):
         cached = _WALKED.get(id(node))
         if cached is None or cached[0] is not node:
-            cached = (node, list(subtree(node)))
-            _WALKED[id(node)] = cached
-            while len(_WALKED) > 8:
-                _WALKED.popitem(last=False)
+            cached = _WALKED[id(node)] = (node, _preorder(node))
+            while len(_WALKED) > 64:
+                _, (_, gone) = _WALKED.popitem(last=False)
+                for each in gone:
+                    found = _SPANS.get(id(each))
+                    if found is not None and found[1] is gone:
+                        del _SPANS[id(each)]
+        else:
+            _WALKED.move_to_end(id(node))
         return iter(cached[1])
+    found = _SPANS.get(id(node))
+    if found is not None and found[0] is node:
+        return iter(found[1][found[2]:found[3]])
     return subtree(node)
 
 
+def _preorder(module: cst.Module) -> List[cst.CSTNode]:
+    """``module``'s nodes in source order; each node's subtree recorded in _SPANS."""
+    nodes: List[cst.CSTNode] = []
+
+    def visit(node: cst.CSTNode) -> None:
+        start = len(nodes)
+        nodes.append(node)
+        for child in node.children:
+            visit(child)
+        _SPANS[id(node)] = (node, nodes, start, len(nodes))
+
+    visit(module)
+    return nodes
+
+
 _WALKED: "OrderedDict[int, Tuple[cst.Module, List[cst.CSTNode]]]" = OrderedDict()
+# id(node) -> (node, the list of the module walked holding it, its subtree's slice)
+_SPANS: Dict[int, Tuple[cst.CSTNode, List[cst.CSTNode], int, int]] = {}
 
 
 # -- may a call write the tensor it is given ---------------------------------------------
@@ -1239,14 +1275,14 @@ def _receiver_modules(ctx: PlanContext, cls: cst.ClassDef) -> Tuple[List[cst.Mod
     """(modules, kin modules): where a class whose instance a method of ``cls`` (in
     ``ctx.module``) may run on is defined: this module, the modules it imports, the
     modules beside it naming ``cls``; and those of them defining ``cls`` or a subclass."""
-    key = ("receivers", id(cls))
-    if key not in ctx.memo:
+    def find() -> Tuple[List[cst.Module], List[cst.Module]]:
         imported = [m for _, m in imported_modules(ctx, [ctx.module])[0]]
         modules = list(dict.fromkeys([ctx.module, *imported, *(ctx.modules_beside([cls.name.value.encode()]) or [])]))
         subs = {id(c) for c in subclasses_in(modules, cls.name.value)} | {id(cls)}
         kin = [m for m in modules if any(isinstance(n, cst.ClassDef) and id(n) in subs for n in walk(m))]
-        ctx.memo[key] = (modules, kin)
-    return ctx.memo[key]
+        return modules, kin
+
+    return ctx.fact(("receivers", id(ctx.module), id(cls)), find, ctx.module, cls)
 
 
 def self_call_unproven(ctx: PlanContext, cls: cst.ClassDef, attr: str) -> Optional[str]:
@@ -1256,20 +1292,18 @@ def self_call_unproven(ctx: PlanContext, cls: cst.ClassDef, attr: str) -> Option
     ``attr``; the method is replaced on its class or instance (:func:`replaced`); or,
     for a submodule, a module defining ``cls`` or a subclass registers a forward hook,
     which runs around the call given its arguments.  None when none of these holds."""
-    key = ("self call", id(cls), attr)
-    if key not in ctx.memo:
+    def find() -> Optional[str]:
         modules, kin = _receiver_modules(ctx, cls)
         why = overridden_below(modules, cls, {attr}, mixed=False)
         if why is None:
             found = method_of(ctx, ctx.module, cls, attr)
             if found is not None:
                 why = replaced(ctx.context_of(found[0]), found[0], found[1], attr)
-            else:
-                hooked = next((m for m in kin if registers_hooks(m)), None)
-                if hooked is not None:
-                    why = "a module of the class or its subclasses registers a forward hook or pre-hook, which may be given it"
-        ctx.memo[key] = why
-    return ctx.memo[key]
+            elif any(registers_hooks(m) for m in kin):
+                why = "a module of the class or its subclasses registers a forward hook or pre-hook, which may be given it"
+        return why
+
+    return ctx.fact(("self call", id(ctx.module), id(cls), attr), find, ctx.module, cls)
 
 
 # nn.Module's hook registrations: a forward (pre-)hook runs around a submodule's call,

@@ -204,8 +204,9 @@ def _rewrite_module(
     def format_statement(source: str, indent: int) -> cst.BaseStatement:
         return _formatted_statement(source, max(20, line_length - indent))
 
+    shared: Dict[Any, Any] = {}
     for code in codes:
-        ctx = PlanContext(index, code, format_statement, codes, siblings, consulted)
+        ctx = PlanContext(index, code, format_statement, codes, siblings, consulted, shared)
         REGISTRY[code]().plan(ctx)
         sites.extend(ctx.sites)
         refusals.extend(ctx.refusals)

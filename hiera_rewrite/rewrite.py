@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, ClassVar, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Type, TypeVar, Union
+from collections import OrderedDict
+from typing import Any, Callable, ClassVar, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Type, TypeVar, Union
 
 import libcst as cst
 
@@ -114,6 +115,26 @@ def register(cls: Type[Rewrite]) -> Type[Rewrite]:
     return cls
 
 
+# modules read beside the file, parsed once for every plan of the run (each rewrite code
+# plans with its own context; the proofs' caches, hiera_rewrite.flow and codemods._calls,
+# key on the module object): (where, its bytes) -> the module
+_PARSED: "OrderedDict[Tuple[str, bytes], cst.Module]" = OrderedDict()
+
+
+def _parsed(where: str, data: bytes) -> cst.Module:
+    """``data`` parsed (raises as cst.parse_module), the same object for the same file
+    and bytes (a module is never changed in place: libcst's nodes are immutable)."""
+    key = (where, data)
+    found = _PARSED.get(key)
+    if found is None:
+        found = _PARSED[key] = cst.parse_module(data)
+        while len(_PARSED) > 64:
+            _PARSED.popitem(last=False)
+    else:
+        _PARSED.move_to_end(key)
+    return found
+
+
 class PlanContext:
     """What a rewrite gets: the parsed module, what it may ask about it, ways to answer.
 
@@ -129,12 +150,16 @@ class PlanContext:
         codes: Sequence[str] = (),
         siblings: Optional[Callable[[str], Optional[bytes]]] = None,
         consulted: Optional[Set[str]] = None,
+        shared: Optional[Dict[Any, Any]] = None,
     ) -> None:
         self._index = index
         self._siblings = siblings
         self._root: "PlanContext" = self  # the context of the file planned (context_of)
         self._near = True  # a module in the file's folder (the file itself): its imports are read
         self._consulted = consulted if consulted is not None else set()
+        # facts about the files (not about a rewrite's plan) every code's plan of this
+        # file shares (fact): the same modules, read the same way
+        self._shared: Dict[Any, Any] = shared if shared is not None else {}
         # the rewrites selected for this run: a rewrite whose edit calls code another
         # one changes passes arguments only where that one runs too
         self.codes = tuple(codes)
@@ -159,7 +184,7 @@ class PlanContext:
             self._consulted.add(name)
             data = self._siblings(name) if self._siblings is not None else None
             try:
-                self.memo[key] = cst.parse_module(data) if data is not None else None
+                self.memo[key] = _parsed(self.path_of(name) or name, data) if data is not None else None
             except Exception:  # a sibling that does not parse proves nothing
                 self.memo[key] = None
             if self.memo[key] is not None:
@@ -196,7 +221,7 @@ class PlanContext:
                 module = None
                 if data is not None:
                     try:
-                        module = cst.parse_module(data)
+                        module = _parsed(root.path_of(name) or name, data)
                     except Exception:
                         module = None
                 entry = found[name] = (data or b"", module)
@@ -216,6 +241,15 @@ class PlanContext:
         """:meth:`sibling` of the file planned, asked from any context: ``name`` is read
         from the file's folder (`.m`, `..pkg.m`, `pkg.m`) whichever module asks."""
         return self._root.sibling(name)
+
+    def fact(self, key: Any, compute: Callable[[], T], *alive: object) -> T:
+        """``compute()``, once for the file's plans (every rewrite code's; ``key`` names
+        what it depends on, by the ids of ``alive``, kept alive with it)."""
+        shared = self._root._shared
+        if key not in shared:
+            shared[key] = compute()
+            shared.setdefault(("alive",), []).extend(alive)
+        return shared[key]
 
     def placed(self) -> bool:
         """False for a file read from stdin with no path (hiera_rewrite.files.stdin_reader):
