@@ -367,10 +367,11 @@ def _imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int) -> 
                 add(_import_name(place, "..__init__"))
         else:
             add(_import_name(place, ".__init__"))  # the package the module is in
-        dynamic = next((n for n in walk(here) if isinstance(n, cst.Call) and _imports_by_name(n)), None)
+        dynamic = next((n for n in walk(here) if isinstance(n, cst.Call) and _imports_by_name(n) or _imports_a_loader(n)), None)
         if dynamic is not None:
+            shown = f"{code(dynamic.func)}(...)" if isinstance(dynamic, cst.Call) else code(dynamic)
             incomplete = (
-                f"`{code(dynamic.func)}(...)` in {'the file' if not name else f'`{name}`'} imports a module by name"
+                f"`{shown}` in {'the file' if not name else f'`{name}`'} imports a module by name"
                 " at run time: the modules that run on import are not all read"
             )
             break
@@ -431,6 +432,13 @@ def _all_names(module: cst.Module) -> Optional[List[str]]:
 
 # functions that import or run a module named at run time (a plugin registry's loop)
 _DYNAMIC_IMPORTS = frozenset({"import_module", "__import__", "exec_module", "load_module", "run_module", "run_path", "reload"})
+
+
+def _imports_a_loader(node: cst.CSTNode) -> bool:
+    """`from importlib import import_module as load` (the loader under another name)."""
+    return isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar) and any(
+        code(a.name).rpartition(".")[2] in _DYNAMIC_IMPORTS for a in node.names
+    )
 
 
 def _imports_by_name(call: cst.Call) -> bool:
@@ -1043,7 +1051,7 @@ def _kept(
         where = f"`{code(call).splitlines()[0]}` at line {ctx.position(call).line}"
         targets = _callees(ctx, cls, call) if depth < 6 else None
         if targets is None:
-            return f"{name} is passed to {where}, which may keep it"
+            return f"{name} is passed to {where}, which may keep it{_unproven_receiver(ctx, cls, call)}"
         for callee_ctx, callee_cls, callee, bound_self in targets:
             inside = (callee_cls, depth + 1)
             for arg in given:
@@ -1157,7 +1165,7 @@ def passed_to_a_writer(
         where = f"`{code(call).splitlines()[0]}` at line {ctx.position(call).line}"
         targets = _callees(ctx, cls, call)
         if targets is None:
-            return f"{name} is passed to {where}, which may write it in place"
+            return f"{name} is passed to {where}, which may write it in place{_unproven_receiver(ctx, cls, call)}"
         for callee_ctx, callee_cls, callee, bound_self in targets:
             for arg in given:
                 param = bound_parameter(callee, call, arg, bound_self=bound_self)
@@ -1271,13 +1279,28 @@ def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
     return None
 
 
+def _unproven_receiver(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call) -> str:
+    """" (<why>)" where ``call`` is `self.<attr>(...)` whose receivers are not proven
+    (:func:`self_call_unproven`), else ""."""
+    func = call.func
+    if cls is None or not (isinstance(func, cst.Attribute) and is_name(func.value, "self")):
+        return ""
+    why = self_call_unproven(ctx, cls, func.attr.value)
+    return f" ({why})" if why else ""
+
+
 def _receiver_modules(ctx: PlanContext, cls: cst.ClassDef) -> Tuple[List[cst.Module], List[cst.Module]]:
     """(modules, kin modules): where a class whose instance a method of ``cls`` (in
     ``ctx.module``) may run on is defined: this module, the modules it imports, the
     modules beside it naming ``cls``; and those of them defining ``cls`` or a subclass."""
     def find() -> Tuple[List[cst.Module], List[cst.Module]]:
-        imported = [m for _, m in imported_modules(ctx, [ctx.module])[0]]
-        modules = list(dict.fromkeys([ctx.module, *imported, *(ctx.modules_beside([cls.name.value.encode()]) or [])]))
+        # a module found far from the planned file (`..models.hiera`): the planned file's
+        # own folder is the one listed (hunt 20a: the MAE planned in `mae/`)
+        planned = ctx.planned()
+        needle = [cls.name.value.encode()]
+        imported = [m for _, m in imported_modules(ctx, list(dict.fromkeys([ctx.module, planned.module])))[0]]
+        beside = ctx.modules_beside(needle) or planned.modules_beside(needle) or []
+        modules = list(dict.fromkeys([ctx.module, planned.module, *imported, *beside]))
         subs = {id(c) for c in subclasses_in(modules, cls.name.value)} | {id(cls)}
         kin = [m for m in modules if any(isinstance(n, cst.ClassDef) and id(n) in subs for n in walk(m))]
         return modules, kin
@@ -1293,8 +1316,27 @@ def self_call_unproven(ctx: PlanContext, cls: cst.ClassDef, attr: str) -> Option
     for a submodule, a module defining ``cls`` or a subclass registers a forward hook,
     which runs around the call given its arguments.  None when none of these holds."""
     def find() -> Optional[str]:
+        if ctx.planned().beside_unread():
+            return "the planned file's folder holds more than 128 modules: a subclass there is not read"
         modules, kin = _receiver_modules(ctx, cls)
-        why = overridden_below(modules, cls, {attr}, mixed=False)
+        family = {cls.name.value} | {c.name.value for c in subclasses_in(modules, cls.name.value)}
+        why = overridden_below(modules, cls, {attr}, mixed=True)
+        for module in modules if why is None else ():
+            for node in walk(module):
+                if not isinstance(node, cst.Call) or is_name(node.func) and node.func.value in _CLASS_READERS and not (  # type: ignore[attr-defined]
+                    is_name(node.func, "type") and len(node.args) == 3  # `type(name, bases, ns)` makes a class
+                ):
+                    continue
+                # the class (or a subclass) handed to a call (a class factory, `type(...)`
+                # with it among the bases), or `self.<attr>` handed to one (a helper
+                # registering a hook on the submodule)
+                handed = next((a for a in node.args if _names_the_class(a.value, family) or (
+                    isinstance(a.value, cst.Attribute) and is_name(a.value.value, "self") and a.value.attr.value == attr)), None)
+                if handed is not None:
+                    why = f"`{_first_line(node)}` is given `{code(handed.value)}`: it may change what `self.{attr}` runs"
+                    break
+            if why is not None:
+                break
         if why is None:
             found = method_of(ctx, ctx.module, cls, attr)
             if found is not None:

@@ -737,7 +737,7 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Dict[cst.FunctionDef, 
         class_hooks(ctx, ctx.module, cls)  # a metaclass, __getattribute__, __init_subclass__...
         or overridden_between(ctx, cls, owner, reads)
         or overridden_below(dict.fromkeys([ctx.module, module]), cls, reads)
-        or overridden_below(dict.fromkeys([ctx.module, module, *elsewhere]), cls, reads, mixed=False)
+        or overridden_below(dict.fromkeys([ctx.module, module, *elsewhere]), cls, reads)
     )
     if why is not None:
         raise Refuse(f"{why}, which {owner.name.value}.forward reads: the kept count is not passed")

@@ -258,7 +258,7 @@ class _Runner:
         name = given if given is not None else "<stdin>"
         # where the file lies, its package's modules are read from there (as for a path);
         # unknown, no claim about them is proven (stdin_reader)
-        place = Path(given) if given is not None else None
+        place = Path(given) if given is not None and Path(given).absolute().parent.is_dir() else None
         try:
             result = rewrite_bytes(
                 data,

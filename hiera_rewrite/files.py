@@ -100,21 +100,37 @@ def _module_file(path: Path, name: str) -> Optional[Path]:
         for _ in range(dots - 1):
             base = base.parent
         return base.joinpath(*parts[:-1], parts[-1] + ".py")
-    if len(parts) == 1:
-        return path.parent / f"{name}.py"
-    for ancestor in Path(os.path.abspath(path)).parents:
+    beside = path.parent / f"{name}.py"
+    if len(parts) == 1 and (beside.is_file() or (path.parent / name).is_dir()):
+        return beside
+    for ancestor in Path(os.path.abspath(path)).parents if len(parts) > 1 else ():
         if ancestor.name == parts[0]:
             return ancestor.parent.joinpath(*parts[:-1], parts[-1] + ".py")
-    # else under the folder that makes the file's top package importable (the first one
-    # up without `__init__.py`): the file's own folder in a flat layout (`from utils
-    # import masking`, `utils/` beside the file), a repo root holding `backbones/` and
-    # `mae/`; not an installed package's site-packages (torch's modules are not read)
-    root = Path(os.path.abspath(path)).parent
-    while (root / "__init__.py").is_file() and root.parent != root:
-        root = root.parent
-    if root.name not in ("site-packages", "dist-packages") and (root / parts[0]).is_dir():
-        return root.joinpath(*parts[:-1], parts[-1] + ".py")
-    return None
+    # else in the nearest folder up to the repo root holding it: the file's own folder in
+    # a flat layout (`from utils import masking`, `utils/` beside the file), the folder
+    # above a namespace package, a repo root holding `backbones/`, `mae/` or `masking.py`;
+    # never an installed package's site-packages (torch's modules are not read)
+    for root in _roots(Path(os.path.abspath(path)).parent):
+        if (root / parts[0]).is_dir() or len(parts) == 1 and (root / f"{name}.py").is_file():
+            return root.joinpath(*parts[:-1], parts[-1] + ".py")
+    return beside if len(parts) == 1 else None
+
+
+# files that mark a repository's root (the search for a module stops there)
+_REPO_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+
+
+def _roots(folder: Path) -> List[Path]:
+    """``folder`` and the folders above it, up to the first that marks a repo root
+    (included), at most 6, none inside an installed package's site-packages."""
+    found: List[Path] = []
+    for each in [folder, *folder.parents][:6]:
+        if each.name in ("site-packages", "dist-packages") or any(p.name in ("site-packages", "dist-packages") for p in each.parents):
+            break
+        found.append(each)
+        if any((each / m).exists() for m in _REPO_MARKERS):
+            break
+    return found
 
 
 def stdin_reader() -> Callable[[str], Optional[bytes]]:

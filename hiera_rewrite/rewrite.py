@@ -251,6 +251,10 @@ class PlanContext:
             shared.setdefault(("alive",), []).extend(alive)
         return shared[key]
 
+    def planned(self) -> "PlanContext":
+        """The context of the file planned (this one, or the one that read this module)."""
+        return self._root
+
     def placed(self) -> bool:
         """False for a file read from stdin with no path (hiera_rewrite.files.stdin_reader):
         the package it belongs to, whose modules run when it is imported, is not known."""

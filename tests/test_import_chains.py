@@ -155,7 +155,7 @@ PATCH_FORMS = {
     "the class handed over in a list": (
         "from .masking import use_ceil_masking\n\nuse_ceil_masking([Hiera])\n",
         {"masking": MASKING.format(patch="\n\ndef use_ceil_masking(classes):\n    for cls in classes:\n        cls.get_random_mask = ceil_random_mask\n")},
-        "may replace Hiera.get_random_mask",
+        "`use_ceil_masking([Hiera])`",
     ),
 }
 

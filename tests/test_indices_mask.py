@@ -234,9 +234,13 @@ def test_what_is_not_proven_keeps_the_original_statement(tmp_path: Path, case: s
 
 
 def test_the_helper_module_not_found_is_not_proven(tmp_path: Path):
-    """The file is not under a folder named like the import's first part: nothing read."""
+    """The file is neither under a folder named like the import's first part nor in a
+    repo holding one (its own repo root, marked by pyproject.toml): nothing read."""
     path = _package(tmp_path, "omit")
-    moved = tmp_path / "elsewhere.py"
+    repo = tmp_path / "other_repo"
+    repo.mkdir()
+    (repo / "pyproject.toml").write_text("")
+    moved = repo / "elsewhere.py"
     moved.write_bytes(path.read_bytes())
     _, report = _drop_report(moved)
     assert not report.applied and "mask is rebuilt by `mask = mask_from_indices(ids_keep, num_windows)`" in report.message

@@ -325,3 +325,110 @@ def test_a_dtype_view_of_the_returned_mask_stops_the_count(tmp_path: Path, capsy
     pkg = _package(tmp_path, {"hiera_mae.py": mae})
     loss = _loss_count(_reports(pkg, capsys), pkg)
     assert (loss is None) == ("dtype" not in view and "uint8" not in view), loss
+
+
+# -- hunt 20a: the receivers' frontier again -------------------------------------------------------
+
+HOOK_CALL = "        if mask is not None:\n            self.prepare_mask(mask)\n\n        # Discard masked tokens\n"
+
+
+def _hooked_hiera() -> str:
+    return _hiera((POS_EMBED, HOOK + POS_EMBED), ("        # Discard masked tokens\n", HOOK_CALL))
+
+
+def _reports_of(root: Path, capsys, *files: str):
+    """The run's reports over ``files`` only (the rest of the folder is read, not planned)."""
+    capsys.readouterr()
+    cli.main(["--check", "--output-format", "json", "-j", "1", *(str(root / f) for f in files)])
+    out = json.loads(capsys.readouterr().out)
+    return {str(Path(f["path"]).relative_to(root)): f["reports"] for f in out["files"]}
+
+
+def test_in_the_nested_layout_the_mae_overriding_a_hook_of_a_helper_stops_the_ratio(tmp_path: Path, capsys):
+    """F1: hiera.py found far from the planned MAE (`..models.hiera`): its self calls are
+    checked against the planned file's folder and imports too."""
+    hiera = _hiera((EMBED_OLD, "        x = self.embed_tokens(x, mask)\n"), (POS_EMBED, HOOK + EMBED + POS_EMBED))
+    pkg = _package(tmp_path, {"models/hiera.py": hiera}, nested=True)
+    mae = (pkg / "mae" / "hiera_mae.py").read_text()
+    (pkg / "mae" / "hiera_mae.py").write_text(_edit(mae, ("    def forward_encoder(\n", KEEP_CENTRE + "    def forward_encoder(\n")))
+    ratio = _site(_reports(pkg, capsys), pkg, "mae/hiera_mae.py", "HR003", ENCODER_CALL)
+    assert not ratio["applied"], ratio
+    control = _package(tmp_path / "ctl", {"models/hiera.py": hiera}, nested=True)
+    assert _site(_reports(control, capsys), control, "mae/hiera_mae.py", "HR003", ENCODER_CALL)["applied"]
+
+
+@pytest.mark.parametrize("subclass", [
+    "class KeepCentreMixin:\n" + KEEP_CENTRE + "\nclass KeepCentreMAE(KeepCentreMixin, MaskedAutoencoderHiera):\n    pass\n",
+    "def keep_centre(base):\n    class KeepCentre(base):\n" + KEEP_CENTRE.replace("\n    ", "\n        ").replace("    def", "        def", 1)
+    + "\n    return KeepCentre\n\n\nKeepCentreMAE = keep_centre(MaskedAutoencoderHiera)\n",
+    "def _keep_centre(self, mask):\n    mask[:, mask.shape[1] // 2] = True\n\n\n"
+    "KeepCentreMAE = type('KeepCentreMAE', (MaskedAutoencoderHiera,), {'prepare_mask': _keep_centre})\n",
+], ids=["mixin", "factory", "type"])
+def test_a_subclass_beside_made_by_a_mixin_or_a_factory_stops_the_ratio(tmp_path: Path, capsys, subclass):
+    """F7, F6: the hook comes from another base, or the subclass is made by a call."""
+    keep = "import torch\n\nfrom .hiera_mae import MaskedAutoencoderHiera\n\n\n" + subclass
+    pkg = _package(tmp_path, {"hiera.py": _hooked_hiera(), "keep_mae.py": keep})
+    ratio = _site(_reports_of(pkg, capsys, "hiera.py", "hiera_mae.py"), pkg, "hiera_mae.py", "HR003", ENCODER_CALL)
+    assert not ratio["applied"], ratio
+
+
+def test_a_helper_elsewhere_given_the_submodule_stops_the_ratio(tmp_path: Path, capsys):
+    """F8: `keep_centre_unit(self.patch_embed)` in the MAE's __init__, the hook registered in
+    hooks.py."""
+    hooks = "def keep_centre_unit(embed):\n    embed.register_forward_pre_hook(_show_centre_unit, with_kwargs=True)\n" + PRE_HOOK
+    mae = _edit(_upstream("hiera_mae.py"), ("        self.initialize_weights()\n", "        self.initialize_weights()\n        keep_centre_unit(self.patch_embed)\n"))
+    mae = "from .hooks import keep_centre_unit\n" + mae
+    pkg = _package(tmp_path, {"hiera_mae.py": mae, "hooks.py": hooks})
+    reports = _reports_of(pkg, capsys, "hiera.py", "hiera_mae.py")
+    drop, ratio = _site(reports, pkg, "hiera.py", "HR003", DROP), _site(reports, pkg, "hiera_mae.py", "HR003", ENCODER_CALL)
+    assert not ratio["applied"] and not drop["applied"], (drop, ratio)
+    assert "keep_centre_unit(self.patch_embed)" in drop["message"], drop
+
+
+def test_a_loader_imported_under_another_name_stops_the_walk(tmp_path: Path, capsys):
+    """F4: `from importlib import import_module as _load_plugin`."""
+    loop = 'from importlib import import_module as _load_plugin\nfor _plugin in ("masking",):\n    _load_plugin(f".{_plugin}", __name__)'
+    pkg = _package(tmp_path, {"__init__.py": _init(loop), "masking.py": "import torch\n"})
+    drop = _site(_reports_of(pkg, capsys, "hiera.py"), pkg, "hiera.py", "HR003", DROP)
+    assert not drop["applied"] and "imports a module by name" in drop["message"], drop
+
+
+def test_a_folder_too_large_to_read_stops_the_self_calls(tmp_path: Path, capsys):
+    """F5: more than 128 modules beside: a subclass there is not read."""
+    files = {f"extra_{i}.py": "" for i in range(130)}
+    pkg = _package(tmp_path, {"hiera.py": _hooked_hiera(), **files})
+    drop = _site(_reports_of(pkg, capsys, "hiera.py"), pkg, "hiera.py", "HR003", DROP)
+    assert not drop["applied"] and "self.patch_embed(" in drop["message"], drop
+
+
+@pytest.mark.parametrize("layout", ["namespace", "repo root"])
+def test_a_module_above_the_package_is_read(tmp_path: Path, capsys, layout):
+    """F2: `from utils import masking` from a namespace package (no `__init__.py`), utils/
+    above it; F3: `import masking` of the repo root's masking.py."""
+    repo = tmp_path / "repo"
+    models = repo / "models"
+    models.mkdir(parents=True)
+    for name in ("hiera.py", "hiera_mae.py", "hiera_utils.py", "hfhub.py"):
+        shutil.copy(upstream_dir() / name, models / name)
+    (repo / "pyproject.toml").write_text("[project]\nname = 'research'\n")
+    if layout == "namespace":
+        (repo / "utils").mkdir()
+        (repo / "utils" / "__init__.py").write_text("")
+        (repo / "utils" / "masking.py").write_text(MASKING.format(hiera="models.hiera", patch=PATCH))
+        line = "from utils import masking  # noqa: F401\n"
+    else:
+        (models / "__init__.py").write_text("")
+        (repo / "masking.py").write_text(MASKING.format(hiera="models.hiera", patch=PATCH))
+        line = "import masking  # noqa: F401\n"
+    mae = (models / "hiera_mae.py").read_text()
+    (models / "hiera_mae.py").write_text(line + mae)
+    ratio = _site(_reports_of(repo, capsys, "models/hiera.py", "models/hiera_mae.py"), repo, "models/hiera_mae.py", "HR003", ENCODER_CALL)
+    assert not ratio["applied"] and "masking`, a module the files import" in ratio["message"], ratio
+
+
+def test_a_stdin_filename_in_no_folder_places_nothing(tmp_path: Path, capsys, monkeypatch):
+    """F9: `--stdin-filename` naming a path whose folder does not exist (from here)."""
+    pkg = _package(tmp_path, {})
+    data = (pkg / "hiera_mae.py").read_bytes()
+    found = _stdin_reports(monkeypatch, capsys, data, "--stdin-filename", str(tmp_path / "nowhere" / "hiera_mae.py"))
+    assert any("read from stdin" in r["message"] for r in found["reports"]), found
