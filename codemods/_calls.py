@@ -1341,6 +1341,12 @@ def self_call_unproven(ctx: PlanContext, cls: cst.ClassDef, attr: str) -> Option
             found = method_of(ctx, ctx.module, cls, attr)
             if found is not None:
                 why = replaced(ctx.context_of(found[0]), found[0], found[1], attr)
+                # a patch of the method in a module of the receivers (the planned file
+                # patching a class of a module found far from it: `Hiera.prepare_mask = f`)
+                owners = _kin(found[1].name.value, modules) if why is None else set()
+                patch = next((p for m in modules if why is None and (p := _patches(m, found[1].name.value, attr, owners))), None)
+                if patch is not None:
+                    why = f"`{patch}` may replace {found[1].name.value}.{attr}"
             elif any(registers_hooks(m) for m in kin):
                 why = "a module of the class or its subclasses registers a forward hook or pre-hook, which may be given it"
         return why

@@ -344,13 +344,19 @@ def _reports_of(root: Path, capsys, *files: str):
     return {str(Path(f["path"]).relative_to(root)): f["reports"] for f in out["files"]}
 
 
-def test_in_the_nested_layout_the_mae_overriding_a_hook_of_a_helper_stops_the_ratio(tmp_path: Path, capsys):
+@pytest.mark.parametrize("how", ["override", "patch"])
+def test_in_the_nested_layout_the_mae_overriding_a_hook_of_a_helper_stops_the_ratio(tmp_path: Path, capsys, how):
     """F1: hiera.py found far from the planned MAE (`..models.hiera`): its self calls are
-    checked against the planned file's folder and imports too."""
+    checked against the planned file's folder and imports too (the MAE overriding the
+    hook, or its file patching it on Hiera)."""
     hiera = _hiera((EMBED_OLD, "        x = self.embed_tokens(x, mask)\n"), (POS_EMBED, HOOK + EMBED + POS_EMBED))
     pkg = _package(tmp_path, {"models/hiera.py": hiera}, nested=True)
     mae = (pkg / "mae" / "hiera_mae.py").read_text()
-    (pkg / "mae" / "hiera_mae.py").write_text(_edit(mae, ("    def forward_encoder(\n", KEEP_CENTRE + "    def forward_encoder(\n")))
+    if how == "override":
+        mae = _edit(mae, ("    def forward_encoder(\n", KEEP_CENTRE + "    def forward_encoder(\n"))
+    else:
+        mae += "\n\ndef _keep_centre(self, mask):\n    mask[:, mask.shape[1] // 2] = True\n\n\nHiera.prepare_mask = _keep_centre\n"
+    (pkg / "mae" / "hiera_mae.py").write_text(mae)
     ratio = _site(_reports(pkg, capsys), pkg, "mae/hiera_mae.py", "HR003", ENCODER_CALL)
     assert not ratio["applied"], ratio
     control = _package(tmp_path / "ctl", {"models/hiera.py": hiera}, nested=True)
