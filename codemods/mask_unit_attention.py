@@ -562,7 +562,8 @@ class _Match:
         rebound = set().union(set(), *(item.assigned for item in between)) | changed
 
         def readable(expr: cst.BaseExpression) -> Optional[str]:
-            if int_value(expr) == -1 or not arithmetic(expr) or names_in(self.ctx, expr) & rebound:
+            names = names_in(self.ctx, expr)
+            if int_value(expr) == -1 or not arithmetic(expr) or names & rebound or not all(self.on_every_path(n) for n in names):
                 return None
             roots = {_flag_root(leaf) for leaf in _leaves(expr) if isinstance(leaf, cst.Attribute)}
             for root in roots - {None}:
@@ -657,6 +658,14 @@ class _Match:
             return code(test.expression)
         return f"not {code(test)}"
 
+    def on_every_path(self, name: str) -> bool:
+        """``name`` is a parameter or bound by a top-level statement of the function
+        (TorchScript compiles only names bound on every path to their use: timm's
+        two-layout forward binds num_windows under `if self.use_mask_unit_attn:` only)."""
+        flow = self.ctx.flow(self.func)
+        top = list(self.func.body.body)  # type: ignore[union-attr]
+        return name in flow.params or any(s.line in top for s in flow.assigning(name))
+
     def five_d_split(
         self, reshape_args: List[cst.BaseExpression], items: List[_Item], permute_at: int, changed: Set[str], why: str
     ) -> str:
@@ -665,7 +674,8 @@ class _Match:
         rebound = set().union(*(item.assigned for item in items[permute_at + 1 :]))
         heads, windows = reshape_args[4], reshape_args[2]
         for expr, pattern in ((heads, "(-1, {})"), (windows, "({}, -1)")):
-            if int_value(expr) != -1 and arithmetic(expr) and not names_in(self.ctx, expr) & (rebound | changed):
+            names = names_in(self.ctx, expr)
+            if int_value(expr) != -1 and arithmetic(expr) and not names & (rebound | changed) and all(self.on_every_path(n) for n in names):
                 return pattern.format(code(expr))
         raise Refuse(
             f"{why}, and neither the heads nor the num_windows of the qkv reshape can be read again there"
