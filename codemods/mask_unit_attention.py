@@ -577,7 +577,7 @@ class _Match:
         if h is None and w is None:
             raise Refuse(
                 "SDPA gets an attn_mask, and neither the heads nor the num_windows of the qkv reshape"
-                " can be read again at SDPA to bring it to the 4-D layout"
+                " can be read again at SDPA to bring it to the 4-D layout (unchanged since the reshape, and bound on every path to SDPA, as TorchScript needs)"
             )
         h = h or f"{q}.shape[1] // {w}"
         w = w or f"{q}.shape[1] // {h}"

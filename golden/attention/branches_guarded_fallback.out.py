@@ -32,74 +32,24 @@ class GuardedPaddedAttention(nn.Module):
             keep = x.norm(dim=-1) > x.norm(dim=-1).mean(dim=-1, keepdim=True)
         if self.windowed:
             num_windows = N // (self.q_stride * self.window_size)
-            qkv = (
-                self.qkv(x)
-                .reshape(B, -1, num_windows, 3, self.heads, self.head_dim)
-                .permute(3, 0, 2, 4, 1, 5)
-                .flatten(2, 3)
-            )
-            q, k, v = qkv.unbind(0)
+            qkv = self.qkv(x).reshape(B, -1, num_windows, 3, self.heads, self.head_dim).permute(3, 0, 4, 2, 1, 5)
+            q, k, v = qkv[0], qkv[1], qkv[2]
             if self.q_stride > 1:
-                q = q.unflatten(2, (self.q_stride, -1)).max(dim=2).values
+                q = q.view(B, self.heads, num_windows, self.q_stride, -1, self.head_dim).amax(dim=3)
             pad = self.padding(keep, x).reshape(B, -1, num_windows).transpose(1, 2)[:, None, :, None, :]
         else:
             qkv = self.qkv(x).reshape(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
             q, k, v = qkv[0], qkv[1], qkv[2]
             pad = self.padding(keep, x)[:, None, None, :]
         if hasattr(F, "scaled_dot_product_attention"):
-            # a float attn_mask: the original's 5-D call (math backend; fused kernels read float masks otherwise);
-            # a bool one: the additive mask the math backend makes of it, in q's dtype, 4-D
-            x = (
-                F.scaled_dot_product_attention(
-                    q.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
-                        1, 2
-                    ),
-                    k.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
-                        1, 2
-                    ),
-                    v.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
-                        1, 2
-                    ),
-                    attn_mask=pad,
-                )
-                .transpose(1, 2)
-                .flatten(1, 2)
-                if (self.windowed) and pad is not None and pad.is_floating_point()
-                else F.scaled_dot_product_attention(
-                    q,
-                    k,
-                    v,
-                    attn_mask=(
-                        (
-                            None
-                            if pad is None
-                            else q.new_zeros(pad.shape)
-                            .masked_fill(~pad, float("-inf"))
-                            .reshape([1] * (5 - pad.dim()) + list(pad.shape))
-                            .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
-                            .transpose(1, 2)
-                            .flatten(1, 2)
-                        )
-                        if self.windowed
-                        else pad
-                    ),
-                )
-            )
+            x = F.scaled_dot_product_attention(q, k, v, attn_mask=pad)
         else:
-            if self.windowed:
-                # torch < 2.0 (no SDPA): the manual attention on 5-D views, as before
-                q = q.unflatten(1, (-1, self.heads)).transpose(1, 2)
-                k = k.unflatten(1, (-1, self.heads)).transpose(1, 2)
-                v = v.unflatten(1, (-1, self.heads)).transpose(1, 2)
             attn = (q * self.scale) @ k.transpose(-1, -2)
             attn = attn + pad
             attn = attn.softmax(dim=-1)
             x = attn @ v
-            if self.windowed:
-                # back to 4-D order: the restore below transposes (1, 2), not (1, 3)
-                x = x.transpose(1, 3).transpose(1, 2)
         if self.windowed:
-            x = x.transpose(1, 2).reshape(B, -1, C)
+            x = x.transpose(1, 3).reshape(B, -1, C)
         else:
             x = x.transpose(1, 2).reshape(B, -1, C)
         return self.proj(x)

@@ -104,56 +104,14 @@ class NegatedPaddedAttention(PaddedAttention):
             pad = self.padding(keep)[:, None, None, :]
         else:
             num_windows = N // self.window_size
-            qkv = (
-                self.qkv(x)
-                .reshape(B, -1, num_windows, 3, self.heads, self.head_dim)
-                .permute(3, 0, 2, 4, 1, 5)
-                .flatten(2, 3)
-            )
+            qkv = self.qkv(x).reshape(B, -1, num_windows, 3, self.heads, self.head_dim).permute(3, 0, 4, 2, 1, 5)
             q, k, v = qkv.unbind(0)
             pad = self.padding(keep.reshape(B, -1, num_windows).transpose(1, 2))[:, None, :, None, :]
-        # a float attn_mask: the original's 5-D call (math backend; fused kernels read float masks otherwise);
-        # a bool one: the additive mask the math backend makes of it, in q's dtype, 4-D
-        x = (
-            F.scaled_dot_product_attention(
-                q.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
-                    1, 2
-                ),
-                k.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
-                    1, 2
-                ),
-                v.unflatten(1, (num_windows, q.shape[1] // num_windows)).transpose(
-                    1, 2
-                ),
-                attn_mask=pad,
-            )
-            .transpose(1, 2)
-            .flatten(1, 2)
-            if not (not self.windowed) and pad is not None and pad.is_floating_point()
-            else F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=(
-                    pad
-                    if not self.windowed
-                    else (
-                        None
-                        if pad is None
-                        else q.new_zeros(pad.shape)
-                        .masked_fill(~pad, float("-inf"))
-                        .reshape([1] * (5 - pad.dim()) + list(pad.shape))
-                        .expand(-1, q.shape[1] // num_windows, num_windows, -1, -1)
-                        .transpose(1, 2)
-                        .flatten(1, 2)
-                    )
-                ),
-            )
-        )
+        x = F.scaled_dot_product_attention(q, k, v, attn_mask=pad)
         if not self.windowed:
             x = x.transpose(1, 2).reshape(B, -1, C)
         else:
-            x = x.transpose(1, 2).reshape(B, -1, C)
+            x = x.transpose(1, 3).reshape(B, -1, C)
         return self.proj(x)
 
 
