@@ -1289,7 +1289,7 @@ def _unproven_receiver(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.
     return f" ({why})" if why else ""
 
 
-def _receiver_modules(ctx: PlanContext, cls: cst.ClassDef) -> Tuple[List[cst.Module], List[cst.Module]]:
+def receiver_modules(ctx: PlanContext, cls: cst.ClassDef) -> Tuple[List[cst.Module], List[cst.Module]]:
     """(modules, kin modules): where a class whose instance a method of ``cls`` (in
     ``ctx.module``) may run on is defined: this module, the modules it imports, the
     modules beside it naming ``cls``; and those of them defining ``cls`` or a subclass."""
@@ -1318,7 +1318,7 @@ def self_call_unproven(ctx: PlanContext, cls: cst.ClassDef, attr: str) -> Option
     def find() -> Optional[str]:
         if ctx.planned().beside_unread():
             return "the planned file's folder holds more than 128 modules: a subclass there is not read"
-        modules, kin = _receiver_modules(ctx, cls)
+        modules, kin = receiver_modules(ctx, cls)
         family = {cls.name.value} | {c.name.value for c in subclasses_in(modules, cls.name.value)}
         why = overridden_below(modules, cls, {attr}, mixed=True)
         for module in modules if why is None else ():

@@ -34,8 +34,8 @@ from hiera_rewrite.flow import all_params, bound_parameter, enclosing_function, 
 from hiera_rewrite.rewrite import NotThisIdiom, PlanContext, Refuse, Replacement, Rewrite, register
 
 from ._calls import (
-    base_class, binds, class_hooks, imported_modules, method_of, overridden_below, overridden_between, passed_to_a_writer, registers_hooks, replaced,
-    self_attributes, walk,
+    base_class, binds, class_hooks, method_of, overridden_below, overridden_between, passed_to_a_writer, registers_hooks, replaced,
+    receiver_modules, self_attributes, walk,
 )
 from ._match import code, int_value, is_name, method_call, positional, single_assign
 from ._indices_mask import indicator_of
@@ -732,7 +732,7 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Dict[cst.FunctionDef, 
     reads = self_attributes(forward)
     # a subclass elsewhere overriding such a hook (`class KeepCentreMAE(MAE)` in a module
     # the files import, or beside this file naming the class) is this class for that call
-    elsewhere = [m for _, m in imported_modules(ctx, [ctx.module, module])[0]] + (ctx.modules_beside([cls.name.value.encode()]) or [])
+    elsewhere = receiver_modules(ctx, cls)[0]
     why = (
         class_hooks(ctx, ctx.module, cls)  # a metaclass, __getattribute__, __init_subclass__...
         or overridden_between(ctx, cls, owner, reads)
