@@ -12,7 +12,7 @@ anything that may hold it, is taken to write it.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -660,17 +660,17 @@ def subclasses_in(modules: Iterable[cst.Module], name: str) -> List[cst.ClassDef
     """The classes of ``modules`` that derive from the class ``name`` (by name, through
     classes of these modules), in source order."""
     modules = list(modules)
-    classes = [node for module in modules for node in walk(module) if isinstance(node, cst.ClassDef)]
+    classes = [node for module in modules for node in nodes_of(module, cst.ClassDef)]
     # the names a module gives them too: `from .hiera_mae import MaskedAutoencoderHiera as MAE`, `Base = MAE`
     aliases = [
         (code(a.name).rpartition(".")[2], a.asname.name.value)  # type: ignore[union-attr]
-        for module in modules for node in walk(module)
-        if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar)
+        for module in modules for node in nodes_of(module, cst.ImportFrom)
+        if not isinstance(node.names, cst.ImportStar)
         for a in node.names if a.asname is not None and isinstance(a.asname.name, cst.Name)  # type: ignore[union-attr]
     ] + [
         (node.value.value, t.target.value)  # type: ignore[attr-defined]
-        for module in modules for node in walk(module)
-        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name)
+        for module in modules for node in nodes_of(module, cst.Assign)
+        if isinstance(node.value, cst.Name)
         for t in node.targets if isinstance(t.target, cst.Name)
     ]
     family = {name}
@@ -883,6 +883,22 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     if found is not None and found[0] is node:
         return iter(found[1][found[2]:found[3]])
     return subtree(node)
+
+
+def nodes_of(module: cst.Module, kind: type) -> List[Any]:
+    """``module``'s nodes of ``kind`` (cst.ClassDef, cst.Call...), in source order: kept
+    for many more modules than :func:`walk` keeps (a package's 128 modules, searched for
+    subclasses again and again, would evict each other's walks)."""
+    key = (id(module), kind)
+    found = _OF_KIND.get(key)
+    if found is None or found[0] is not module:
+        found = _OF_KIND[key] = (module, [n for n in subtree(module) if isinstance(n, kind)])
+        while len(_OF_KIND) > 2048:
+            _OF_KIND.popitem(last=False)
+    return found[1]
+
+
+_OF_KIND: "OrderedDict[Tuple[int, type], Tuple[cst.Module, List[Any]]]" = OrderedDict()
 
 
 def _preorder(module: cst.Module) -> List[cst.CSTNode]:
@@ -1322,8 +1338,8 @@ def self_call_unproven(ctx: PlanContext, cls: cst.ClassDef, attr: str) -> Option
         family = {cls.name.value} | {c.name.value for c in subclasses_in(modules, cls.name.value)}
         why = overridden_below(modules, cls, {attr}, mixed=True)
         for module in modules if why is None else ():
-            for node in walk(module):
-                if not isinstance(node, cst.Call) or is_name(node.func) and node.func.value in _CLASS_READERS and not (  # type: ignore[attr-defined]
+            for node in nodes_of(module, cst.Call):
+                if is_name(node.func) and node.func.value in _CLASS_READERS and not (  # type: ignore[attr-defined]
                     is_name(node.func, "type") and len(node.args) == 3  # `type(name, bases, ns)` makes a class
                 ):
                     continue

@@ -101,8 +101,8 @@ def _module_file(path: Path, name: str) -> Optional[Path]:
             base = base.parent
         return base.joinpath(*parts[:-1], parts[-1] + ".py")
     beside = path.parent / f"{name}.py"
-    if len(parts) == 1 and (beside.is_file() or (path.parent / name).is_dir()):
-        return beside
+    if len(parts) == 1 and (beside.is_file() or (path.parent / name).is_dir() or name == "__init__"):
+        return beside  # (`__init__`: the file's own package, never one further up)
     for ancestor in Path(os.path.abspath(path)).parents if len(parts) > 1 else ():
         if ancestor.name == parts[0]:
             return ancestor.parent.joinpath(*parts[:-1], parts[-1] + ".py")
