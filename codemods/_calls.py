@@ -688,12 +688,12 @@ def subclasses_in(modules: Iterable[cst.Module], name: str) -> List[cst.ClassDef
     return [c for c in classes if c.name.value != name and c.name.value in family]
 
 
-def overridden_below(modules: Iterable[cst.Module], cls: cst.ClassDef, names: Set[str], mixed: bool = True) -> Optional[str]:
+def overridden_below(modules: Iterable[cst.Module], cls: cst.ClassDef, names: Set[str]) -> Optional[str]:
     """Why a subclass of ``cls`` in ``modules`` may see ``self.<name>`` or ``super()``
-    otherwise than ``cls``: it binds one of ``names``, or (``mixed``) mixes ``cls`` with
-    other bases (its MRO may put another class between ``cls`` and its base)."""
+    otherwise than ``cls``: it binds one of ``names``, or mixes ``cls`` with other
+    bases (its MRO may put another class between ``cls`` and its base)."""
     for sub in subclasses_in(modules, cls.name.value):
-        if mixed and len(sub.bases) > 1:
+        if len(sub.bases) > 1:
             return f"`class {sub.name.value}` derives from {cls.name.value} and other classes: its super() may reach another class"
         hit = _binds_one_of(sub, names)
         if hit is not None:
@@ -1336,7 +1336,7 @@ def self_call_unproven(ctx: PlanContext, cls: cst.ClassDef, attr: str) -> Option
             return "the planned file's folder holds more than 128 modules: a subclass there is not read"
         modules, kin = receiver_modules(ctx, cls)
         family = {cls.name.value} | {c.name.value for c in subclasses_in(modules, cls.name.value)}
-        why = overridden_below(modules, cls, {attr}, mixed=True)
+        why = overridden_below(modules, cls, {attr})
         for module in modules if why is None else ():
             for node in nodes_of(module, cst.Call):
                 if is_name(node.func) and node.func.value in _CLASS_READERS and not (  # type: ignore[attr-defined]

@@ -736,7 +736,6 @@ def _mae_ratio(ctx: PlanContext, call: cst.Call, gaining: Dict[cst.FunctionDef, 
     why = (
         class_hooks(ctx, ctx.module, cls)  # a metaclass, __getattribute__, __init_subclass__...
         or overridden_between(ctx, cls, owner, reads)
-        or overridden_below(dict.fromkeys([ctx.module, module]), cls, reads)
         or overridden_below(dict.fromkeys([ctx.module, module, *elsewhere]), cls, reads)
     )
     if why is not None:
