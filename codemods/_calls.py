@@ -11,6 +11,7 @@ anything that may hold it, is taken to write it.
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
@@ -1253,16 +1254,49 @@ def torch_or_builtin(ctx: PlanContext, call: cst.Call) -> bool:
 
 
 
+# (class, method) pairs whose `self.<method>(...)` calls the emitted code checks at run
+# time to run the class's own method (``run_time_checked``)
+_CHECKED: Set[Tuple[int, str]] = set()
+
+
+@contextlib.contextmanager
+def run_time_checked(cls: cst.ClassDef, names: Iterable[str]) -> Iterator[None]:
+    """While proving inside this block, `self.<name>(...)` in a method of ``cls`` runs
+    ``cls``'s own method for each of ``names``: the emitted code checks that at run time
+    (`not_overridden(self, __class__, ...)`), and takes the count only then.  Any other
+    self method is not followed (:func:`_callees`)."""
+    added = {(id(cls), n) for n in names} - _CHECKED
+    _CHECKED.update(added)
+    try:
+        yield
+    finally:
+        _CHECKED.difference_update(added)
+
+
+def _unchecked_method(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call) -> bool:
+    """``call`` is `self.<m>(...)`, <m> a method (not a submodule) that the emitted code
+    does not check at run time: which function it runs is the instance's class's choice,
+    and a subclass anywhere (a training script, a factory, a mixin) may override it."""
+    func = call.func
+    return (
+        cls is not None and isinstance(func, cst.Attribute) and is_name(func.value, "self")
+        and (id(cls), func.attr.value) not in _CHECKED
+        and method_of(ctx, ctx.module, cls, func.attr.value) is not None
+    )
+
+
 def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
     """The functions ``call`` may run, each as (context, class, function, bound_self), to
     follow; [] for torch's functions and the builtins (not in place: in_place_write sees
     those) and for a submodule built by code not in the files (out of contract: README,
-    "What the rewrite assumes"); None when not known."""
+    "What the rewrite assumes"); None when not known.  A self method is followed only
+    where the emitted code checks at run time that it runs the one read
+    (:func:`run_time_checked`); what else an override might do is not known."""
     if torch_or_builtin(ctx, call):
         return []
     func = call.func
     if isinstance(func, cst.Attribute) and is_name(func.value, "self") and cls is not None:
-        if self_call_unproven(ctx, cls, func.attr.value) is not None:
+        if _unchecked_method(ctx, cls, call) or self_call_unproven(ctx, cls, func.attr.value) is not None:
             return None
         found = method_of(ctx, ctx.module, cls, func.attr.value)
         if found is not None:
@@ -1301,6 +1335,11 @@ def _unproven_receiver(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.
     func = call.func
     if cls is None or not (isinstance(func, cst.Attribute) and is_name(func.value, "self")):
         return ""
+    if _unchecked_method(ctx, cls, call):
+        return (
+            f" (`self.{func.attr.value}` is a method: a subclass anywhere may override it, and the emitted"
+            " code checks at run time only the methods it passes a count to)"
+        )
     why = self_call_unproven(ctx, cls, func.attr.value)
     return f" ({why})" if why else ""
 
@@ -1363,8 +1402,17 @@ def self_call_unproven(ctx: PlanContext, cls: cst.ClassDef, attr: str) -> Option
                 patch = next((p for m in modules if why is None and (p := _patches(m, found[1].name.value, attr, owners))), None)
                 if patch is not None:
                     why = f"`{patch}` may replace {found[1].name.value}.{attr}"
-            elif any(registers_hooks(m) for m in kin):
-                why = "a module of the class or its subclasses registers a forward hook or pre-hook, which may be given it"
+            else:
+                # a submodule: another module of the receivers storing that attribute on
+                # an instance (`model.patch_embed = Wrapper(model.patch_embed)` in a
+                # factory of hiera_mae.py: hunt 21b F2); this module's stores are the
+                # values `_submodules` follows
+                owners = _kin(cls.name.value, modules)
+                patch = next((p for m in modules if m is not ctx.module and (p := _patches(m, cls.name.value, attr, owners))), None)
+                if patch is not None:
+                    why = f"`{patch}` may replace self.{attr}"
+                elif any(registers_hooks(m) for m in kin):
+                    why = "a module of the class or its subclasses registers a forward hook or pre-hook, which may be given it"
         return why
 
     return ctx.fact(("self call", id(ctx.module), id(cls), attr), find, ctx.module, cls)

@@ -48,7 +48,9 @@ from ._calls import (
     function_of,
     method_of,
     passed_to_a_writer,
+    _submodules,
     replaced,
+    run_time_checked,
     torch_or_builtin,
     walk,
 )
@@ -281,7 +283,11 @@ def _gaining(ctx: PlanContext, func: cst.FunctionDef, lines: List[cst.SimpleStat
     written = written_in_place(ctx, func, mask) or written_by_a_call(ctx, cls, func, mask, ordered=True)
     # through anything that may hold it (`for row in mask: row[...] = ...`, a chunk, a
     # comprehension) and the calls given it (hunt 13 A)
-    written = written or passed_to_a_writer(ctx, cls, func, mask) or stored_or_packed(ctx, func, mask)
+    # the class's own methods given the mask before its count's use: `_method_site` calls
+    # them with the count only while they are the ones read here (`not_overridden`)
+    checked = {m for _, reached in methods_given(ctx, cls, func, mask, set()) for m in reached}
+    with run_time_checked(cls, checked):
+        written = written or passed_to_a_writer(ctx, cls, func, mask) or stored_or_packed(ctx, func, mask)
     if written is not None:
         raise Refuse(f"{written}: how many tokens it selects in each row is not proven")
     return _Method(func, mask)
@@ -465,7 +471,10 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 # pred_mask may be a view of it (1x1 final mask units): `mask.logical_not_()`
                 or written_in_place(ctx, func, unit_mask.value)  # type: ignore[attr-defined]
             )
-            unproven = again or _decoded_mask(ctx, decoder) or _fills_the_latent(ctx, cls, decoder) or _unit_mask_kept(ctx, cls, func, unit_mask.value)  # type: ignore[attr-defined]
+            unproven = (
+                again or _decoded_mask(ctx, decoder) or _fills_the_latent(ctx, cls, decoder)
+                or _after_the_fill(ctx, cls, decoder) or _unit_mask_kept(ctx, cls, func, unit_mask.value)  # type: ignore[attr-defined]
+            )
             if changed or unproven:
                 ctx.refuse(call[1], f"{changed or unproven}: the masked count is not passed")
                 continue
@@ -746,6 +755,84 @@ def _count_calls(ctx: PlanContext, line: cst.SimpleStatementLine, methods: Dict[
 
     ctx.visit(_Calls(), line)
     return found
+
+
+def _after_the_fill(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.FunctionDef) -> Optional[str]:
+    """None when what ``decoder`` runs after its fill (`x_dec[mask] = x.flatten()`, a
+    statement of its body, not under an `if`) can write no tensor but its own locals:
+    the unit mask may be held elsewhere (a caller's `self.vis_mask = mask`, a global, a
+    dict on `self`: hunt 21a), and the count read from shapes holds only while its True
+    entries stay those the fill used.  Proven: bindings of local names (no `global`), and
+    calls of torch's computing functions, the listed builtins, tensor methods making a
+    new tensor or a view on what is not `self`'s, a submodule (`self.decoder_norm(x)`, a
+    `for blk in self.decoder_blocks:` block) and module functions of the files made of the
+    same (`undo_windowing`).  A method of the class is not followed (an override anywhere
+    may run), nor anything else."""
+    body = list(decoder.body.body)  # type: ignore[union-attr]
+    fills = [
+        i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and (a := single_assign(s)) is not None
+        and isinstance(a[0], cst.Subscript) and method_call(a[1], "flatten") is not None
+    ]
+    if len(fills) != 1:
+        return f"{decoder.name.value}'s fill `x_dec[mask] = x.flatten()` is not one statement of its body"
+    blocks = {
+        s.target.value for s in walk(decoder.body) if isinstance(s, cst.For) and isinstance(s.target, cst.Name)
+        and isinstance(s.iter, cst.Attribute) and is_name(s.iter.value, "self")
+        and method_of(ctx, ctx.module, cls, s.iter.attr.value) is None
+    }
+    for stmt in body[fills[0] + 1:]:
+        why = _writes_no_tensor(ctx, cls, stmt, blocks, 0)
+        if why is not None:
+            return f"{why}, after {decoder.name.value}'s fill: the unit mask may be held there"
+    return None
+
+
+def _writes_no_tensor(ctx: PlanContext, cls: Optional[cst.ClassDef], node: cst.CSTNode, blocks: Set[str], depth: int) -> Optional[str]:
+    """Why ``node`` may write a tensor that is not a local it binds (see ``_after_the_fill``)."""
+    def at(n: cst.CSTNode) -> str:
+        return f"`{code(n).strip().splitlines()[0]}`"
+
+    for n in walk(node):
+        if isinstance(n, (cst.Global, cst.Nonlocal, cst.Del, cst.AugAssign, cst.Yield, cst.Await, cst.Lambda)):
+            return f"{at(n)} may write what it does not bind"
+        if isinstance(n, (cst.Assign, cst.AnnAssign)):
+            targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
+            if not all(isinstance(t, cst.Name) for t in (x for t in targets for x in flatten_targets(t))):
+                return f"{at(n)} may write what it does not bind"
+        if isinstance(n, (cst.For, cst.CompFor)) and not all(isinstance(t, cst.Name) for t in flatten_targets(n.target)):
+            return f"{at(n)} may write what it does not bind"
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.With, cst.Try)):
+            return f"{at(n)} is not read"
+        if not isinstance(n, cst.Call):
+            continue
+        func = n.func
+        if any(a.keyword is not None and a.keyword.value == "out" for a in n.args):
+            return f"{at(n)} writes its `out=`"
+        if torch_or_builtin(ctx, n):
+            continue
+        if (  # a builtin itself (`len(shape)`: a module read far has no qualified names)
+            isinstance(func, cst.Name) and func.value in _PURE_BUILTINS
+            and not ctx.qualified_names(func) - {f"builtins.{func.value}"} and function_of(ctx, ctx.module, func.value) is None
+            and not bound_locally(ctx, n, func.value) and not any(a.keyword is not None and a.keyword.value == "key" for a in n.args)
+        ):
+            continue
+        if isinstance(func, cst.Attribute) and func.attr.value in _READING_METHODS and root_name(func.value) != "self":
+            continue
+        if isinstance(func, cst.Name) and func.value in blocks:
+            continue  # a block of `for blk in self.decoder_blocks:`
+        if (
+            isinstance(func, cst.Attribute) and is_name(func.value, "self") and cls is not None
+            and method_of(ctx, ctx.module, cls, func.attr.value) is None and _submodules(ctx, func.attr.value)
+        ):
+            continue  # a submodule's forward (given what it may write: passed_to_a_writer's)
+        if isinstance(func, cst.Name) and depth < 3 and not bound_locally(ctx, n, func.value):
+            found = function_of(ctx, ctx.module, func.value)
+            if found is not None and not found[1].decorators:
+                inner = ctx.context_of(found[0])
+                if all(_writes_no_tensor(inner, None, s, set(), depth + 1) is None for s in found[1].body.body):  # type: ignore[union-attr]
+                    continue
+        return f"{at(n)} may write a tensor it is not given"
+    return None
 
 
 def _unit_mask_kept(ctx: PlanContext, cls: cst.ClassDef, func: cst.FunctionDef, unit_mask: str) -> Optional[str]:

@@ -66,7 +66,7 @@ REFUSED = {
             (FORWARD_LOSS, "    def _cap_row(self, row):\n        row[8:] = False\n\n" + FORWARD_LOSS),
             _before_label("for row in mask:\n    self._cap_row(row)"),
         ),
-        "`row[8:] = False`",
+        "`self._cap_row(row)`",  # a method the emitted code does not check: not followed
     ),
     "HR005: torch's checkpoint given a writer": (
         lambda: _loss(

@@ -65,7 +65,7 @@ REFUSED = {
     "a method returning the mask, written in place": (
         (GET_POS_EMBED, "    def keep(self, m):\n        return m\n\n" + GET_POS_EMBED),
         (DROP, "        if mask is not None:\n            k = self.keep(mask)\n            k[:, 0] = True\n" + DROP),
-        "mask is written in place by `k[:, 0] = True` at line",
+        "mask is passed to `self.keep(mask)`",  # a method: not followed (the emitted code does not check it)
     ),
     "patch_embed returning the mask it is given, written in place": (
         (PATCH_EMBED_RETURN, PATCH_EMBED_RETURN.replace("return x", "return x if mask is None else mask")),
