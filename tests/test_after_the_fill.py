@@ -1,0 +1,175 @@
+"""Hunt 21 (a white-box audit of 262969b).  Each case made the rewritten MAE raise in
+`masked_rows`' or `kept_tokens`' count check where the original ran (validation, under
+`no_grad`; compiled, where the check is dropped, other rows were selected):
+
+- 21a: forward_decoder, after its fill, runs code writing the unit mask through a holder
+  the count's proof did not look for: a module global (`global _VIS_MASK`), a dict on
+  `self`, an attribute a subclass's forward_encoder or a caller of forward set
+  (`self.vis_mask = mask; self(x, mask=mask)`).  The count is read from shapes, so it
+  holds only while the fill's True entries stay; now what forward_decoder runs after its
+  fill must be proven to write no tensor but its locals (a method is not followed).
+- 21b F1: a hook method Hiera.forward hands the mask to, overridden by a subclass the
+  walk did not recognise (two levels down, `BaseMAE = hiera_mae.MaskedAutoencoderHiera`,
+  `Base = A if c else B`): a self method given the mask is now followed only where the
+  emitted code checks at run time that it runs the one read (the loss's label methods);
+  any other keeps the original statement, overridden or not.
+- 21b F2: a factory in hiera_mae.py swapping `model.patch_embed` for a stem writing the
+  mask: another module's store of the submodule's attribute stops the proof.
+
+The controls keep the fast path."""
+
+from pathlib import Path
+
+import pytest
+
+from tests.test_module_reach import DROP, ENCODER_CALL, _loss_count, _package, _reports, _site, _upstream
+
+FILL = "        x_dec[mask] = x.flatten()\n"
+ENCODER = "        # Get multi-scale representations from encoder\n"
+MAE_HEAD = "class MaskedAutoencoderHiera(Hiera):\n"
+DECODER = "    def forward_decoder(\n"
+FLIP_IF_KEPT = '        if getattr(self, "vis_mask", None) is not None:\n            self.vis_mask.logical_not_()  # the callback draws 1 = masked\n'
+STEP = '''    def step_with_vis(self, x: torch.Tensor, mask_ratio: float = 0.6):
+        mask = self.get_random_mask(x, mask_ratio)
+        self.vis_mask = mask  # for the visualisation callback
+        return self(x, mask_ratio, mask=mask)
+
+'''
+VIS_SUBCLASS = '''
+
+class MAEWithVis(MaskedAutoencoderHiera):
+    def forward_encoder(self, x, mask_ratio, mask=None):
+        latent, mask = super().forward_encoder(x, mask_ratio, mask=mask)
+        self.vis_mask = mask
+        return latent, mask
+'''
+
+
+def _edit(text: str, *pairs) -> str:
+    for old, new in pairs:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new, 1)
+    return text
+
+
+def _mae(*pairs) -> str:
+    return _edit(_upstream("hiera_mae.py"), *pairs)
+
+
+AFTER_THE_FILL = {
+    "a module helper flipping a global": (
+        _mae(
+            (MAE_HEAD, "_VIS_MASK = None\n\n\ndef _flip_vis():\n    if _VIS_MASK is not None:\n        _VIS_MASK.logical_not_()\n\n\n" + MAE_HEAD),
+            (ENCODER, "        global _VIS_MASK\n        _VIS_MASK = mask\n" + ENCODER),
+            (FILL, FILL + "        _flip_vis()\n"),
+        ),
+        "`_flip_vis()` may write a tensor it is not given",
+    ),
+    "a method flipping a dict on self": (
+        _mae(
+            (ENCODER, "        extras = dict(mask=mask, mask_ratio=mask_ratio)\n        self.extras = extras\n" + ENCODER),
+            (FILL, FILL + "        self._flip_extras()\n"),
+            (DECODER, '    def _flip_extras(self):\n        self.extras["mask"].logical_not_()\n\n' + DECODER),
+        ),
+        "`self._flip_extras()` may write a tensor it is not given",
+    ),
+    "a subclass's forward_encoder keeping it": (
+        _mae((FILL, FILL + FLIP_IF_KEPT)) + VIS_SUBCLASS,
+        "`self.vis_mask.logical_not_()` may write a tensor it is not given",
+    ),
+    "a caller of forward keeping it": (
+        _mae((DECODER, STEP + DECODER), (FILL, FILL + FLIP_IF_KEPT)),
+        "`self.vis_mask.logical_not_()` may write a tensor it is not given",
+    ),
+    "a local name for the holder": (
+        _mae((DECODER, STEP + DECODER), (FILL, FILL + "        held = self.vis_mask\n        held[:, 0] = False\n")),
+        "`held[:, 0] = False` may write what it does not bind",
+    ),
+    "the fill under an if": (
+        _mae((FILL, "        if x.numel():\n    " + FILL)),
+        "is not one statement of its body",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AFTER_THE_FILL))
+def test_what_the_decoder_runs_after_its_fill_must_write_no_tensor_for_the_count(tmp_path: Path, capsys, case):
+    mae, reason = AFTER_THE_FILL[case]
+    pkg = _package(tmp_path, {"hiera_mae.py": mae})
+    count = _loss_count(_reports(pkg, capsys), pkg)
+    assert count is not None and reason in count, count
+
+
+@pytest.mark.parametrize("after", [
+    "",
+    "        print(mask.float().mean())\n",
+    "        x_dec = x_dec * 1.0\n        if self.training:\n            x_dec = x_dec + 0.0\n",
+])
+def test_reading_after_the_fill_keeps_the_count(tmp_path: Path, capsys, after):
+    pkg = _package(tmp_path, {"hiera_mae.py": _mae((FILL, FILL + after))})
+    assert _loss_count(_reports(pkg, capsys), pkg) is None
+
+
+HOOK = '''    def prepare_mask(self, mask: torch.Tensor) -> None:
+        """Hook: adjust the unit mask in place before tokens are dropped (default: nothing)."""
+        return None
+
+'''
+POS_EMBED = "    def get_pos_embed(self) -> torch.Tensor:\n"
+HOOK_CALL = "        # Discard masked tokens\n        if mask is not None:\n"
+KEEP_CENTRE = "\n    def prepare_mask(self, mask: torch.Tensor) -> None:\n        mask[:, mask.shape[1] // 2] = True\n"
+FAR_SUBCLASSES = {
+    "two levels down": {
+        "my_mae.py": "from .hiera_mae import MaskedAutoencoderHiera\n\n\nclass MyMAE(MaskedAutoencoderHiera):\n    pass\n",
+        "keep_centre.py": "import torch\n\nfrom .my_mae import MyMAE\n\n\nclass KeepCentre(MyMAE):" + KEEP_CENTRE,
+    },
+    "a module attribute as the base": {
+        "keep_centre.py": "import torch\n\nfrom . import hiera_mae\n\nBaseMAE = hiera_mae.MaskedAutoencoderHiera\n\n\n"
+                          "class KeepCentre(BaseMAE):" + KEEP_CENTRE,
+    },
+    "a conditional base": {
+        "keep_centre.py": "import torch\n\nfrom .hiera import Hiera\nfrom .hiera_mae import MaskedAutoencoderHiera\n\nPRETRAIN = True\n"
+                          "Base = MaskedAutoencoderHiera if PRETRAIN else Hiera\n\n\nclass KeepCentre(Base):" + KEEP_CENTRE,
+    },
+    "none": {},
+}
+
+
+@pytest.mark.parametrize("subclass", sorted(FAR_SUBCLASSES))
+def test_a_hook_method_given_the_mask_keeps_the_drop_whoever_overrides_it(tmp_path: Path, capsys, subclass):
+    hiera = _edit(_upstream("hiera.py"), (POS_EMBED, HOOK + POS_EMBED), (HOOK_CALL, HOOK_CALL + "            self.prepare_mask(mask)\n"))
+    pkg = _package(tmp_path, {"hiera.py": hiera, **FAR_SUBCLASSES[subclass]})
+    reports = _reports(pkg, capsys)
+    drop, ratio = _site(reports, pkg, "hiera.py", "HR003", DROP), _site(reports, pkg, "hiera_mae.py", "HR003", ENCODER_CALL)
+    assert not drop["applied"] and not ratio["applied"], (drop, ratio)
+    assert "`self.prepare_mask` is a method: a subclass anywhere may override it" in drop["message"], drop
+
+
+FACTORY = '''
+
+class KeepCornerPatchEmbed(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x, mask=None):
+        if mask is not None:
+            mask[:, :, 0, 0] = True  # always show the corner unit
+        return self.inner(x, mask=mask)
+
+
+def mae_hiera_keepcorner(**kwargs):
+    model = mae_hiera_tiny_224(**kwargs)
+    model.patch_embed = KeepCornerPatchEmbed(model.patch_embed)
+    return model
+'''
+
+
+@pytest.mark.parametrize("store", [True, False], ids=["stored", "control"])
+def test_another_module_storing_the_submodule_keeps_the_drop(tmp_path: Path, capsys, store):
+    mae = _upstream("hiera_mae.py") + (FACTORY if store else FACTORY.replace("    model.patch_embed = KeepCornerPatchEmbed(model.patch_embed)\n", ""))
+    pkg = _package(tmp_path, {"hiera_mae.py": mae})
+    drop = _site(_reports(pkg, capsys), pkg, "hiera.py", "HR003", DROP)
+    assert drop["applied"] == (not store), drop
+    if store:
+        assert "`model.patch_embed = ...` may replace self.patch_embed" in drop["message"], drop
