@@ -3,10 +3,11 @@ file and the modules beside it, and whether a call given a tensor may write it.
 
 A count proven for a mask (how many units get_random_mask keeps in each row) holds
 only while nothing writes the mask.  ``passed_to_a_writer`` proves that of every call
-a function makes with the mask: torch's own functions, and the file's own methods,
-submodules and functions, followed into their bodies (in this file or a module beside
-it, `from .hiera_utils import do_masked_conv`); any other call given the mask, or
-anything that may hold it, is taken to write it.
+a function makes with the mask: torch's own functions, and the file's own submodules
+and functions, followed into their bodies (in this file or a module beside it, `from
+.hiera_utils import do_masked_conv`), and its methods only where the emitted code checks
+at run time that they are the ones read (``run_time_checked``); any other call given
+the mask, or anything that may hold it, is taken to write it.
 """
 
 from __future__ import annotations
@@ -1153,10 +1154,11 @@ def passed_to_a_writer(
     Proven not to write: torch's functions in torch, torch.nn.functional, linalg, fft,
     special and Tensor (no trailing ``_``; ``out=`` is a write; not those calling a
     function they are given: vmap, compile, cond -- torch.utils.checkpoint and the other
-    namespaces are not known), the listed builtins, and the file's own methods, submodules (`self.patch_embed = PatchEmbed(...)`,
-    assigned once in the module; its ``forward``) and module functions, followed into
-    their bodies, here or in a module beside the file.  A subclass in the user's code
-    that overrides one of them, or replaces a submodule, is not seen.  What may hold the
+    namespaces are not known), the listed builtins, and the file's own submodules (`self.patch_embed = PatchEmbed(...)`,
+    assigned once in the module; its ``forward``), module functions and the methods the
+    emitted code checks at run time (:func:`run_time_checked`), followed into their
+    bodies, here or in a module beside the file.  Any other method is not followed (a
+    subclass anywhere may override it); a submodule replaced by code not read is not seen.  What may hold the
     tensor: :func:`_holders`, those calls followed (`x = self.patch_embed(x, mask=mask)`
     holds it only if that forward may return it)."""
     holders = _holders(ctx, func, name, (cls, 0))

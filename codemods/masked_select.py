@@ -169,12 +169,17 @@ class MaskedSelect(Rewrite):
             # forward_loss), and its selection would only run as before.
             sites, roots = _mae_forward_calls(ctx, cls, owner, methods) if owner is not None else ([], set())
             reached = _reached(ctx, cls, methods, roots)
+            decoder = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward_decoder"), None)  # type: ignore[union-attr]
+            unfilled = (
+                " (forward_decoder fills no `x_dec[mask] = x.flatten()`: a fork's own fill, or HR004's of an earlier run,"
+                " which the count is not read from)" if decoder is not None and not _fills_units(ctx, decoder) else ""
+            )
             for name in [n for n in methods if n not in reached]:
                 method = methods.pop(name)
                 ctx.refuse(
                     lines_of[method.func][0],
                     f"no count reaches {name}: {cls.name.value}'s forward passes none (no `forward_decoder` then a call"
-                    " given its mask, e.g. `forward_loss`), nor does a method it reaches",
+                    f" given its mask, e.g. `forward_loss`), nor does a method it reaches{unfilled}",
                 )
             for method in methods.values():
                 lines = lines_of[method.func]
@@ -1104,19 +1109,15 @@ def _returns(ctx: PlanContext, func: cst.FunctionDef) -> List[cst.Return]:
 
 
 def _fills_units(ctx: PlanContext, decoder: cst.FunctionDef) -> bool:
-    """The decoder puts the kept units on the full grid: `x_dec[mask] = x.flatten()`,
-    or HR004's index_copy of `kept` (a file rewritten in two runs)."""
+    """The decoder puts the kept units on the full grid: `x_dec[mask] = x.flatten()`.
+    (HR004's `index_copy_` of a file rewritten in an earlier run is not read: the count
+    then stays back, and the loss's selections say why.)"""
     found = []
 
     class _Fill(cst.CSTVisitor):
         def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
             assign = single_assign(node)
-            if assign is None:
-                return
-            if isinstance(assign[0], cst.Subscript) and method_call(assign[1], "flatten"):
-                found.append(node)
-            copy = method_call(assign[1], "index_copy")
-            if copy and "true_rows" in code(assign[1]) or copy and "kept" in code(copy[1]):
+            if assign is not None and isinstance(assign[0], cst.Subscript) and method_call(assign[1], "flatten"):
                 found.append(node)
 
     ctx.visit(_Fill(), decoder.body)

@@ -97,10 +97,12 @@ class EncoderTokenDrop(Rewrite):
       A formula reading anything else (an attribute, the batch) is refused.
     - nothing the encoder forward runs before the drop writes the mask: calls given
       it (or a view of it, or what may hold it) are followed into the file's own
-      methods, submodule classes (`self.patch_embed = PatchEmbed(...)`: its forward)
-      and functions, here or in the module beside it (`do_masked_conv` in
+      submodule classes (`self.patch_embed = PatchEmbed(...)`: its forward) and
+      functions, here or in the module beside it (`do_masked_conv` in
       hiera_utils.py); torch's functions write nothing but in place; any other call
-      stops the proof.  A submodule built by code not in the files is out of contract.
+      stops the proof, a method on `self` included (a subclass anywhere may override
+      it: the emitted code checks only get_random_mask).  A submodule built by code
+      not in the files is out of contract.
     - the MAE's forward_encoder passes `random_mask_ratio=r` only for the mask it
       draws itself with `self.get_random_mask(x, r)` (a ratio read from a property is
       read once, before the call), when no statement between that call and
