@@ -203,12 +203,14 @@ def sole_def(cls: cst.ClassDef, bindings: List[cst.CSTNode]) -> Optional[cst.Fun
     return None
 
 
-def replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: str) -> Optional[str]:
-    """:func:`_replaced`, once for the file's plans."""
-    return ctx.fact(("replaced", id(ctx.module), id(module), id(cls), method), lambda: _replaced(ctx, module, cls, method), ctx.module, module, cls)
+def replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: str, static: bool = False) -> Optional[str]:
+    """:func:`_replaced`, once for the file's plans.  ``static``: a def whose one decorator is
+    `@staticmethod` is the function it shows (a caller that binds no `self`)."""
+    key = ("replaced", id(ctx.module), id(module), id(cls), method, static)
+    return ctx.fact(key, lambda: _replaced(ctx, module, cls, method, static), ctx.module, module, cls)
 
 
-def _replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: str) -> Optional[str]:
+def _replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: str, static: bool = False) -> Optional[str]:
     """Why ``cls.<method>`` may not run the def the file shows, else None: the class is
     decorated, the def is decorated, the class body binds the name again or otherwise
     (a second def, one under `if`/`try`, `m = wrap(m)`, an import, a tuple target), or the
@@ -229,7 +231,7 @@ def _replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: s
         other = next((b for b in bindings if not (isinstance(b, cst.FunctionDef) and b in cls.body.body)), bindings[-1])  # type: ignore[operator]
         return f"`{_first_line(other)}`{_at(ctx, module, other)} binds {where} again in the class body"
     defs = [b for b in bindings if isinstance(b, cst.FunctionDef)]
-    if defs and defs[-1].decorators:
+    if defs and defs[-1].decorators and not (static and [code(d.decorator) for d in defs[-1].decorators] == ["staticmethod"]):
         return f"{where} is decorated (`@{code(defs[-1].decorators[0].decorator)}`): the decorator may change what it gets or returns"
     for node in walk(module):
         stored = node.target if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.Del)) else None
@@ -1152,7 +1154,7 @@ def passed_to_a_writer(
     method of, for `self.<method>(...)` and `self.<submodule>(...)` calls.
 
     Proven not to write: torch's functions in torch, torch.nn.functional, linalg, fft,
-    special and Tensor (no trailing ``_``; ``out=`` is a write; not those calling a
+    special and Tensor, and Python's math (no trailing ``_``; ``out=`` is a write; not those calling a
     function they are given: vmap, compile, cond -- torch.utils.checkpoint and the other
     namespaces are not known), the listed builtins, and the file's own submodules (`self.patch_embed = PatchEmbed(...)`,
     assigned once in the module; its ``forward``), module functions and the methods the
@@ -1232,7 +1234,7 @@ _PURE_BUILTINS = frozenset({
 # utils.checkpoint, torch.func, torch.autograd, torch.distributed's in-place collectives...)
 # are not taken to write nothing either
 _CALLING_TORCH_FUNCTIONS = frozenset({"compile", "cond", "vmap", "while_loop", "_disable_dynamo", "_overload", "classproperty"})
-_PURE_TORCH_NAMESPACES = frozenset({"torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special", "torch.Tensor"})
+_PURE_TORCH_NAMESPACES = frozenset({"torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special", "torch.Tensor", "math"})
 
 
 def _pure_function(qualified: str) -> bool:
@@ -1408,9 +1410,9 @@ def self_call_unproven(ctx: PlanContext, cls: cst.ClassDef, attr: str) -> Option
                 # a submodule: another module of the receivers storing that attribute on
                 # an instance (`model.patch_embed = Wrapper(model.patch_embed)` in a
                 # factory of hiera_mae.py: hunt 21b F2); this module's stores are the
-                # values `_submodules` follows
-                owners = _kin(cls.name.value, modules)
-                patch = next((p for m in modules if m is not ctx.module and (p := _patches(m, cls.name.value, attr, owners))), None)
+                # values `_submodules` follows, a subclass's `self.<attr> = ...`
+                # overridden_below's (a class of the same name elsewhere is not it)
+                patch = next((p for m in modules if m is not ctx.module and (p := _patches(m, cls.name.value, attr, set()))), None)
                 if patch is not None:
                     why = f"`{patch}` may replace self.{attr}"
                 elif any(registers_hooks(m) for m in kin):

@@ -478,7 +478,7 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
             )
             unproven = (
                 again or _decoded_mask(ctx, decoder) or _fills_the_latent(ctx, cls, decoder)
-                or _after_the_fill(ctx, cls, decoder) or _unit_mask_kept(ctx, cls, func, unit_mask.value)  # type: ignore[attr-defined]
+                or _after_the_fill(ctx, cls, decoder, checked := []) or _unit_mask_kept(ctx, cls, func, unit_mask.value)  # type: ignore[attr-defined]
             )
             if changed or unproven:
                 ctx.refuse(call[1], f"{changed or unproven}: the masked count is not passed")
@@ -518,7 +518,7 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                 count = f"{PER_UNIT} * ({unit_mask.value}.numel() - math.prod({latent.value}.shape[:2]))"  # type: ignore[attr-defined]
                 called = [m for m in dict.fromkeys(_callee(c) for c in calls) if m]
                 new = _own_or_upstream(
-                    ctx, owner, after.line, ["forward_decoder", *called],  # type: ignore[arg-type]
+                    ctx, owner, after.line, list(dict.fromkeys(["forward_decoder", *checked, *called])),  # type: ignore[arg-type]
                     {c: with_argument(c, f"{COUNT}={COUNT}") for c in calls},
                     "an override gets upstream's call",
                     before=[f"# forward_decoder filled {latent.value}'s units: the rest are masked (static shapes)",  # type: ignore[attr-defined]
@@ -762,7 +762,11 @@ def _count_calls(ctx: PlanContext, line: cst.SimpleStatementLine, methods: Dict[
     return found
 
 
-def _after_the_fill(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.FunctionDef) -> Optional[str]:
+# nn.Module methods that convert a module's tensors in place, named like tensor methods
+_MODULE_CONVERTERS = frozenset({"to", "float", "double", "half", "bfloat16", "cuda", "cpu", "type", "requires_grad_", "share_memory_"})
+
+
+def _after_the_fill(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.FunctionDef, checked: List[str]) -> Optional[str]:
     """None when what ``decoder`` runs after its fill (`x_dec[mask] = x.flatten()`, a
     statement of its body, not under an `if`) can write no tensor but its own locals:
     the unit mask may be held elsewhere (a caller's `self.vis_mask = mask`, a global, a
@@ -771,8 +775,9 @@ def _after_the_fill(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.FunctionDe
     calls of torch's computing functions, the listed builtins, tensor methods making a
     new tensor or a view on what is not `self`'s, a submodule (`self.decoder_norm(x)`, a
     `for blk in self.decoder_blocks:` block) and module functions of the files made of the
-    same (`undo_windowing`).  A method of the class is not followed (an override anywhere
-    may run), nor anything else."""
+    same (`undo_windowing`), and methods of the class made of the same, which the emitted
+    code then checks at run time to be the ones read (their names go to ``checked``:
+    an override anywhere may run otherwise); nothing else."""
     body = list(decoder.body.body)  # type: ignore[union-attr]
     fills = [
         i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and (a := single_assign(s)) is not None
@@ -780,20 +785,61 @@ def _after_the_fill(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.FunctionDe
     ]
     if len(fills) != 1:
         return f"{decoder.name.value}'s fill `x_dec[mask] = x.flatten()` is not one statement of its body"
+    loops = [s for s in walk(decoder.body) if isinstance(s, cst.For) and isinstance(s.target, cst.Name)]
     blocks = {
-        s.target.value for s in walk(decoder.body) if isinstance(s, cst.For) and isinstance(s.target, cst.Name)
-        and isinstance(s.iter, cst.Attribute) and is_name(s.iter.value, "self")
+        s.target.value for s in loops if isinstance(s.iter, cst.Attribute) and is_name(s.iter.value, "self")  # type: ignore[attr-defined]
         and method_of(ctx, ctx.module, cls, s.iter.attr.value) is None
     }
+    # a name bound otherwise too (`blk = self._flip`) is not only a block
+    loop_targets = {id(s.target) for s in loops}
+    blocks -= {
+        n.value for n in walk(decoder.body) if isinstance(n, cst.Name) and id(n) not in loop_targets
+        and isinstance(ctx.parent(n), (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.AsName, cst.CompFor, cst.For))
+        and getattr(ctx.parent(n), "target", getattr(ctx.parent(n), "name", None)) is n
+    }
     for stmt in body[fills[0] + 1:]:
-        why = _writes_no_tensor(ctx, cls, stmt, blocks, 0)
+        why = _writes_no_tensor(ctx, cls, stmt, blocks, 0, checked)
         if why is not None:
             return f"{why}, after {decoder.name.value}'s fill: the unit mask may be held there"
     return None
 
 
-def _writes_no_tensor(ctx: PlanContext, cls: Optional[cst.ClassDef], node: cst.CSTNode, blocks: Set[str], depth: int) -> Optional[str]:
-    """Why ``node`` may write a tensor that is not a local it binds (see ``_after_the_fill``)."""
+_FRESH_FACTORIES = frozenset({
+    "zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn", "zeros_like", "ones_like", "empty_like", "full_like",
+})
+
+
+def _fresh_locals(ctx: PlanContext, func: cst.FunctionDef) -> Set[str]:
+    """The names ``func`` binds only to a new tensor of torch's factories (`pe =
+    torch.zeros(1, T, dim)`), never otherwise: writes into them write nothing else."""
+    fresh: Dict[str, bool] = {}
+    for n in walk(func.body):
+        if not isinstance(n, cst.Name):
+            continue
+        parent = ctx.parent(n)
+        if not isinstance(parent, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.AsName, cst.CompFor, cst.For)):
+            continue
+        if getattr(parent, "target", getattr(parent, "name", None)) is not n:
+            continue
+        statement = ctx.parent(parent) if isinstance(parent, cst.AssignTarget) else None
+        value = statement.value if isinstance(statement, cst.Assign) and len(statement.targets) == 1 else None
+        made = (
+            isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and is_name(value.func.value, "torch")
+            and value.func.attr.value in _FRESH_FACTORIES and imports_module(ctx.module, "torch")
+            and not any(a.keyword is not None and a.keyword.value == "out" for a in value.args)
+        )
+        fresh[n.value] = fresh.get(n.value, True) and made
+    params = {p.name.value for p in (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)}
+    return {name for name, ok in fresh.items() if ok and name not in params}
+
+
+def _writes_no_tensor(
+    ctx: PlanContext, cls: Optional[cst.ClassDef], node: cst.CSTNode, blocks: Set[str], depth: int, checked: List[str],
+    fresh: Set[str] = frozenset(),  # type: ignore[assignment]
+) -> Optional[str]:
+    """Why ``node`` may write a tensor that is not a local it binds (see ``_after_the_fill``);
+    the methods of ``cls`` it runs, proven the same way, are added to ``checked``.  Writes
+    into ``fresh`` (:func:`_fresh_locals`) are writes into new tensors."""
     def at(n: cst.CSTNode) -> str:
         return f"`{code(n).strip().splitlines()[0]}`"
 
@@ -802,7 +848,10 @@ def _writes_no_tensor(ctx: PlanContext, cls: Optional[cst.ClassDef], node: cst.C
             return f"{at(n)} may write what it does not bind"
         if isinstance(n, (cst.Assign, cst.AnnAssign)):
             targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
-            if not all(isinstance(t, cst.Name) for t in (x for t in targets for x in flatten_targets(t))):
+            if not all(
+                isinstance(t, cst.Name) or isinstance(t, cst.Subscript) and is_name(t.value) and t.value.value in fresh  # type: ignore[attr-defined]
+                for t in (x for t in targets for x in flatten_targets(t))
+            ):
                 return f"{at(n)} may write what it does not bind"
         if isinstance(n, (cst.For, cst.CompFor)) and not all(isinstance(t, cst.Name) for t in flatten_targets(n.target)):
             return f"{at(n)} may write what it does not bind"
@@ -821,8 +870,10 @@ def _writes_no_tensor(ctx: PlanContext, cls: Optional[cst.ClassDef], node: cst.C
             and not bound_locally(ctx, n, func.value) and not any(a.keyword is not None and a.keyword.value == "key" for a in n.args)
         ):
             continue
-        if isinstance(func, cst.Attribute) and func.attr.value in _READING_METHODS and root_name(func.value) != "self":
-            continue
+        if isinstance(func, cst.Attribute) and func.attr.value in _READING_METHODS and (
+            root_name(func.value) != "self" or func.attr.value not in _MODULE_CONVERTERS
+        ):
+            continue  # (`self.decoder_pos_embed.repeat(...)`: a parameter's new tensor)
         if isinstance(func, cst.Name) and func.value in blocks:
             continue  # a block of `for blk in self.decoder_blocks:`
         if (
@@ -834,7 +885,22 @@ def _writes_no_tensor(ctx: PlanContext, cls: Optional[cst.ClassDef], node: cst.C
             found = function_of(ctx, ctx.module, func.value)
             if found is not None and not found[1].decorators:
                 inner = ctx.context_of(found[0])
-                if all(_writes_no_tensor(inner, None, s, set(), depth + 1) is None for s in found[1].body.body):  # type: ignore[union-attr]
+                made = _fresh_locals(inner, found[1])
+                if all(_writes_no_tensor(inner, None, s, set(), depth + 1, checked, made) is None for s in found[1].body.body):  # type: ignore[union-attr]
+                    continue
+        if isinstance(func, cst.Attribute) and is_name(func.value, "self") and cls is not None and depth < 3:
+            # a method (`self._get_sinusoidal_embed(...)`): the one read, checked at run time
+            name = func.attr.value
+            found_m = method_of(ctx, ctx.module, cls, name)
+            plain = found_m is not None and all(is_name(d.decorator, "staticmethod") for d in found_m[2].decorators)
+            if (
+                plain and (found_m[1] is cls or replaced(ctx, ctx.module, cls, name) is None)  # type: ignore[index]
+                and replaced(ctx.context_of(found_m[0]), found_m[0], found_m[1], name, static=True) is None  # type: ignore[index]
+            ):
+                inner = ctx.context_of(found_m[0])
+                made = _fresh_locals(inner, found_m[2])
+                if all(_writes_no_tensor(inner, found_m[1], s, set(), depth + 1, checked, made) is None for s in found_m[2].body.body):  # type: ignore[union-attr]
+                    checked.append(name)
                     continue
         return f"{at(n)} may write a tensor it is not given"
     return None

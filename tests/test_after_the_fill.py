@@ -85,6 +85,13 @@ AFTER_THE_FILL = {
         _mae((DECODER, STEP + DECODER), (FILL, FILL + "        held = self.vis_mask\n        held[:, 0] = False\n")),
         "`held[:, 0] = False` may write what it does not bind",
     ),
+    "a block's name bound to a method": (
+        _mae(
+            (DECODER, STEP + "    def _flip_vis(self):\n        self.vis_mask.logical_not_()\n\n" + DECODER),
+            (FILL, FILL + "        blk = self._flip_vis\n        blk()\n"),
+        ),
+        "`blk()` may write a tensor it is not given",
+    ),
     "the fill under an if": (
         _mae((FILL, "        if x.numel():\n    " + FILL)),
         "is not one statement of its body",
@@ -186,3 +193,32 @@ def test_after_a_run_of_hr004_alone_the_loss_says_why_no_count_reaches_it(tmp_pa
     assert FILL not in (pkg / "hiera_mae.py").read_text()
     count = _loss_count(_reports(pkg, capsys), pkg)
     assert count is not None and "forward_decoder fills no `x_dec[mask] = x.flatten()`" in count, count
+
+
+SINUSOID = '''    @staticmethod
+    def _sinusoid(T: int, dim: int) -> torch.Tensor:
+        pe = torch.zeros(1, T, dim)
+        pe[0, :, 0::2] = torch.sin(torch.arange(T).unsqueeze(1) * math.exp(-1.0))
+        return pe
+
+'''
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["new tensor", "a name bound twice"])
+def test_a_method_run_after_the_fill_that_writes_only_new_tensors_is_checked_at_run_time(tmp_path: Path, capsys, fresh):
+    """A fork's own method after the fill (BehaveMAE_Arena's `_get_sinusoidal_embed`): read,
+    then named in the emitted check, so that an override anywhere gets the original call.
+    Its write into `pe` is a write into a new tensor only where nothing else binds `pe`."""
+    method = SINUSOID if fresh else SINUSOID.replace("        return pe\n", "        pe = pe.flatten()\n        return pe\n")
+    mae = _mae((DECODER, method + DECODER), (FILL, FILL + "        x_dec = x_dec + self._sinusoid(1, x_dec.shape[-1]).sum()\n"))
+    pkg = _package(tmp_path, {"hiera_mae.py": mae})
+    count = _loss_count(_reports(pkg, capsys), pkg)
+    if not fresh:
+        assert count is not None and "`pe[0, :, 0::2] = torch.sin" not in count and "self._sinusoid(" in count, count
+        return
+    assert count is None, count
+    from hiera_rewrite import cli
+
+    cli.main(["-q", str(pkg / "hiera_mae.py")])
+    checked = " ".join((pkg / "hiera_mae.py").read_text().split())
+    assert 'not_overridden( self, __class__, "forward_decoder", "_sinusoid", "forward_loss" )' in checked, checked
