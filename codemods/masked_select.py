@@ -169,17 +169,12 @@ class MaskedSelect(Rewrite):
             # forward_loss), and its selection would only run as before.
             sites, roots = _mae_forward_calls(ctx, cls, owner, methods) if owner is not None else ([], set())
             reached = _reached(ctx, cls, methods, roots)
-            decoder = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward_decoder"), None)  # type: ignore[union-attr]
-            unfilled = (
-                " (forward_decoder fills no `x_dec[mask] = x.flatten()`: a fork's own fill, or HR004's of an earlier run,"
-                " which the count is not read from)" if decoder is not None and not _fills_units(ctx, decoder) else ""
-            )
             for name in [n for n in methods if n not in reached]:
                 method = methods.pop(name)
                 ctx.refuse(
                     lines_of[method.func][0],
                     f"no count reaches {name}: {cls.name.value}'s forward passes none (no `forward_decoder` then a call"
-                    f" given its mask, e.g. `forward_loss`), nor does a method it reaches{unfilled}",
+                    " given its mask, e.g. `forward_loss`), nor does a method it reaches",
                 )
             for method in methods.values():
                 lines = lines_of[method.func]
