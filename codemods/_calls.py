@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import METADATA_ATTRIBUTES, METADATA_METHODS, bound_parameter, enclosing_line, in_place_write, statement_names, subtree
+from hiera_rewrite.flow import METADATA_ATTRIBUTES, METADATA_METHODS, bound_parameter, enclosing_line, in_place_write, root_name, statement_names, subtree
 from hiera_rewrite.index import Pos
 from hiera_rewrite.rewrite import PlanContext
 
@@ -1259,22 +1259,33 @@ def torch_or_builtin(ctx: PlanContext, call: cst.Call) -> bool:
 
 
 # (class, method) pairs whose `self.<method>(...)` calls the emitted code checks at run
-# time to run the class's own method (``run_time_checked``)
+# time to run the class's own method (``run_time_checked``); of the calls in the function
+# being proven (_WITHIN), only those the emitted check guards (_GUARDED)
 _CHECKED: Set[Tuple[int, str]] = set()
+_WITHIN: Set[int] = set()
+_GUARDED: Set[int] = set()
 
 
 @contextlib.contextmanager
-def run_time_checked(cls: cst.ClassDef, names: Iterable[str]) -> Iterator[None]:
+def run_time_checked(cls: cst.ClassDef, names: Iterable[str], func: cst.FunctionDef, guarded: Iterable[cst.Call]) -> Iterator[None]:
     """While proving inside this block, `self.<name>(...)` in a method of ``cls`` runs
     ``cls``'s own method for each of ``names``: the emitted code checks that at run time
-    (`not_overridden(self, __class__, ...)`), and takes the count only then.  Any other
-    self method is not followed (:func:`_callees`)."""
+    (`not_overridden(self, __class__, ...)`) before the calls ``guarded`` of ``func``, and
+    takes the count only then.  Another call of ``func`` (`m(x, mask if c else m2)`, which
+    the check does not guard, hunt 22b F6) and any other self method are not followed
+    (:func:`_callees`)."""
     added = {(id(cls), n) for n in names} - _CHECKED
+    within = {id(n) for n in walk(func.body) if isinstance(n, cst.Call)} - _WITHIN
+    marked = {id(c) for c in guarded} - _GUARDED
     _CHECKED.update(added)
+    _WITHIN.update(within)
+    _GUARDED.update(marked)
     try:
         yield
     finally:
         _CHECKED.difference_update(added)
+        _WITHIN.difference_update(within)
+        _GUARDED.difference_update(marked)
 
 
 def _unchecked_method(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call) -> bool:
@@ -1284,7 +1295,7 @@ def _unchecked_method(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.C
     func = call.func
     return (
         cls is not None and isinstance(func, cst.Attribute) and is_name(func.value, "self")
-        and (id(cls), func.attr.value) not in _CHECKED
+        and ((id(cls), func.attr.value) not in _CHECKED or id(call) in _WITHIN and id(call) not in _GUARDED)
         and method_of(ctx, ctx.module, cls, func.attr.value) is not None
     )
 
@@ -1319,6 +1330,8 @@ def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
             forward = method_of(ctx, made[0], made[1], "forward")
             if forward is None or forward[2].decorators or not forward[2].params.params:
                 return None
+            if method_of(ctx, made[0], made[1], "__call__") is not None or registers_hooks(made[0]) or registers_hooks(forward[0]):
+                return None  # its own `__call__`, or a hook its module registers (hunt 22b F3, F4)
             targets.append((ctx.context_of(forward[0]), forward[1], forward[2], True))
         return targets
     if isinstance(func, cst.Name):
@@ -1412,7 +1425,12 @@ def self_call_unproven(ctx: PlanContext, cls: cst.ClassDef, attr: str) -> Option
                 # factory of hiera_mae.py: hunt 21b F2); this module's stores are the
                 # values `_submodules` follows, a subclass's `self.<attr> = ...`
                 # overridden_below's (a class of the same name elsewhere is not it)
-                patch = next((p for m in modules if m is not ctx.module and (p := _patches(m, cls.name.value, attr, set()))), None)
+                # a base's or mixin's `self.<attr> = ...` counts (hunt 22b F2)
+                owners = _kin(cls.name.value, modules) - {cls.name.value}
+                patch = next((
+                    p for m in modules if m is not ctx.module
+                    and (p := _patches(m, cls.name.value, attr, owners) or sets_submodule_by_name(m, attr))
+                ), None)
                 if patch is not None:
                     why = f"`{patch}` may replace self.{attr}"
                 elif any(registers_hooks(m) for m in kin):
@@ -1509,10 +1527,36 @@ def _bound_locally(ctx: PlanContext, call: cst.Call, name: str) -> bool:
     return False
 
 
+def sets_submodule_by_name(module: cst.Module, attr: str) -> Optional[str]:
+    """The first statement of ``module`` that may set the submodule ``attr`` by name:
+    `add_module`/`register_module`/`__setattr__`/`setattr` given that name or one not
+    literal, or a store into a `_modules` mapping (hunt 22b F1, F5)."""
+    for node in walk(module):
+        if isinstance(node, cst.Call):
+            func = node.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+            if name in ("add_module", "register_module", "__setattr__", "setattr"):
+                literals = [a.value.evaluated_value for a in node.args if isinstance(a.value, cst.SimpleString)]
+                # a computed name counts on `self` only (on another object it is out of
+                # contract, as for methods: README)
+                target = node.args[0].value if name == "setattr" and node.args else func.value if isinstance(func, cst.Attribute) else None
+                on_self = target is not None and (root_name(target) == "self" or isinstance(target, cst.Call) and is_name(target.func, "super"))
+                if attr in literals or not literals and on_self:
+                    return code(node).splitlines()[0]
+        if isinstance(node, (cst.AssignTarget, cst.AugAssign)) or isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ("update", "setdefault", "__setitem__"):
+            target = node.target if not isinstance(node, cst.Call) else node.func.value  # type: ignore[union-attr]
+            if any(isinstance(n, cst.Attribute) and n.attr.value == "_modules" for n in walk(target)):
+                return code(node).splitlines()[0]
+    return None
+
+
 def _submodules(ctx: PlanContext, attr: str) -> List[cst.BaseExpression]:
     """The values this module assigns to ``<obj>.<attr>`` (`self.patch_embed = C(...)`);
-    [] when it assigns none or sets it otherwise too (`setattr`, a tuple target)."""
+    [] when it assigns none or sets it otherwise too (`setattr`, `add_module`, a
+    `_modules` store, a tuple target)."""
     assigned: List[cst.BaseExpression] = []
+    if sets_submodule_by_name(ctx.module, attr) is not None:
+        return []
     for node in walk(ctx.module):
         if isinstance(node, cst.Call) and is_name(node.func, "setattr"):
             return []

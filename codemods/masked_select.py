@@ -48,9 +48,13 @@ from ._calls import (
     function_of,
     method_of,
     passed_to_a_writer,
+    _built_classes,
     _submodules,
+    receiver_modules,
+    registers_hooks,
     replaced,
     run_time_checked,
+    self_call_unproven,
     torch_or_builtin,
     walk,
 )
@@ -285,8 +289,9 @@ def _gaining(ctx: PlanContext, func: cst.FunctionDef, lines: List[cst.SimpleStat
     # comprehension) and the calls given it (hunt 13 A)
     # the class's own methods given the mask before its count's use: `_method_site` calls
     # them with the count only while they are the ones read here (`not_overridden`)
-    checked = {m for _, reached in methods_given(ctx, cls, func, mask, set()) for m in reached}
-    with run_time_checked(cls, checked):
+    given = methods_given(ctx, cls, func, mask, set())
+    checked = {m for _, reached in given for m in reached}
+    with run_time_checked(cls, checked, func, [call for call, _ in given]):
         written = written or passed_to_a_writer(ctx, cls, func, mask) or stored_or_packed(ctx, func, mask)
     if written is not None:
         raise Refuse(f"{written}: how many tokens it selects in each row is not proven")
@@ -656,6 +661,8 @@ def _writes_between(
             func_ = node.func
             if isinstance(func_, cst.Attribute) and func_.attr.value in _READING_METHODS and root_name(func_.value) != "self":
                 return reads(func_.value)
+            if is_name(func_) and func_.value in ("getattr", "hasattr") and node.args and root_name(node.args[0].value) == "self":  # type: ignore[attr-defined]
+                return False  # may run a property (hunt 22a F8)
             return torch_or_builtin(ctx, node) or builtin(node)
         return False
 
@@ -757,22 +764,48 @@ def _count_calls(ctx: PlanContext, line: cst.SimpleStatementLine, methods: Dict[
     return found
 
 
+_FRESH_FACTORIES = frozenset({
+    "zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn", "zeros_like", "ones_like", "empty_like", "full_like",
+})
 # nn.Module methods that convert a module's tensors in place, named like tensor methods
 _MODULE_CONVERTERS = frozenset({"to", "float", "double", "half", "bfloat16", "cuda", "cpu", "type", "requires_grad_", "share_memory_"})
+# tensor methods that make a new tensor (or a view, or a number) and write nothing, beyond
+# _READING_METHODS: what the decoder's blocks and attention use
+_COMPUTING_METHODS = frozenset({
+    "max", "min", "amax", "amin", "argmax", "argmin", "softmax", "log_softmax", "sigmoid", "exp", "log", "sqrt", "rsqrt", "abs",
+    "neg", "pow", "mul", "add", "sub", "div", "matmul", "clamp", "norm", "var", "std", "unbind", "chunk", "split", "narrow",
+    "select", "gather", "index_select", "masked_fill", "where", "roll", "flip", "t", "new_zeros", "new_ones", "new_full",
+    "new_empty", "new_tensor",
+})
+
+
+@dataclasses.dataclass(frozen=True)
+class _Owner:
+    """Whose methods `self.<m>(...)` runs where a body is read: the MAE (``guarded``: an
+    override anywhere may run, so a method read is named in the emitted check), or a
+    submodule's class, built there by its constructor (exactly that class)."""
+
+    ctx: PlanContext
+    cls: cst.ClassDef
+    guarded: bool
 
 
 def _after_the_fill(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.FunctionDef, checked: List[str]) -> Optional[str]:
     """None when what ``decoder`` runs after its fill (`x_dec[mask] = x.flatten()`, a
     statement of its body, not under an `if`) can write no tensor but its own locals:
     the unit mask may be held elsewhere (a caller's `self.vis_mask = mask`, a global, a
-    dict on `self`: hunt 21a), and the count read from shapes holds only while its True
-    entries stay those the fill used.  Proven: bindings of local names (no `global`), and
-    calls of torch's computing functions, the listed builtins, tensor methods making a
-    new tensor or a view on what is not `self`'s, a submodule (`self.decoder_norm(x)`, a
-    `for blk in self.decoder_blocks:` block) and module functions of the files made of the
-    same (`undo_windowing`), and methods of the class made of the same, which the emitted
-    code then checks at run time to be the ones read (their names go to ``checked``:
-    an override anywhere may run otherwise); nothing else."""
+    dict on `self`: hunts 21a, 22a), and the count read from shapes holds only while its
+    True entries stay those the fill used.  Proven (:func:`_writes_no_tensor`): bindings of
+    local names (no `global`), writes into locals bound only to torch's factories, torch's
+    and math's computing functions, the listed builtins (`getattr`/`hasattr` not on
+    `self`), tensor methods making a new tensor or a view (on `self`'s, not a Module
+    converter), no property read on `self`, module functions of the files made of the
+    same (`undo_windowing`), submodules built by a constructor call (`self.decoder_norm =
+    norm_layer(...)`, `nn.ModuleList([HieraBlock(...) ...])`) whose class, where the files
+    define it, has a forward made of the same and no `__call__`, and methods of the class
+    made of the same, which the emitted code then checks at run time to be the ones read
+    (their names go to ``checked``); while no module the files read registers a forward
+    hook.  Nothing else."""
     body = list(decoder.body.body)  # type: ignore[union-attr]
     fills = [
         i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and (a := single_assign(s)) is not None
@@ -780,64 +813,96 @@ def _after_the_fill(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.FunctionDe
     ]
     if len(fills) != 1:
         return f"{decoder.name.value}'s fill `x_dec[mask] = x.flatten()` is not one statement of its body"
-    loops = [s for s in walk(decoder.body) if isinstance(s, cst.For) and isinstance(s.target, cst.Name)]
-    blocks = {
-        s.target.value for s in loops if isinstance(s.iter, cst.Attribute) and is_name(s.iter.value, "self")  # type: ignore[attr-defined]
-        and method_of(ctx, ctx.module, cls, s.iter.attr.value) is None
-    }
-    # a name bound otherwise too (`blk = self._flip`) is not only a block
-    loop_targets = {id(s.target) for s in loops}
-    blocks -= {
-        n.value for n in walk(decoder.body) if isinstance(n, cst.Name) and id(n) not in loop_targets
-        and isinstance(ctx.parent(n), (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.AsName, cst.CompFor, cst.For))
-        and getattr(ctx.parent(n), "target", getattr(ctx.parent(n), "name", None)) is n
-    }
+    modules, _ = receiver_modules(ctx, cls)
+    if any(registers_hooks(m) for m in modules):
+        return (
+            f"a module the files read registers a forward hook or pre-hook, which may run after {decoder.name.value}'s fill:"
+            " the unit mask may be held there"
+        )
+    owner = _Owner(ctx, cls, True)
+    blocks = _blocks(owner, decoder)
+    fresh = _fresh_locals(ctx, decoder)
     for stmt in body[fills[0] + 1:]:
-        why = _writes_no_tensor(ctx, cls, stmt, blocks, 0, checked)
+        why = _writes_no_tensor(ctx, owner, stmt, blocks, 0, checked, fresh)
         if why is not None:
             return f"{why}, after {decoder.name.value}'s fill: the unit mask may be held there"
     return None
 
 
-_FRESH_FACTORIES = frozenset({
-    "zeros", "ones", "empty", "full", "arange", "linspace", "eye", "rand", "randn", "zeros_like", "ones_like", "empty_like", "full_like",
-})
+def _blocks(owner: _Owner, func: cst.FunctionDef) -> Dict[str, List[cst.BaseExpression]]:
+    """`for blk in self.<attr>:` loop names of ``func``, bound nowhere else, each with what
+    the submodule ``attr`` holds: the elements of `nn.ModuleList([...])` /
+    `nn.Sequential(...)` made by constructor calls ([[]] when not known)."""
+    ctx = owner.ctx
+    loops = [s for s in walk(func.body) if isinstance(s, cst.For) and isinstance(s.target, cst.Name)]
+    targets = {id(s.target) for s in loops}
+    other = {
+        n.value for n in walk(func.body) if isinstance(n, cst.Name) and id(n) not in targets
+        and isinstance(ctx.parent(n), (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.AsName, cst.CompFor, cst.For, cst.Element, cst.StarredElement))
+    }
+    found: Dict[str, List[cst.BaseExpression]] = {}
+    for loop in loops:
+        name = loop.target.value  # type: ignore[attr-defined]
+        it = loop.iter
+        if name in other or name in found or not (isinstance(it, cst.Attribute) and is_name(it.value, "self")):
+            continue
+        if method_of(ctx, owner.ctx.module, owner.cls, it.attr.value) is not None:
+            continue
+        elements: List[cst.BaseExpression] = []
+        values = _submodules(ctx, it.attr.value)
+        for value in values:
+            arg = value.args[0].value if isinstance(value, cst.Call) and len(value.args) >= 1 else None
+            if isinstance(value, cst.Call) and code(value.func).split(".")[-1] in ("ModuleList", "Sequential") and isinstance(arg, (cst.ListComp, cst.GeneratorExp)):
+                elements.append(arg.elt)
+            elif isinstance(value, cst.Call) and code(value.func).split(".")[-1] in ("ModuleList", "Sequential") and isinstance(arg, cst.List):
+                elements.extend(e.value for e in arg.elements)
+            else:
+                elements = []
+                break
+        if elements and all(isinstance(e, cst.Call) for e in elements):
+            found[name] = elements
+    return found
 
 
 def _fresh_locals(ctx: PlanContext, func: cst.FunctionDef) -> Set[str]:
-    """The names ``func`` binds only to a new tensor of torch's factories (`pe =
-    torch.zeros(1, T, dim)`), never otherwise: writes into them write nothing else."""
+    """The names ``func`` binds only by `name = torch.<factory>(...)` (`pe = torch.zeros(1,
+    T, dim)`), a new tensor: writes into them write nothing else.  Any other binding of the
+    name, or a use of it inside an assignment's target, a tuple or a list, makes it not."""
     fresh: Dict[str, bool] = {}
     for n in walk(func.body):
         if not isinstance(n, cst.Name):
             continue
         parent = ctx.parent(n)
-        if not isinstance(parent, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.AsName, cst.CompFor, cst.For)):
-            continue
-        if getattr(parent, "target", getattr(parent, "name", None)) is not n:
-            continue
         statement = ctx.parent(parent) if isinstance(parent, cst.AssignTarget) else None
-        value = statement.value if isinstance(statement, cst.Assign) and len(statement.targets) == 1 else None
-        made = (
-            isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and is_name(value.func.value, "torch")
-            and value.func.attr.value in _FRESH_FACTORIES and imports_module(ctx.module, "torch")
-            and not any(a.keyword is not None and a.keyword.value == "out" for a in value.args)
-        )
-        fresh[n.value] = fresh.get(n.value, True) and made
+        if isinstance(parent, cst.AssignTarget) and isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+            value = statement.value
+            fresh[n.value] = fresh.get(n.value, True) and (
+                isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and is_name(value.func.value, "torch")
+                and value.func.attr.value in _FRESH_FACTORIES and imports_module(ctx.module, "torch")
+                and not any(a.keyword is not None and a.keyword.value == "out" for a in value.args)
+            )
+        elif isinstance(parent, (
+            cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.AsName, cst.CompFor, cst.For, cst.Element,
+            cst.StarredElement, cst.Param, cst.Global, cst.Nonlocal, cst.MatchAs, cst.MatchStar, cst.ImportAlias, cst.ExceptHandler,
+        )):
+            fresh[n.value] = False
     params = {p.name.value for p in (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)}
     return {name for name, ok in fresh.items() if ok and name not in params}
 
 
 def _writes_no_tensor(
-    ctx: PlanContext, cls: Optional[cst.ClassDef], node: cst.CSTNode, blocks: Set[str], depth: int, checked: List[str],
-    fresh: Set[str] = frozenset(),  # type: ignore[assignment]
+    ctx: PlanContext, owner: Optional[_Owner], node: cst.CSTNode, blocks: Dict[str, List[cst.BaseExpression]], depth: int,
+    checked: List[str], fresh: Set[str],
 ) -> Optional[str]:
-    """Why ``node`` may write a tensor that is not a local it binds (see ``_after_the_fill``);
-    the methods of ``cls`` it runs, proven the same way, are added to ``checked``.  Writes
-    into ``fresh`` (:func:`_fresh_locals`) are writes into new tensors."""
+    """Why ``node`` (of ``ctx``'s module) may write a tensor that is not a local it binds
+    (see ``_after_the_fill``); ``owner``: whose methods `self` runs there; the guarded
+    owner's methods read are added to ``checked``; ``fresh``: :func:`_fresh_locals`."""
     def at(n: cst.CSTNode) -> str:
         return f"`{code(n).strip().splitlines()[0]}`"
 
+    if depth > 4:
+        return f"{at(node)} calls more than 4 deep"
+    callees = {id(n.func) for n in walk(node) if isinstance(n, cst.Call)}
     for n in walk(node):
         if isinstance(n, (cst.Global, cst.Nonlocal, cst.Del, cst.AugAssign, cst.Yield, cst.Await, cst.Lambda)):
             return f"{at(n)} may write what it does not bind"
@@ -850,54 +915,111 @@ def _writes_no_tensor(
                 return f"{at(n)} may write what it does not bind"
         if isinstance(n, (cst.For, cst.CompFor)) and not all(isinstance(t, cst.Name) for t in flatten_targets(n.target)):
             return f"{at(n)} may write what it does not bind"
-        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.With, cst.Try)):
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.With, cst.Try, cst.Match)):
             return f"{at(n)} is not read"
+        if (  # `self.vis_masked`: a property runs code (hunt 22a F4)
+            isinstance(n, cst.Attribute) and is_name(n.value, "self") and id(n) not in callees and owner is not None
+            and method_of(owner.ctx, owner.ctx.module, owner.cls, n.attr.value) is not None
+        ):
+            return f"{at(n)} reads a method or property of the class"
         if not isinstance(n, cst.Call):
             continue
         func = n.func
         if any(a.keyword is not None and a.keyword.value == "out" for a in n.args):
             return f"{at(n)} writes its `out=`"
+        builtin = isinstance(func, cst.Name) and func.value in _PURE_BUILTINS and not any(
+            a.keyword is not None and a.keyword.value == "key" for a in n.args
+        )
+        if builtin and func.value in ("getattr", "hasattr") and n.args and root_name(n.args[0].value) == "self":  # type: ignore[attr-defined]
+            return f"{at(n)} may run a property"
         if torch_or_builtin(ctx, n):
             continue
         if (  # a builtin itself (`len(shape)`: a module read far has no qualified names)
-            isinstance(func, cst.Name) and func.value in _PURE_BUILTINS
-            and not ctx.qualified_names(func) - {f"builtins.{func.value}"} and function_of(ctx, ctx.module, func.value) is None
-            and not bound_locally(ctx, n, func.value) and not any(a.keyword is not None and a.keyword.value == "key" for a in n.args)
+            builtin and not ctx.qualified_names(func) - {f"builtins.{func.value}"}  # type: ignore[attr-defined]
+            and function_of(ctx, ctx.module, func.value) is None and not bound_locally(ctx, n, func.value)  # type: ignore[attr-defined]
         ):
             continue
-        if isinstance(func, cst.Attribute) and func.attr.value in _READING_METHODS and (
-            root_name(func.value) != "self" or func.attr.value not in _MODULE_CONVERTERS
-        ):
-            continue  # (`self.decoder_pos_embed.repeat(...)`: a parameter's new tensor)
+        if isinstance(func, cst.Attribute) and not is_name(func.value, "self"):
+            name = func.attr.value
+            on_self = root_name(func.value) == "self"
+            if name in _READING_METHODS | _COMPUTING_METHODS and not (on_self and name in _MODULE_CONVERTERS):
+                continue  # (`self.decoder_pos_embed.repeat(...)`: a parameter's new tensor)
         if isinstance(func, cst.Name) and func.value in blocks:
-            continue  # a block of `for blk in self.decoder_blocks:`
-        if (
-            isinstance(func, cst.Attribute) and is_name(func.value, "self") and cls is not None
-            and method_of(ctx, ctx.module, cls, func.attr.value) is None and _submodules(ctx, func.attr.value)
-        ):
-            continue  # a submodule's forward (given what it may write: passed_to_a_writer's)
-        if isinstance(func, cst.Name) and depth < 3 and not bound_locally(ctx, n, func.value):
+            why = _modules_unproven(ctx, blocks[func.value], depth, checked)
+            if why is None:
+                continue
+            return why
+        if isinstance(func, cst.Name) and not bound_locally(ctx, n, func.value):
             found = function_of(ctx, ctx.module, func.value)
             if found is not None and not found[1].decorators:
                 inner = ctx.context_of(found[0])
                 made = _fresh_locals(inner, found[1])
-                if all(_writes_no_tensor(inner, None, s, set(), depth + 1, checked, made) is None for s in found[1].body.body):  # type: ignore[union-attr]
+                why = next((w for st in found[1].body.body if (w := _writes_no_tensor(inner, None, st, {}, depth + 1, checked, made))), None)  # type: ignore[union-attr]
+                if why is None:
                     continue
-        if isinstance(func, cst.Attribute) and is_name(func.value, "self") and cls is not None and depth < 3:
-            # a method (`self._get_sinusoidal_embed(...)`): the one read, checked at run time
-            name = func.attr.value
-            found_m = method_of(ctx, ctx.module, cls, name)
-            plain = found_m is not None and all(is_name(d.decorator, "staticmethod") for d in found_m[2].decorators)
-            if (
-                plain and (found_m[1] is cls or replaced(ctx, ctx.module, cls, name) is None)  # type: ignore[index]
-                and replaced(ctx.context_of(found_m[0]), found_m[0], found_m[1], name, static=True) is None  # type: ignore[index]
-            ):
-                inner = ctx.context_of(found_m[0])
-                made = _fresh_locals(inner, found_m[2])
-                if all(_writes_no_tensor(inner, found_m[1], s, set(), depth + 1, checked, made) is None for s in found_m[2].body.body):  # type: ignore[union-attr]
-                    checked.append(name)
-                    continue
+        if isinstance(func, cst.Attribute) and is_name(func.value, "self") and owner is not None:
+            why = _self_call_unproven(owner, n, depth, checked)
+            if why is None:
+                continue
+            return why
         return f"{at(n)} may write a tensor it is not given"
+    return None
+
+
+def _self_call_unproven(owner: _Owner, call: cst.Call, depth: int, checked: List[str]) -> Optional[str]:
+    """Why `self.<name>(...)` (``call``), where ``owner``'s methods run, may write a tensor
+    it is not given: a submodule (:func:`_modules_unproven`) or a method, read as
+    :func:`_writes_no_tensor` reads a body; None when neither."""
+    ctx, cls = owner.ctx, owner.cls
+    name = call.func.attr.value  # type: ignore[attr-defined]
+    where = f"`{code(call).strip().splitlines()[0]}`"
+    found = method_of(ctx, ctx.module, cls, name)
+    if found is None:
+        values = _submodules(ctx, name)
+        if not values or not all(isinstance(v, (cst.Call, cst.IfExp)) for v in values):
+            return f"{where} may write a tensor it is not given (`self.{name}` is not a module built here)"
+        if owner.guarded and self_call_unproven(ctx, cls, name) is not None:
+            return f"{where} may write a tensor it is not given ({self_call_unproven(ctx, cls, name)})"
+        return _modules_unproven(ctx, values, depth, checked)
+    module, method_cls, method = found
+    if not all(is_name(d.decorator, "staticmethod") for d in method.decorators):
+        return f"{where} may write a tensor it is not given (a decorated method)"
+    if owner.guarded and method_cls is not cls and replaced(ctx, ctx.module, cls, name) is not None:
+        return f"{where} may write a tensor it is not given ({replaced(ctx, ctx.module, cls, name)})"
+    if replaced(ctx.context_of(module), module, method_cls, name, static=True) is not None:
+        return f"{where} may write a tensor it is not given ({replaced(ctx.context_of(module), module, method_cls, name, static=True)})"
+    inner = ctx.context_of(module)
+    made = _fresh_locals(inner, method)
+    # the method's own self calls resolve on the same instance: ``owner``, not the class
+    # the def is in (hunts 22a F5, 22b F7: a base's helper calling a hook the MAE overrides)
+    why = next((w for st in method.body.body if (w := _writes_no_tensor(inner, owner, st, _blocks(owner, method) if module is ctx.module else {}, depth + 1, checked, made))), None)  # type: ignore[union-attr]
+    if why is not None:
+        return why
+    if owner.guarded:
+        checked.append(name)
+    return None
+
+
+def _modules_unproven(ctx: PlanContext, values: Sequence[cst.BaseExpression], depth: int, checked: List[str]) -> Optional[str]:
+    """Why a submodule built by ``values`` (of ``ctx``'s module) may write a tensor it is not
+    given when called: a class of the files with its own `__call__`, a module of its
+    class registering a hook, or a forward not made as :func:`_writes_no_tensor` reads.
+    One built by code the files do not hold (`nn.Linear`, a `norm_layer` parameter) is
+    out of contract (README)."""
+    classes = _built_classes(ctx, ctx.module, values, 0)
+    for made_module, made in classes or ():
+        where = f"{made.name.value}'s forward"
+        forward = method_of(ctx, made_module, made, "forward")
+        if forward is None or forward[2].decorators or method_of(ctx, made_module, made, "__call__") is not None:
+            return f"{where} is not read"
+        if registers_hooks(made_module) or registers_hooks(forward[0]):
+            return f"{where}: its module registers a forward hook"
+        inner = ctx.context_of(forward[0])
+        owner = _Owner(ctx.context_of(made_module), made, False)
+        fresh = _fresh_locals(inner, forward[2])
+        why = next((w for st in forward[2].body.body if (w := _writes_no_tensor(inner, owner, st, _blocks(owner, forward[2]) if forward[0] is made_module else {}, depth + 1, checked, fresh))), None)  # type: ignore[union-attr]
+        if why is not None:
+            return f"{why} (in {where})"
     return None
 
 

@@ -16,6 +16,14 @@
 - 21b F2: a factory in hiera_mae.py swapping `model.patch_embed` for a stem writing the
   mask: another module's store of the submodule's attribute stops the proof.
 
+Hunt 22 (a white-box audit of the above): forward_decoder's proof accepted a submodule
+without reading its forward (a module keeping the mask), a bound method or a list of them
+stored on `self` as if modules, a property read, a base's helper resolving its own hook on
+the base instead of the MAE, a tuple binding of a "new" tensor, a hook a helper registers;
+the submodule follow missed `add_module`, a mixin's store, a class's own `__call__`; a label
+method called with `mask if c else m2` was followed though the emitted check guards only
+the calls given the mask itself.
+
 The controls keep the fast path."""
 
 from pathlib import Path
@@ -28,7 +36,7 @@ FILL = "        x_dec[mask] = x.flatten()\n"
 ENCODER = "        # Get multi-scale representations from encoder\n"
 MAE_HEAD = "class MaskedAutoencoderHiera(Hiera):\n"
 DECODER = "    def forward_decoder(\n"
-FLIP_IF_KEPT = '        if getattr(self, "vis_mask", None) is not None:\n            self.vis_mask.logical_not_()  # the callback draws 1 = masked\n'
+FLIP_IF_KEPT = "        if self.vis_mask is not None:\n            self.vis_mask.logical_not_()  # the callback draws 1 = masked\n"
 STEP = '''    def step_with_vis(self, x: torch.Tensor, mask_ratio: float = 0.6):
         mask = self.get_random_mask(x, mask_ratio)
         self.vis_mask = mask  # for the visualisation callback
@@ -71,7 +79,7 @@ AFTER_THE_FILL = {
             (FILL, FILL + "        self._flip_extras()\n"),
             (DECODER, '    def _flip_extras(self):\n        self.extras["mask"].logical_not_()\n\n' + DECODER),
         ),
-        "`self._flip_extras()` may write a tensor it is not given",
+        '`self.extras["mask"].logical_not_()` may write a tensor it is not given',  # read in _flip_extras
     ),
     "a subclass's forward_encoder keeping it": (
         _mae((FILL, FILL + FLIP_IF_KEPT)) + VIS_SUBCLASS,
@@ -90,7 +98,7 @@ AFTER_THE_FILL = {
             (DECODER, STEP + "    def _flip_vis(self):\n        self.vis_mask.logical_not_()\n\n" + DECODER),
             (FILL, FILL + "        blk = self._flip_vis\n        blk()\n"),
         ),
-        "`blk()` may write a tensor it is not given",
+        "`self._flip_vis` reads a method or property of the class",
     ),
     "the fill under an if": (
         _mae((FILL, "        if x.numel():\n    " + FILL)),
@@ -201,7 +209,7 @@ def test_a_method_run_after_the_fill_that_writes_only_new_tensors_is_checked_at_
     pkg = _package(tmp_path, {"hiera_mae.py": mae})
     count = _loss_count(_reports(pkg, capsys), pkg)
     if not fresh:
-        assert count is not None and "`pe[0, :, 0::2] = torch.sin" not in count and "self._sinusoid(" in count, count
+        assert count is not None and "`pe[0, :, 0::2] = torch.sin" in count, count  # pe is not only a new tensor
         return
     assert count is None, count
     from hiera_rewrite import cli
@@ -209,3 +217,149 @@ def test_a_method_run_after_the_fill_that_writes_only_new_tensors_is_checked_at_
     cli.main(["-q", str(pkg / "hiera_mae.py")])
     checked = " ".join((pkg / "hiera_mae.py").read_text().split())
     assert 'not_overridden( self, __class__, "forward_decoder", "_sinusoid", "forward_loss" )' in checked, checked
+
+
+
+MASK_VIS = """class MaskVis(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mask = None
+
+    def keep(self, mask):
+        self.mask = mask
+
+    def forward(self, x):
+        if self.mask is not None:
+            self.mask.logical_not_()
+        return x
+
+
+"""
+ENC_END = "        x = self.encoder_norm(x)\n\n        return x, mask\n"
+TAP = """    def on_feature(self, name: str, x: torch.Tensor) -> None:
+        return None
+
+    def tap(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        self.on_feature(name, x)
+        return x
+
+"""
+ON_FEATURE = """    def on_feature(self, name: str, x: torch.Tensor) -> None:
+        if self.vis_mask is not None:
+            self.vis_mask.logical_not_()
+
+"""
+CANVAS = """    def _vis_canvas(self, x: torch.Tensor) -> torch.Tensor:
+        canvas = torch.zeros(x.shape[0], 4, dtype=torch.bool)
+        if self.vis_state is not None:
+            canvas, _ = self.vis_state
+        canvas[:, 0] = ~canvas[:, 0]
+        return canvas
+
+"""
+HUNT_22 = {
+    "a submodule keeping the mask": (
+        {"hiera_mae.py": _mae(
+            (MAE_HEAD, MASK_VIS + MAE_HEAD),
+            ("        self.decoder_embed = nn.Linear(", "        self.vis = MaskVis()\n        self.decoder_embed = nn.Linear("),
+            (ENC_END, ENC_END.replace("\n\n", "\n        self.vis.keep(mask)\n\n")),
+            (FILL, FILL + "        x_dec = self.vis(x_dec)\n"),
+        )},
+        "`self.mask.logical_not_()` may write a tensor it is not given (in MaskVis's forward)",
+    ),
+    "a bound method stored as a module": (
+        {"hiera_mae.py": _mae(
+            ("        self.decoder_embed = nn.Linear(", "        self.post_fill = self._flip\n        self.decoder_embed = nn.Linear("),
+            (DECODER, STEP + "    def _flip(self, x):\n        self.vis_mask.logical_not_()\n        return x\n\n" + DECODER),
+            (FILL, FILL + "        x_dec = self.post_fill(x_dec)\n"),
+        )},
+        "`self.post_fill` is not a module built here",
+    ),
+    "a list of hooks looped like blocks": (
+        {"hiera_mae.py": _mae(
+            ("        self.decoder_embed = nn.Linear(", "        self.post_fill_hooks = [self._flip]\n        self.decoder_embed = nn.Linear("),
+            (DECODER, STEP + "    def _flip(self, x):\n        self.vis_mask.logical_not_()\n        return x\n\n" + DECODER),
+            (FILL, FILL + "        for hook in self.post_fill_hooks:\n            x_dec = hook(x_dec)\n"),
+        )},
+        "`hook(x_dec)` may write a tensor it is not given",
+    ),
+    "a property": (
+        {"hiera_mae.py": _mae(
+            (DECODER, STEP + "    @property\n    def vis_masked(self):\n        return self.vis_mask.logical_not_()\n\n" + DECODER),
+            (FILL, FILL + "        vis = self.vis_masked\n"),
+        )},
+        "`self.vis_masked` reads a method or property of the class",
+    ),
+    "a base's helper calling a hook the MAE overrides": (
+        {"hiera.py": _edit(_upstream("hiera.py"), (POS_EMBED, TAP + POS_EMBED)),
+         "hiera_mae.py": _mae((DECODER, STEP + ON_FEATURE + DECODER), (FILL, FILL + '        x_dec = self.tap("grid", x_dec)\n'))},
+        "`self.vis_mask.logical_not_()` may write a tensor it is not given",
+    ),
+    "a tuple binding of a new tensor": (
+        {"hiera_mae.py": _mae(
+            (DECODER, STEP.replace("self.vis_mask = mask", "self.vis_state = (mask, mask_ratio)") + CANVAS + DECODER),
+            (FILL, FILL + "        vis = self._vis_canvas(x_dec)\n"),
+        )},
+        "`canvas[:, 0] = ~canvas[:, 0]` may write what it does not bind",
+    ),
+    "a hook registered by a helper of hiera_utils": (
+        {"hiera_utils.py": _upstream("hiera_utils.py") + "\n\ndef attach(module, hook):\n    return module.register_forward_hook(hook)\n",
+         "hiera_mae.py": _mae(
+             ("from .hiera_utils import ", "from .hiera_utils import attach, "),
+             ("        self.initialize_weights()\n", "        self.initialize_weights()\n        attach(self.decoder_norm, lambda m, i, o: None)\n"),
+         )},
+        "registers a forward hook or pre-hook",
+    ),
+    "a property read by getattr between the decoder and the loss": (
+        {"hiera_mae.py": _mae(
+            (DECODER, STEP + "    @property\n    def vis_masked(self):\n        return self.vis_mask.logical_not_()\n\n" + DECODER),
+            ("        # Toggle mask, to generate labels for *masked* tokens\n",
+             '        vis = getattr(self, "vis_masked", None)\n        # Toggle mask, to generate labels for *masked* tokens\n'),
+        )},
+        'getattr(self, "vis_masked", None)',
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUNT_22))
+def test_what_forward_decoder_runs_after_its_fill_is_read_through(tmp_path: Path, capsys, case):
+    files, reason = HUNT_22[case]
+    pkg = _package(tmp_path, files)
+    count = _loss_count(_reports(pkg, capsys), pkg)
+    assert count is not None and reason in count, count
+
+
+STEM = """
+
+class KeepCornerPatchEmbed(PatchEmbed):
+    def __call__(self, x, mask=None):
+        if mask is not None:
+            mask[:, :, 0, 0] = True
+        return super().__call__(x, mask=mask)
+"""
+EMBED_STORE = "        self.patch_embed = PatchEmbed(\n"
+
+
+@pytest.mark.parametrize("how", ["add_module", "_modules", "own __call__"])
+def test_a_submodule_set_by_name_or_calling_itself_keeps_the_drop(tmp_path: Path, capsys, how):
+    hiera = _upstream("hiera.py")
+    if how == "add_module":
+        hiera = _edit(hiera, ("        # Setup roll and reroll modules\n", '        self.add_module("patch_embed", PatchEmbed(in_chans, embed_dim, patch_kernel, patch_stride, patch_padding))\n        # Setup roll and reroll modules\n'))
+    elif how == "_modules":
+        hiera = _edit(hiera, ("        # Setup roll and reroll modules\n", '        self._modules["patch_embed"] = PatchEmbed(in_chans, embed_dim, patch_kernel, patch_stride, patch_padding)\n        # Setup roll and reroll modules\n'))
+    else:
+        hiera = _edit(hiera, (EMBED_STORE, "        self.patch_embed = KeepCornerPatchEmbed(\n")) + STEM
+    pkg = _package(tmp_path, {"hiera.py": hiera})
+    drop = _site(_reports(pkg, capsys), pkg, "hiera.py", "HR003", DROP)
+    assert not drop["applied"] and "self.patch_embed(" in drop["message"], drop
+
+
+def test_a_label_call_given_another_mask_expression_is_not_followed(tmp_path: Path, capsys):
+    """Hunt 22b F6: `self.get_pixel_label_2d(x, mask if c else m)` runs before `pred[mask]`
+    but is not under the emitted check (which guards the calls given the mask itself)."""
+    label = "        if len(self.q_stride) == 2:\n            label = self.get_pixel_label_2d(x, mask)\n"
+    mae = _mae((label, "        vis_mask = mask if self.training else mask.clone()\n        raw = self.get_pixel_label_2d(x, vis_mask, norm=False)\n" + label))
+    pkg = _package(tmp_path, {"hiera_mae.py": mae})
+    line = next(i for i, t in enumerate(mae.splitlines(), 1) if t.strip() == "pred = pred[mask]")
+    (loss,) = [r for r in _reports(pkg, capsys)["hiera_mae.py"] if r["code"] == "HR005" and r["line"] == line]
+    assert not loss["applied"] and "self.get_pixel_label_2d(x, vis_mask, norm=False)" in loss["message"], loss
