@@ -1429,7 +1429,7 @@ def self_call_unproven(ctx: PlanContext, cls: cst.ClassDef, attr: str) -> Option
                 owners = _kin(cls.name.value, modules) - {cls.name.value}
                 patch = next((
                     p for m in modules if m is not ctx.module
-                    and (p := _patches(m, cls.name.value, attr, owners) or sets_submodule_by_name(m, attr))
+                    and (p := _patches(m, cls.name.value, attr, owners) or sets_submodule_by_name(m, attr, owners))
                 ), None)
                 if patch is not None:
                     why = f"`{patch}` may replace self.{attr}"
@@ -1527,10 +1527,16 @@ def _bound_locally(ctx: PlanContext, call: cst.Call, name: str) -> bool:
     return False
 
 
-def sets_submodule_by_name(module: cst.Module, attr: str) -> Optional[str]:
+def sets_submodule_by_name(module: cst.Module, attr: str, owners: Optional[Set[str]] = None) -> Optional[str]:
     """The first statement of ``module`` that may set the submodule ``attr`` by name:
     `add_module`/`register_module`/`__setattr__`/`setattr` given that name or one not
-    literal, or a store into a `_modules` mapping (hunt 22b F1, F5)."""
+    literal (on `self`: in a class of ``owners``, all when None), or a store into a
+    `_modules` mapping (hunt 22b F1, F5)."""
+    inside: Dict[int, str] = {}
+    if owners is not None:
+        for c in (n for n in walk(module) if isinstance(n, cst.ClassDef)):
+            for n in walk(c.body):
+                inside[id(n)] = c.name.value
     for node in walk(module):
         if isinstance(node, cst.Call):
             func = node.func
@@ -1541,7 +1547,8 @@ def sets_submodule_by_name(module: cst.Module, attr: str) -> Optional[str]:
                 # contract, as for methods: README)
                 target = node.args[0].value if name == "setattr" and node.args else func.value if isinstance(func, cst.Attribute) else None
                 on_self = target is not None and (root_name(target) == "self" or isinstance(target, cst.Call) and is_name(target.func, "super"))
-                if attr in literals or not literals and on_self:
+                mine = owners is None or inside.get(id(node), "") in owners or id(node) not in inside
+                if attr in literals or not literals and on_self and mine:
                     return code(node).splitlines()[0]
         if isinstance(node, (cst.AssignTarget, cst.AugAssign)) or isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ("update", "setdefault", "__setitem__"):
             target = node.target if not isinstance(node, cst.Call) else node.func.value  # type: ignore[union-attr]

@@ -28,7 +28,7 @@ nor is passed it.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import dataclasses
 
@@ -136,7 +136,8 @@ class MaskedSelect(Rewrite):
         gaining: Dict[cst.ClassDef, Dict[str, _Method]] = {}
         lines_of: Dict[cst.FunctionDef, List[cst.SimpleStatementLine]] = {}
         for func, lines in finder.by_function.items():
-            method = ctx.attempt(lines, lambda: _gaining(ctx, func, lines))
+            candidates = {f.name.value for f in finder.by_function}
+            method = ctx.attempt(lines, lambda: _gaining(ctx, func, lines, candidates))
             if method is None:
                 continue
             gaining.setdefault(_class_of(ctx, func), {})[func.name.value] = method  # type: ignore[arg-type]
@@ -195,6 +196,7 @@ class _Method:
 
     func: cst.FunctionDef
     mask: str
+    guarded: FrozenSet[int] = frozenset()  # the calls its proof took as guarded by the emitted check
 
     def mask_argument(self, call: cst.Call) -> Optional[cst.BaseExpression]:
         """The expression ``call`` (a ``self.<method>(...)`` call) binds to the mask."""
@@ -264,7 +266,7 @@ def _param_kind(func: cst.FunctionDef, name: str) -> Optional[str]:
     return None
 
 
-def _gaining(ctx: PlanContext, func: cst.FunctionDef, lines: List[cst.SimpleStatementLine]) -> "_Method":
+def _gaining(ctx: PlanContext, func: cst.FunctionDef, lines: List[cst.SimpleStatementLine], candidates: Set[str] = frozenset()) -> "_Method":  # type: ignore[assignment]
     """The method ``func`` as one that gains `num_masked` for its selections ``lines``."""
     masks = {code(line.body[0].value.slice[0].slice.value) for line in lines}  # type: ignore[attr-defined]
     owner = ctx.skipped_by(func)
@@ -289,13 +291,15 @@ def _gaining(ctx: PlanContext, func: cst.FunctionDef, lines: List[cst.SimpleStat
     # comprehension) and the calls given it (hunt 13 A)
     # the class's own methods given the mask before its count's use: `_method_site` calls
     # them with the count only while they are the ones read here (`not_overridden`)
-    given = methods_given(ctx, cls, func, mask, set())
+    # (``candidates``: the methods that may gain the count; `_method_site` checks that the
+    # calls taken as guarded here are the ones it guards, with the methods that do)
+    given = methods_given(ctx, cls, func, mask, set(candidates))
     checked = {m for _, reached in given for m in reached}
     with run_time_checked(cls, checked, func, [call for call, _ in given]):
         written = written or passed_to_a_writer(ctx, cls, func, mask) or stored_or_packed(ctx, func, mask)
     if written is not None:
         raise Refuse(f"{written}: how many tokens it selects in each row is not proven")
-    return _Method(func, mask)
+    return _Method(func, mask, frozenset(id(call) for call, _ in given))
 
 
 def _method_site(
@@ -313,7 +317,10 @@ def _method_site(
         source = code(value.value)  # type: ignore[attr-defined]
         edits[line] = ctx.statement(f"{target_code(line)} {MASKED_ROWS}({source}, {mask}, {COUNT})\n", like=line)
     helpers = [TRUE_ROWS, MASKED_ROWS]
-    for stmt, calls, names in _given_the_mask(ctx, cls, func, mask, methods):
+    given = _given_the_mask(ctx, cls, func, mask, methods)
+    if method.guarded - {id(c) for _, calls, _ in given for c in calls}:
+        raise Refuse(f"a call {func.name.value} gives {mask} runs unchecked after the count's last use here: not proven")
+    for stmt, calls, names in given:
         if owner is None:
             raise Refuse(f"the class name {cls.name.value} is bound again in the module: the own-method check needs it")
         # the count goes only with the mask itself: `m(x, ~mask)`, `m(x, mask.repeat(2, 1))`
@@ -577,6 +584,8 @@ _QUIET_CONTEXTS = frozenset({
     "torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast",
     "torch.no_grad", "torch.enable_grad", "torch.inference_mode", "torch.set_grad_enabled",
 })
+# torch's SDPA kernel selection (a fork's `with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):`)
+_KERNEL_CONTEXTS = frozenset({"torch.nn.attention.sdpa_kernel", "torch.backends.cuda.sdp_kernel"})
 # tensor methods that make a new tensor, a view or a value and write nothing
 _READING_METHODS = _ARITHMETIC_METHODS | FRESH_METHODS
 
@@ -903,6 +912,7 @@ def _writes_no_tensor(
     if depth > 4:
         return f"{at(node)} calls more than 4 deep"
     callees = {id(n.func) for n in walk(node) if isinstance(n, cst.Call)}
+    entered: Set[int] = set()  # the context managers of a `with` read
     for n in walk(node):
         if isinstance(n, (cst.Global, cst.Nonlocal, cst.Del, cst.AugAssign, cst.Yield, cst.Await, cst.Lambda)):
             return f"{at(n)} may write what it does not bind"
@@ -915,6 +925,13 @@ def _writes_no_tensor(
                 return f"{at(n)} may write what it does not bind"
         if isinstance(n, (cst.For, cst.CompFor)) and not all(isinstance(t, cst.Name) for t in flatten_targets(n.target)):
             return f"{at(n)} may write what it does not bind"
+        if isinstance(n, cst.With) and not n.asynchronous and all(
+            isinstance(i.item, cst.Call) and (i.asname is None or isinstance(i.asname.name, cst.Name))
+            and bool(ctx.qualified_names(i.item.func)) and ctx.qualified_names(i.item.func) <= _QUIET_CONTEXTS | _KERNEL_CONTEXTS
+            for i in n.items
+        ):
+            entered.update(id(i.item) for i in n.items)
+            continue  # torch's grad, autocast or SDPA-kernel mode (its arguments are read as calls)
         if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.With, cst.Try, cst.Match)):
             return f"{at(n)} is not read"
         if (  # `self.vis_masked`: a property runs code (hunt 22a F4)
@@ -922,7 +939,7 @@ def _writes_no_tensor(
             and method_of(owner.ctx, owner.ctx.module, owner.cls, n.attr.value) is not None
         ):
             return f"{at(n)} reads a method or property of the class"
-        if not isinstance(n, cst.Call):
+        if not isinstance(n, cst.Call) or id(n) in entered:
             continue
         func = n.func
         if any(a.keyword is not None and a.keyword.value == "out" for a in n.args):
@@ -975,7 +992,7 @@ def _self_call_unproven(owner: _Owner, call: cst.Call, depth: int, checked: List
     where = f"`{code(call).strip().splitlines()[0]}`"
     found = method_of(ctx, ctx.module, cls, name)
     if found is None:
-        values = _submodules(ctx, name)
+        values = [v for v in _submodules(ctx, name) if not is_name(v, "None")]  # (None: calling it raises)
         if not values or not all(isinstance(v, (cst.Call, cst.IfExp)) for v in values):
             return f"{where} may write a tensor it is not given (`self.{name}` is not a module built here)"
         if owner.guarded and self_call_unproven(ctx, cls, name) is not None:

@@ -57,7 +57,12 @@ def _layout(tmp_path: Path, mae_import: str, utils_at: str, decoy: bool = False,
     utils.write_text(text.replace(*UPSAMPLE) if upsample else text)
     if decoy:  # a plain upstream copy beside the file, which the file does not import
         shutil.copy(src / "hiera_utils.py", models / "hiera_utils.py")
-    shutil.copy(src / "hiera.py", models / "hiera.py")
+    # hiera.py imports its helpers (do_pool, which the MAE's count reads in the decoder's
+    # blocks) from the same module
+    module = mae_import.split(" import ")[0][len("from "):]
+    hiera = (src / "hiera.py").read_text()
+    assert hiera.count("from .hiera_utils import ") == 1
+    (models / "hiera.py").write_text(hiera.replace("from .hiera_utils import ", f"from {module} import "))
     mae = (src / "hiera_mae.py").read_text()
     old = "from .hiera_utils import pretrained_model, undo_windowing, conv_nd"
     assert old in mae
