@@ -995,17 +995,18 @@ def _self_call_unproven(owner: _Owner, call: cst.Call, depth: int, checked: List
         values = [v for v in _submodules(ctx, name) if not is_name(v, "None")]  # (None: calling it raises)
         if not values or not all(isinstance(v, (cst.Call, cst.IfExp)) for v in values):
             return f"{where} may write a tensor it is not given (`self.{name}` is not a module built here)"
-        if owner.guarded and self_call_unproven(ctx, cls, name) is not None:
-            return f"{where} may write a tensor it is not given ({self_call_unproven(ctx, cls, name)})"
+        if owner.guarded and (why := self_call_unproven(ctx, cls, name)) is not None:
+            return f"{where} may write a tensor it is not given ({why})"
         return _modules_unproven(ctx, values, depth, checked)
     module, method_cls, method = found
     if not all(is_name(d.decorator, "staticmethod") for d in method.decorators):
         return f"{where} may write a tensor it is not given (a decorated method)"
-    if owner.guarded and method_cls is not cls and replaced(ctx, ctx.module, cls, name) is not None:
-        return f"{where} may write a tensor it is not given ({replaced(ctx, ctx.module, cls, name)})"
-    if replaced(ctx.context_of(module), module, method_cls, name, static=True) is not None:
-        return f"{where} may write a tensor it is not given ({replaced(ctx.context_of(module), module, method_cls, name, static=True)})"
     inner = ctx.context_of(module)
+    why = (replaced(ctx, ctx.module, cls, name) if owner.guarded and method_cls is not cls else None) or replaced(
+        inner, module, method_cls, name, static=True
+    )
+    if why is not None:
+        return f"{where} may write a tensor it is not given ({why})"
     made = _fresh_locals(inner, method)
     # the method's own self calls resolve on the same instance: ``owner``, not the class
     # the def is in (hunts 22a F5, 22b F7: a base's helper calling a hook the MAE overrides)
