@@ -1332,6 +1332,12 @@ def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
                 return None
             if method_of(ctx, made[0], made[1], "__call__") is not None or registers_hooks(made[0]) or registers_hooks(forward[0]):
                 return None  # its own `__call__`, or a hook its module registers (hunt 22b F3, F4)
+            # a metaclass or `__getattr__`-like hook of the class or a base, a patch of its
+            # forward or its `__call__` (`PatchEmbed.__call__ = f`: hunt 22b, not built then)
+            if class_hooks(ctx.context_of(made[0]), made[0], made[1]) is not None \
+                    or replaced(ctx.context_of(forward[0]), forward[0], forward[1], "forward") is not None \
+                    or replaced(ctx.context_of(made[0]), made[0], made[1], "__call__") is not None:
+                return None
             targets.append((ctx.context_of(forward[0]), forward[1], forward[2], True))
         return targets
     if isinstance(func, cst.Name):

@@ -50,6 +50,7 @@ from ._calls import (
     passed_to_a_writer,
     _built_classes,
     _submodules,
+    _writes_a_namespace,
     receiver_modules,
     registers_hooks,
     replaced,
@@ -1397,7 +1398,10 @@ def _unrelated_classes(ctx: PlanContext, cls: cst.ClassDef) -> Set[int]:
 
 
 # calls that may set a submodule, or run code around one, unseen by `self.<name> = ...`
-_MODULE_CHANGERS = {"add_module", "register_module", "setattr", *FORWARD_HOOKS}
+_MODULE_CHANGERS = {"add_module", "register_module", "setattr", "__setattr__", *FORWARD_HOOKS}
+
+# attributes whose store on a module changes what calling it runs
+_CALL_ATTRIBUTES = ("forward", "__call__", "_call_impl")
 
 
 def _linear_attributes(ctx: PlanContext, cls: cst.ClassDef) -> Set[str]:
@@ -1411,6 +1415,11 @@ def _linear_attributes(ctx: PlanContext, cls: cst.ClassDef) -> Set[str]:
         ):
             return set()
         if isinstance(node, cst.Attribute) and node.attr.value == "_modules":
+            return set()
+        # `self.decoder_embed.forward = f`, `nn.Linear.forward = f`, `vars(m)["forward"] = f`
+        if _writes_a_namespace(node) or isinstance(node, (cst.AssignTarget, cst.AugAssign)) and any(
+            isinstance(t, cst.Attribute) and t.attr.value in _CALL_ATTRIBUTES for t in flatten_targets(node.target)
+        ):
             return set()
     made: Dict[str, List[bool]] = {}
     unrelated = _unrelated_classes(ctx, cls)

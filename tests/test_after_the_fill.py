@@ -363,3 +363,78 @@ def test_a_label_call_given_another_mask_expression_is_not_followed(tmp_path: Pa
     line = next(i for i, t in enumerate(mae.splitlines(), 1) if t.strip() == "pred = pred[mask]")
     (loss,) = [r for r in _reports(pkg, capsys)["hiera_mae.py"] if r["code"] == "HR005" and r["line"] == line]
     assert not loss["applied"] and "self.get_pixel_label_2d(x, vis_mask, norm=False)" in loss["message"], loss
+
+
+# Hunt 22b and 22a, read then and built now: a stem class's metaclass or attribute hook,
+# a patch of the stem's forward or `__call__` in the files; the decoder's Linear set by
+# `__setattr__` or its forward patched.  Each may run other code than the
+# forward the count's proof read (a stem writing the mask, an embedding pooling units).
+WRITER = '''
+
+def _keep_corner(self, x, mask=None):
+    if mask is not None:
+        mask[:, :, 0, 0] = True
+    return nn.Module.__call__(self, x, mask=mask)
+'''
+STEM_CHANGES = {
+    "metaclass": (
+        "\n\nclass StemRegistry(type):\n    pass\n\n\nclass RegisteredPatchEmbed(PatchEmbed, metaclass=StemRegistry):\n    pass\n",
+        "RegisteredPatchEmbed",
+    ),
+    "__getattribute__": (
+        "\n\nclass TracedPatchEmbed(PatchEmbed):\n    def __getattribute__(self, name):\n"
+        "        return super().__getattribute__(name)\n",
+        "TracedPatchEmbed",
+    ),
+    "__call__ patched": (WRITER + "\n\nPatchEmbed.__call__ = _keep_corner\n", "PatchEmbed"),
+    "forward patched": (WRITER.replace("nn.Module.__call__", "_forward") + "\n\n_forward = PatchEmbed.forward\nPatchEmbed.forward = _keep_corner\n", "PatchEmbed"),
+    "control": ("\n\nclass PlainPatchEmbed(PatchEmbed):\n    pass\n", "PlainPatchEmbed"),
+}
+
+
+@pytest.mark.parametrize("change", sorted(STEM_CHANGES))
+def test_a_stem_whose_call_may_run_other_code_keeps_the_drop(tmp_path: Path, capsys, change):
+    added, stem = STEM_CHANGES[change]
+    hiera = _edit(_upstream("hiera.py"), (EMBED_STORE, f"        self.patch_embed = {stem}(\n")) + added
+    pkg = _package(tmp_path, {"hiera.py": hiera})
+    drop = _site(_reports(pkg, capsys), pkg, "hiera.py", "HR003", DROP)
+    if change == "control":
+        assert drop["applied"], drop
+    else:
+        assert not drop["applied"] and "self.patch_embed(" in drop["message"], drop
+
+
+EMBED = "        self.decoder_embed = nn.Linear(encoder_dim_out, decoder_embed_dim)\n"
+EMBED_CHANGES = {
+    "super().__setattr__": (
+        EMBED,
+        EMBED + '        if pool_decoder_units:\n            super().__setattr__("decoder_embed", nn.Sequential(self.decoder_embed, UnitPool()))\n',
+    ),
+    "forward patched on the instance": (
+        EMBED,
+        EMBED + "        if pool_decoder_units:\n            self.decoder_embed.forward = UnitPool().forward\n",
+    ),
+    "Linear.forward patched": (
+        MAE_HEAD,
+        "def _traced_linear(layer, x):\n    return torch.nn.functional.linear(x, layer.weight, layer.bias).mean(dim=-2, keepdim=True)\n\n\n"
+        "nn.Linear.forward = _traced_linear\n\n\n" + MAE_HEAD,
+    ),
+    "control": (EMBED, EMBED + "        self.pool_decoder_units = pool_decoder_units\n"),
+}
+
+
+@pytest.mark.parametrize("change", sorted(EMBED_CHANGES))
+def test_a_decoder_embedding_that_may_run_other_code_keeps_the_loss_selection(tmp_path: Path, capsys, change):
+    pairs = [EMBED_CHANGES[change]]
+    if change != "Linear.forward patched":
+        pairs += [
+            ("        **kwdargs,\n    ):\n", "        pool_decoder_units: bool = False,\n        **kwdargs,\n    ):\n"),
+            (MAE_HEAD, "class UnitPool(nn.Module):\n    def forward(self, x):\n        return x.mean(dim=-2, keepdim=True).expand_as(x)\n\n\n" + MAE_HEAD),
+        ]
+    mae = _mae(*pairs)
+    pkg = _package(tmp_path, {"hiera_mae.py": mae})
+    count = _loss_count(_reports(pkg, capsys), pkg)
+    if change == "control":
+        assert count is None, count
+    else:
+        assert count is not None and "made from it only by a Linear" in count, count
