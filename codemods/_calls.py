@@ -76,6 +76,38 @@ def function_of(ctx: PlanContext, module: cst.Module, name: str) -> Optional[Tup
     return _top_level(ctx, module, name, cst.FunctionDef, 0)  # type: ignore[return-value]
 
 
+def followed_function(ctx: PlanContext, module: cst.Module, name: str) -> Optional[Tuple[cst.Module, cst.FunctionDef]]:
+    """:func:`function_of`, where a call of ``name`` runs that def: None also where a
+    module read may replace it on its module (:func:`function_patched`)."""
+    found = function_of(ctx, module, name)
+    if found is None or function_patched(ctx, found[0], {name, found[1].name.value}) is not None:
+        return None
+    return found
+
+
+def function_patched(ctx: PlanContext, module: cst.Module, names: Set[str]) -> Optional[str]:
+    """The first statement of a module read (``ctx``'s, ``module``, what they import, those
+    beside naming it) that may replace the module-level function of one of ``names`` from
+    outside its module: a store to `<x>.<name>` (`_hiera.do_masked_conv = f` in
+    hiera_mae.py: hunt 23b F4), a `setattr` naming it; else None.  (A computed name on
+    another object is out of contract: README.)"""
+    def find() -> Optional[str]:
+        read = [m for _, m in imported_modules(ctx, [ctx.module, ctx.planned().module, module])[0]]
+        beside = ctx.modules_beside([n.encode() for n in sorted(names)]) or []
+        for m in dict.fromkeys([ctx.module, module, *read, *beside]):
+            for node in walk(m):
+                stored = node.target if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.Del)) else None
+                if stored is not None and any(isinstance(t, cst.Attribute) and t.attr.value in names for t in flatten_targets(stored)):
+                    return _first_line(node if not isinstance(node, cst.AssignTarget) else ctx.context_of(m).parent(node))
+                if isinstance(node, cst.Call) and any(
+                    may_setattr(node, n) and any(isinstance(a.value, cst.SimpleString) for a in node.args) for n in names
+                ):
+                    return _first_line(node)
+        return None
+
+    return ctx.fact(("function patched", id(ctx.module), id(module), tuple(sorted(names))), find, ctx.module, module)
+
+
 def _top_level(
     ctx: PlanContext, module: cst.Module, name: str, kind: type, depth: int, upto: Optional[int] = None,
     through: Optional[List[cst.Module]] = None,
@@ -1327,17 +1359,9 @@ def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
         if classes is None:
             return None  # `layers.PatchEmbed(...)`, `(A if c else B)(...)`, a factory not read: not followed
         for made in classes:
+            if module_class_unproven(ctx, made[0], made[1]) is not None:
+                return None
             forward = method_of(ctx, made[0], made[1], "forward")
-            if forward is None or forward[2].decorators or not forward[2].params.params:
-                return None
-            if method_of(ctx, made[0], made[1], "__call__") is not None or registers_hooks(made[0]) or registers_hooks(forward[0]):
-                return None  # its own `__call__`, or a hook its module registers (hunt 22b F3, F4)
-            # a metaclass or `__getattr__`-like hook of the class or a base, a patch of its
-            # forward or its `__call__` (`PatchEmbed.__call__ = f`: hunt 22b, not built then)
-            if class_hooks(ctx.context_of(made[0]), made[0], made[1]) is not None \
-                    or replaced(ctx.context_of(forward[0]), forward[0], forward[1], "forward") is not None \
-                    or replaced(ctx.context_of(made[0]), made[0], made[1], "__call__") is not None:
-                return None
             targets.append((ctx.context_of(forward[0]), forward[1], forward[2], True))
         return targets
     if isinstance(func, cst.Name):
@@ -1346,7 +1370,7 @@ def _callees(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.Call):
         found_fn = function_of(ctx, ctx.module, func.value)
         if found_fn is None and func.value in _PURE_BUILTINS and not ctx.qualified_names(func) - {f"builtins.{func.value}"}:
             return []
-        if found_fn is None or found_fn[1].decorators:
+        if found_fn is None or found_fn[1].decorators or followed_function(ctx, ctx.module, func.value) is None:
             return None
         return [(ctx.context_of(found_fn[0]), None, found_fn[1], False)]
     return None
@@ -1471,20 +1495,177 @@ def _built_classes(ctx: PlanContext, module: cst.Module, values: Iterable[cst.Ba
             if made is not None:
                 more = [made]
             else:
-                factory = function_of(ctx, module, name) if depth < 3 else None
-                if factory is not None:
+                factory = followed_function(ctx, module, name) if depth < 3 else None
+                if factory is not None and factory[1].decorators:
+                    more = None  # a decorator may wrap what it returns (hunt 23b F3)
+                elif factory is not None:
                     returns = [n.value for n in walk(factory[1].body) if isinstance(n, cst.Return)]
                     more = _built_classes(ctx, factory[0], returns, depth + 1) if returns and all(r is not None for r in returns) else None
+                elif _outside_the_files(ctx.context_of(module), value.func) or _a_parameter(ctx, module, value, name):
+                    more = _given_to_outside(ctx, module, value, depth)
                 else:
-                    more = [] if _outside_the_files(ctx.context_of(module), value.func) else None
+                    more = None
         elif isinstance(value, cst.Call) and _outside_the_files(ctx.context_of(module), value.func):
-            more = []
+            more = _given_to_outside(ctx, module, value, depth)
+        elif isinstance(value, cst.Call) and isinstance(value.func, cst.Call) and _picks_outside(ctx, module, value.func):
+            more = _given_to_outside(ctx, module, value, depth)  # `conv_nd(2)(dim_in, dim_out, ...)`
         else:
             more = None
         if more is None:
             return None
         found.extend(more)
     return found
+
+
+def _given_to_outside(ctx: PlanContext, module: cst.Module, call: cst.Call, depth: int):
+    """The classes of the files whose instances ``call``, of code the files do not hold,
+    is given and may call (`torch.compile(KeepCorner(...))`, `nn.Sequential(*[Block(...)
+    for ...])`: hunt 23b F5): what each call of the files in its arguments builds; None
+    where an argument names a class or function of the files uncalled, or a local the
+    enclosing function binds from a call of one (`stem = KeepCorner(...)`, then
+    `torch.compile(stem)`).  [] for `nn.Conv2d(in_chans, dim, ...)`: out of contract."""
+    here = ctx.context_of(module)
+    scope = next((a for a in here.ancestors(call) if isinstance(a, cst.FunctionDef)), None)
+
+    def of_the_files(name: str) -> bool:
+        return resolve_class(ctx, module, name) is not None or function_of(ctx, module, name) is not None
+
+    found: List[Tuple[cst.Module, cst.ClassDef]] = []
+    for arg in call.args:
+        called = {id(n.func) for n in walk(arg.value) if isinstance(n, cst.Call)}
+        for node in walk(arg.value):
+            if isinstance(node, cst.Call) and is_name(node.func) and of_the_files(node.func.value):  # type: ignore[attr-defined]
+                more = _built_classes(ctx, module, [node], depth + 1)
+                if more is None:
+                    return None
+                found.extend(more)
+            elif isinstance(node, cst.Name) and id(node) not in called:
+                if of_the_files(node.value):
+                    return None
+                if scope is not None and any(
+                    is_name(n, node.value) and any(
+                        isinstance(c, cst.Call) and is_name(c.func) and of_the_files(c.func.value)  # type: ignore[attr-defined]
+                        for c in walk(value)
+                    )
+                    for target, value in _bindings(scope) for n in flatten_targets(target)  # type: ignore[arg-type]
+                ):
+                    return None
+    return found
+
+
+def _picks_outside(ctx: PlanContext, module: cst.Module, call: cst.Call) -> bool:
+    """``call`` is of an undecorated function of the files each of whose returns picks one
+    of a literal list of things the files do not hold (upstream's `conv_nd`: `return
+    [nn.Identity, nn.Conv1d, nn.Conv2d, nn.Conv3d][n]`)."""
+    found = followed_function(ctx, module, call.func.value) if is_name(call.func) else None  # type: ignore[attr-defined]
+    if found is None or found[1].decorators:
+        return False
+    returns = [n.value for n in walk(found[1].body) if isinstance(n, cst.Return)]
+    here = ctx.context_of(found[0])
+    return bool(returns) and all(
+        isinstance(r, cst.Subscript) and isinstance(r.value, (cst.List, cst.Tuple)) and bool(r.value.elements)
+        and all(not isinstance(e, cst.StarredElement) and _outside_the_files(here, e.value) for e in r.value.elements)
+        for r in returns
+    )
+
+
+def _a_parameter(ctx: PlanContext, module: cst.Module, call: cst.Call, name: str) -> bool:
+    """``name``, called by ``call``, is a parameter of the function around it (`norm_layer`
+    in `__init__`) defaulting to nothing of the files (`partial(nn.LayerNorm, eps=1e-6)`):
+    what a caller builds with it is out of contract (README), as code the files do not hold."""
+    scope = next((a for a in ctx.context_of(module).ancestors(call) if isinstance(a, cst.FunctionDef)), None)
+    if scope is None or not _takes(scope, name) or _binds(scope.body, name):
+        return False
+    params = scope.params
+    param = next(p for p in [*params.params, *params.kwonly_params, *params.posonly_params, params.star_arg, params.star_kwarg]
+                 if isinstance(p, cst.Param) and p.name.value == name)
+    return param.default is None or not any(
+        isinstance(n, cst.Name) and (resolve_class(ctx, module, n.value) is not None or function_of(ctx, module, n.value) is not None)
+        for n in walk(param.default)
+    )
+
+
+def _bindings(scope: cst.FunctionDef) -> Iterator[Tuple[cst.CSTNode, cst.CSTNode]]:
+    """(target, value) of each assignment, loop and walrus in ``scope``."""
+    for node in walk(scope.body):
+        if isinstance(node, cst.Assign):
+            yield from ((t.target, node.value) for t in node.targets)
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr)) and node.value is not None:
+            yield node.target, node.value
+        elif isinstance(node, (cst.For, cst.CompFor)):
+            yield node.target, node.iter
+
+
+# class-body names through which calling an instance may run other code than its class's
+# forward (`__call__`, torch's `_call_impl`), or making one make another class's instance
+# (`__new__`), or an attribute lookup on it find another function
+_CALL_HOOKS = (
+    "__call__", "_call_impl", "_wrapped_call_impl", "__new__", "__class__",
+    "__getattr__", "__getattribute__", "__init_subclass__", "__setattr__",
+)
+_TORCH_MODULE = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+
+
+def module_class_unproven(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef) -> Optional[str]:
+    """Why calling an instance of ``cls`` (a class of the files, in ``module``) may run
+    other code than its forward as the files show it, else None.  Proven only for a chain
+    of one plain base each, classes of the files down to torch's `nn.Module`, none
+    decorated or given a class keyword (a metaclass), none binding a name of
+    ``_CALL_HOOKS`` (or any name, dynamically), no module of the chain registering a
+    hook; the forward one undecorated def, not replaced (`PatchEmbed.forward = f`), no
+    `__call__` set on the class (`PatchEmbed.__call__ = f`), and no module read storing
+    an object's `__class__` (hunt 23b: a mixin's `__call__`, `__call__ = f` in the body,
+    `__new__`, `self.patch_embed.__class__ = K`).  A list of ways around the forward
+    fails open; this is what the follow proves instead."""
+    def find() -> Optional[str]:
+        here: Found = (module, cls)
+        for _ in range(10):
+            m, c = here
+            name = c.name.value
+            if c.decorators or c.keywords:
+                return f"{name} is decorated or made by a metaclass"
+            bound = class_bindings(c)
+            hook = next((h for h in (ANY_NAME, *_CALL_HOOKS) if h in bound), None)
+            if hook is not None:
+                return f"`{_first_line(bound[hook][0])}` in {name} may change what calling it runs"
+            if registers_hooks(m):
+                return f"the module of {name} registers a forward hook or pre-hook"
+            if len(c.bases) != 1 or c.bases[0].keyword is not None or c.bases[0].star:
+                return f"{name} has not one plain base: its call is not read"
+            base = c.bases[0].value
+            if set(ctx.context_of(m).qualified_names(base)) & _TORCH_MODULE:
+                break
+            found = base_class(ctx, m, c) if is_name(base) else None
+            if found is None:
+                return f"the base `{code(base)}` of {name} is not read"
+            here = found
+        else:
+            return f"the bases of {cls.name.value} are not followed"
+        forward = method_of(ctx, module, cls, "forward")
+        if forward is None or forward[2].decorators or not forward[2].params.params:
+            return f"{cls.name.value}'s forward is not one undecorated def"
+        why = replaced(ctx.context_of(forward[0]), forward[0], forward[1], "forward") or replaced(
+            ctx.context_of(module), module, cls, "__call__"
+        )
+        if why is not None:
+            return why
+        read = [m for _, m in imported_modules(ctx, [ctx.module, ctx.planned().module, module])[0]]
+        for m in dict.fromkeys([ctx.module, module, *read, *(ctx.modules_beside([b"__class__"]) or [])]):
+            swap = next((n for n in walk(m) if _stores_a_class(n)), None)
+            if swap is not None:
+                return f"`{_first_line(swap)}` may change the class of a module"
+        return None
+
+    return ctx.fact(("module class", id(ctx.module), id(module), id(cls)), find, ctx.module, module, cls)
+
+
+def _stores_a_class(node: cst.CSTNode) -> bool:
+    """``node`` sets some object's `__class__` (`m.__class__ = K`, `setattr(m, "__class__", K)`)."""
+    if isinstance(node, (cst.AssignTarget, cst.AugAssign)):
+        return any(isinstance(t, cst.Attribute) and t.attr.value == "__class__" for t in flatten_targets(node.target))
+    if isinstance(node, cst.Call) and may_setattr(node, "__class__"):
+        return any(isinstance(a.value, cst.SimpleString) and a.value.evaluated_value == "__class__" for a in node.args)
+    return False
 
 
 def _outside_the_files(ctx: PlanContext, expr: cst.BaseExpression) -> bool:

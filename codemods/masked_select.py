@@ -50,6 +50,7 @@ from ._calls import (
     passed_to_a_writer,
     _built_classes,
     _submodules,
+    module_class_unproven,
     _writes_a_namespace,
     receiver_modules,
     registers_hooks,
@@ -1026,13 +1027,14 @@ def _modules_unproven(ctx: PlanContext, values: Sequence[cst.BaseExpression], de
     One built by code the files do not hold (`nn.Linear`, a `norm_layer` parameter) is
     out of contract (README)."""
     classes = _built_classes(ctx, ctx.module, values, 0)
-    for made_module, made in classes or ():
+    if classes is None:
+        return f"`{code(values[0]).splitlines()[0]}` builds a module this rewrite does not read"
+    for made_module, made in classes:
         where = f"{made.name.value}'s forward"
+        why = module_class_unproven(ctx, made_module, made)
+        if why is not None:
+            return f"{where} is not read ({why})"
         forward = method_of(ctx, made_module, made, "forward")
-        if forward is None or forward[2].decorators or method_of(ctx, made_module, made, "__call__") is not None:
-            return f"{where} is not read"
-        if registers_hooks(made_module) or registers_hooks(forward[0]):
-            return f"{where}: its module registers a forward hook"
         inner = ctx.context_of(forward[0])
         owner = _Owner(ctx.context_of(made_module), made, False)
         fresh = _fresh_locals(inner, forward[2])

@@ -1,0 +1,168 @@
+"""Hunt 23b (a white-box audit of 19bb52a): the HR003 token drop's count is the MAE's
+ratio, which holds only while nothing between get_random_mask and the drop writes the
+mask.  Hiera.forward hands the mask to `self.patch_embed(x, mask)`, and the proof read
+the stem class's forward for a write.  Each case below ran other code for that call
+than the forward read, which wrote the mask (a visible "register" unit), so the
+rewritten drop raised in its count check (compiled: other tokens were kept):
+
+- the stem's `__call__` bound by `__call__ = f`, under an `if`, from a mixin base, or
+  torch's `_call_impl` overridden; a `__new__` making another class's instance;
+- the stem's class swapped (`self.patch_embed.__class__ = K`, in Hiera or a factory of
+  hiera_mae.py);
+- a stem factory under a decorator wrapping what it returns;
+- a module function the stem calls replaced from another file (`_hiera.do_masked_conv = f`);
+- a torch wrapper (`torch.compile`, `checkpoint_wrapper`) around a stem of the files,
+  taken for a module built outside the files.
+
+The follow now proves the stem's class instead (`_calls.module_class_unproven`): one
+plain base each down to nn.Module, no name of the call protocol bound, no class swap in
+a module read; a followed module function no module read replaces
+(`followed_function`); a call of outside code given a stem of the files follows that
+stem.  The controls keep the fast path."""
+
+from pathlib import Path
+
+import pytest
+
+from tests.test_module_reach import DROP, _package, _reports, _site, _upstream
+from tests.test_after_the_fill import _edit
+
+ARGS = "in_chans, embed_dim, patch_kernel, patch_stride, patch_padding"
+HIERA_HEAD = "\n\nclass Hiera(nn.Module, PyTorchModelHubMixin):\n"
+STEM = "        self.patch_embed = PatchEmbed(\n            in_chans, embed_dim, patch_kernel, patch_stride, patch_padding\n        )\n"
+DOC = '    """Patch embed that supports any number of spatial dimensions (1d, 2d, 3d)."""\n'
+WRITE = "        if mask is not None:\n            mask[:, :, 0, 0] = True  # a visible register unit\n"
+KEEP = f'''
+
+class KeepCornerPatchEmbed(PatchEmbed):
+    def forward(self, x, mask=None):
+{WRITE}        x = do_masked_conv(x, self.proj, mask)
+        return x.reshape(x.shape[0], x.shape[1], -1).transpose(2, 1)
+'''
+READ_ONLY = '''
+
+class LoggedPatchEmbed(PatchEmbed):
+    def forward(self, x, mask=None):
+        x = do_masked_conv(x, self.proj, mask)
+        return x.reshape(x.shape[0], x.shape[1], -1).transpose(2, 1)
+'''
+
+
+def _stem(statement: str):
+    return (STEM, STEM + "        if keep_corner:\n            " + statement + "\n")
+
+
+FLAG = ("        sep_pos_embed: bool = False,\n", "        sep_pos_embed: bool = False,\n        keep_corner: bool = False,\n")
+WRITER_CALL = f"\n\ndef _keep_corner_call(module, x, mask=None):\n{WRITE.replace('        ', '    ')}    return module._call_impl(x, mask=mask)\n"
+
+HIERA_CASES = {
+    "__call__ = f in the class body": [
+        (HIERA_HEAD, WRITER_CALL + "\n\nclass KeepCornerPatchEmbed(PatchEmbed):\n    __call__ = _keep_corner_call\n" + HIERA_HEAD),
+        _stem(f"self.patch_embed = KeepCornerPatchEmbed({ARGS})"), FLAG,
+    ],
+    "__call__ under an if": [
+        (DOC, DOC + f"\n    if KEEP_CORNER:\n        def __call__(self, x, mask=None):\n{WRITE.replace('        ', '            ')}"
+         "            return super().__call__(x, mask=mask)\n\n"),
+        ("class PatchEmbed(nn.Module):\n", "KEEP_CORNER = True\n\n\nclass PatchEmbed(nn.Module):\n"),
+    ],
+    "a mixin's __call__": [
+        (HIERA_HEAD, f"\n\nclass RegisterUnitMixin:\n    def __call__(self, x, mask=None):\n{WRITE}"
+         "        return super().__call__(x, mask=mask)\n\n\nclass KeepCornerPatchEmbed(RegisterUnitMixin, PatchEmbed):\n    pass\n" + HIERA_HEAD),
+        _stem(f"self.patch_embed = KeepCornerPatchEmbed({ARGS})"), FLAG,
+    ],
+    "_call_impl": [
+        (HIERA_HEAD, f"\n\nclass KeepCornerPatchEmbed(PatchEmbed):\n    def _call_impl(self, x, mask=None):\n{WRITE}"
+         "        return super()._call_impl(x, mask=mask)\n" + HIERA_HEAD),
+        _stem(f"self.patch_embed = KeepCornerPatchEmbed({ARGS})"), FLAG,
+    ],
+    "__new__": [
+        (HIERA_HEAD, KEEP + HIERA_HEAD),
+        (DOC, DOC + "\n    def __new__(cls, *args, register_unit=False, **kwargs):\n"
+         "        return super().__new__(KeepCornerPatchEmbed if register_unit else cls)\n"),
+        ("        padding: Tuple[int, ...],\n    ):\n", "        padding: Tuple[int, ...],\n        register_unit: bool = False,\n    ):\n"),
+        (STEM, STEM.replace("patch_padding\n", "patch_padding, register_unit=keep_corner\n")), FLAG,
+    ],
+    "__class__ swapped": [(HIERA_HEAD, KEEP + HIERA_HEAD), _stem("self.patch_embed.__class__ = KeepCornerPatchEmbed"), FLAG],
+    "torch.compile of a stem of the files": [
+        (HIERA_HEAD, KEEP + HIERA_HEAD), _stem(f'self.patch_embed = torch.compile(KeepCornerPatchEmbed({ARGS}), backend="eager")'), FLAG,
+    ],
+    "a local stem given to torch.compile": [
+        (HIERA_HEAD, KEEP + HIERA_HEAD), _stem(f"stem = KeepCornerPatchEmbed({ARGS})\n            self.patch_embed = torch.compile(stem)"), FLAG,
+    ],
+    "control: a stem subclass reading the mask": [
+        (HIERA_HEAD, READ_ONLY + HIERA_HEAD), _stem(f"self.patch_embed = LoggedPatchEmbed({ARGS})"), FLAG,
+    ],
+    "control: torch.compile of a stem reading the mask": [
+        (HIERA_HEAD, READ_ONLY + HIERA_HEAD), _stem(f"self.patch_embed = torch.compile(LoggedPatchEmbed({ARGS}))"), FLAG,
+    ],
+}
+
+DECORATED_FACTORY = f'''
+
+def keeps_register_unit(make):
+    def wrapped(*args, **kwargs):
+        return RegisterUnit(make(*args, **kwargs))
+    return wrapped
+
+
+class RegisterUnit(nn.Module):
+    def __init__(self, stem):
+        super().__init__()
+        self.stem = stem
+
+    def forward(self, x, mask=None):
+{WRITE}        return self.stem(x, mask=mask)
+
+
+@keeps_register_unit
+def make_patch_embed(dim_in, dim_out, kernel, stride, padding):
+    return PatchEmbed(dim_in, dim_out, kernel, stride, padding)
+'''
+MODULE_PATCH = f'''from . import hiera as _hiera
+from .hiera_utils import do_masked_conv as _do_masked_conv
+
+
+def _conv_keeping_register_unit(x, conv, mask=None):
+{WRITE.replace('        ', '    ')}    return _do_masked_conv(x, conv, mask)
+
+
+_hiera.do_masked_conv = _conv_keeping_register_unit
+'''
+MAE_FACTORY = '''
+
+def mae_hiera_keepcorner(**kwargs):
+    model = MaskedAutoencoderHiera(**kwargs)
+    model.patch_embed.__class__ = KeepCornerPatchEmbed
+    return model
+'''
+
+
+def _files(case: str):
+    if case in HIERA_CASES:
+        return {"hiera.py": _edit(_upstream("hiera.py"), *HIERA_CASES[case])}
+    if case == "a decorated stem factory":
+        return {"hiera.py": _edit(_upstream("hiera.py"), (HIERA_HEAD, DECORATED_FACTORY + HIERA_HEAD), (STEM, f"        self.patch_embed = make_patch_embed({ARGS})\n"))}
+    if case == "a function the stem calls replaced from hiera_mae.py":
+        return {"hiera_mae.py": _edit(_upstream("hiera_mae.py"), ("from .hiera_utils import pretrained_model, undo_windowing, conv_nd\n",
+                                                                  "from .hiera_utils import pretrained_model, undo_windowing, conv_nd\n" + MODULE_PATCH))}
+    assert case == "__class__ swapped by a factory of hiera_mae.py"
+    return {
+        "hiera.py": _edit(_upstream("hiera.py"), (HIERA_HEAD, KEEP + HIERA_HEAD)),
+        "hiera_mae.py": _edit(_upstream("hiera_mae.py"), ("from .hiera import Hiera, HieraBlock\n", "from .hiera import Hiera, HieraBlock, KeepCornerPatchEmbed\n"),
+                              ("\n# Image Models\n", MAE_FACTORY + "\n# Image Models\n")),
+    }
+
+
+CASES = sorted([*HIERA_CASES, "a decorated stem factory", "a function the stem calls replaced from hiera_mae.py", "__class__ swapped by a factory of hiera_mae.py"])
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_stem_whose_call_is_not_the_forward_read_keeps_the_drop(tmp_path: Path, capsys, case):
+    pkg = _package(tmp_path, _files(case))
+    drop = _site(_reports(pkg, capsys), pkg, "hiera.py", "HR003", DROP)
+    if case.startswith("control"):
+        assert drop["applied"], drop
+    else:
+        # the statement where the proof stopped: the stem's call, or what the stem runs
+        stopped = "do_masked_conv(x, self.proj, mask)" if "replaced from" in case else "self.patch_embed("
+        assert not drop["applied"] and stopped in drop["message"], drop
