@@ -12,6 +12,8 @@ the mask, or anything that may hold it, is taken to write it.
 
 from __future__ import annotations
 
+import builtins
+
 import contextlib
 from collections import OrderedDict
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple
@@ -1456,11 +1458,7 @@ def self_call_unproven(ctx: PlanContext, cls: cst.ClassDef, attr: str) -> Option
                 # values `_submodules` follows, a subclass's `self.<attr> = ...`
                 # overridden_below's (a class of the same name elsewhere is not it)
                 # a base's or mixin's `self.<attr> = ...` counts (hunt 22b F2)
-                owners = _kin(cls.name.value, modules) - {cls.name.value}
-                patch = next((
-                    p for m in modules if m is not ctx.module
-                    and (p := _patches(m, cls.name.value, attr, owners) or sets_submodule_by_name(m, attr, owners))
-                ), None)
+                patch = stored_elsewhere(ctx, cls, attr)
                 if patch is not None:
                     why = f"`{patch}` may replace self.{attr}"
                 elif any(registers_hooks(m) for m in kin):
@@ -1468,6 +1466,20 @@ def self_call_unproven(ctx: PlanContext, cls: cst.ClassDef, attr: str) -> Option
         return why
 
     return ctx.fact(("self call", id(ctx.module), id(cls), attr), find, ctx.module, cls)
+
+
+def stored_elsewhere(ctx: PlanContext, cls: cst.ClassDef, attr: str) -> Optional[str]:
+    """The first statement of another module of the receivers of ``cls`` (in ``ctx.module``)
+    that may store the submodule ``attr`` on an instance: `model.patch_embed = W(...)` in a
+    factory (hunt 21b F2), `m.decoder_blocks[-1].attn = Vis()` (hunt 23a F5), a base's or
+    mixin's `self.<attr> = ...` (hunt 22b F2), a set by name.  (This module's stores are
+    the values `_submodules` follows; a subclass's `self.<attr> = ...` overridden_below's.)"""
+    modules, _ = receiver_modules(ctx, cls)
+    owners = _kin(cls.name.value, modules) - {cls.name.value}
+    return next((
+        p for m in modules if m is not ctx.module
+        and (p := _patches(m, cls.name.value, attr, owners) or sets_submodule_by_name(m, attr, owners))
+    ), None)
 
 
 # nn.Module's hook registrations: a forward (pre-)hook runs around a submodule's call,
@@ -1517,6 +1529,9 @@ def _built_classes(ctx: PlanContext, module: cst.Module, values: Iterable[cst.Ba
     return found
 
 
+_BUILTIN_NAMES = frozenset(dir(builtins))
+
+
 def _given_to_outside(ctx: PlanContext, module: cst.Module, call: cst.Call, depth: int):
     """The classes of the files whose instances ``call``, of code the files do not hold,
     is given and may call (`torch.compile(KeepCorner(...))`, `nn.Sequential(*[Block(...)
@@ -1539,6 +1554,12 @@ def _given_to_outside(ctx: PlanContext, module: cst.Module, call: cst.Call, dept
                 if more is None:
                     return None
                 found.extend(more)
+            elif isinstance(node, cst.Call) and not _outside_the_files(here, node.func) and not (
+                is_name(node.func) and node.func.value in _BUILTIN_NAMES  # type: ignore[attr-defined]
+                and not here.qualified_names(node.func) - {f"builtins.{node.func.value}"}  # type: ignore[attr-defined]
+                and not _bound_locally(here, node, node.func.value) and not _binds(module, node.func.value)  # type: ignore[attr-defined]
+            ):
+                return None  # `self._decoder_block(i)`: what it builds is not read (hunt 23a F2)
             elif isinstance(node, cst.Name) and id(node) not in called:
                 if of_the_files(node.value):
                     return None
@@ -1682,12 +1703,19 @@ def _outside_the_files(ctx: PlanContext, expr: cst.BaseExpression) -> bool:
     return True
 
 
+# what else runs code around a module's call or its parameters' reads: a parametrization
+# (`register_parametrization(self.decoder_pred, "weight", Vis())`: hunt 23a F12), the hook
+# dicts themselves
+_AROUND_A_CALL = FORWARD_HOOKS | {"register_parametrization", "_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs"}
+
+
 def registers_hooks(module: cst.Module) -> bool:
-    """``module`` registers a forward hook or pre-hook (on a module, or globally)."""
+    """``module`` names a forward hook or pre-hook registration (on a module, or global),
+    a parametrization, or the hook dicts: called, aliased on import, or handed over
+    (hunt 23a F9: `from torch.nn.modules.module import register_module_forward_hook as on_forward`)."""
     return any(
-        isinstance(node, cst.Call)
-        and (isinstance(node.func, cst.Attribute) and node.func.attr.value in FORWARD_HOOKS
-             or isinstance(node.func, cst.Name) and node.func.value in FORWARD_HOOKS)
+        isinstance(node, cst.Name) and node.value in _AROUND_A_CALL
+        or isinstance(node, cst.Attribute) and node.attr.value in _AROUND_A_CALL
         for node in walk(module)
     )
 

@@ -46,7 +46,9 @@ from ._calls import (
     bound_locally,
     class_bindings,
     function_of,
+    imported_modules,
     method_of,
+    resolve_class,
     passed_to_a_writer,
     _built_classes,
     _submodules,
@@ -57,6 +59,7 @@ from ._calls import (
     replaced,
     run_time_checked,
     self_call_unproven,
+    stored_elsewhere,
     torch_or_builtin,
     walk,
 )
@@ -639,7 +642,7 @@ def _writes_between(
 
     def attribute_of_self(node: cst.Attribute) -> bool:  # `self.training`: a plain attribute
         name = node.attr.value
-        return name not in bindings and method_of(ctx, ctx.module, cls, name) is None
+        return name not in _class_names(ctx, ctx.module, cls) and method_of(ctx, ctx.module, cls, name) is None
 
     def reads(node: Optional[cst.CSTNode]) -> bool:
         if node is None or isinstance(node, (cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString, cst.Ellipsis)):
@@ -818,12 +821,15 @@ def _after_the_fill(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.FunctionDe
     (their names go to ``checked``); while no module the files read registers a forward
     hook.  Nothing else."""
     body = list(decoder.body.body)  # type: ignore[union-attr]
+    # every `<subscript> = <x>.flatten()` of the decoder, nested ones too: a decoy at the
+    # top level with the fill under an `if` is not the fill (hunt 23a F11)
     fills = [
-        i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and (a := single_assign(s)) is not None
+        s for s in walk(decoder.body) if isinstance(s, cst.SimpleStatementLine) and (a := single_assign(s)) is not None
         and isinstance(a[0], cst.Subscript) and method_call(a[1], "flatten") is not None
     ]
-    if len(fills) != 1:
+    if len(fills) != 1 or not any(s is fills[0] for s in body):
         return f"{decoder.name.value}'s fill `x_dec[mask] = x.flatten()` is not one statement of its body"
+    fill = next(i for i, s in enumerate(body) if s is fills[0])
     modules, _ = receiver_modules(ctx, cls)
     if any(registers_hooks(m) for m in modules):
         return (
@@ -833,7 +839,7 @@ def _after_the_fill(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.FunctionDe
     owner = _Owner(ctx, cls, True)
     blocks = _blocks(owner, decoder)
     fresh = _fresh_locals(ctx, decoder)
-    for stmt in body[fills[0] + 1:]:
+    for stmt in body[fill + 1:]:
         why = _writes_no_tensor(ctx, owner, stmt, blocks, 0, checked, fresh)
         if why is not None:
             return f"{why}, after {decoder.name.value}'s fill: the unit mask may be held there"
@@ -857,22 +863,49 @@ def _blocks(owner: _Owner, func: cst.FunctionDef) -> Dict[str, List[cst.BaseExpr
         it = loop.iter
         if name in other or name in found or not (isinstance(it, cst.Attribute) and is_name(it.value, "self")):
             continue
-        if method_of(ctx, owner.ctx.module, owner.cls, it.attr.value) is not None:
-            continue
-        elements: List[cst.BaseExpression] = []
-        values = _submodules(ctx, it.attr.value)
-        for value in values:
-            arg = value.args[0].value if isinstance(value, cst.Call) and len(value.args) >= 1 else None
-            if isinstance(value, cst.Call) and code(value.func).split(".")[-1] in ("ModuleList", "Sequential") and isinstance(arg, (cst.ListComp, cst.GeneratorExp)):
-                elements.append(arg.elt)
-            elif isinstance(value, cst.Call) and code(value.func).split(".")[-1] in ("ModuleList", "Sequential") and isinstance(arg, cst.List):
-                elements.extend(e.value for e in arg.elements)
-            else:
-                elements = []
-                break
-        if elements and all(isinstance(e, cst.Call) for e in elements):
+        elements = _listed_modules(owner, it.attr.value)
+        if elements is not None:
             found[name] = elements
     return found
+
+
+# list methods that change which modules a ModuleList / Sequential holds
+_LIST_CHANGERS = frozenset({"append", "extend", "insert", "__setitem__", "__iadd__", "add_module", "register_module"})
+
+
+def _listed_modules(owner: _Owner, attr: str) -> Optional[List[cst.BaseExpression]]:
+    """What `self.<attr>` holds where it is `nn.ModuleList([...])` / `nn.Sequential(...)`
+    of constructor calls, the only value stored there, and no module read changes that
+    list afterwards (`self.decoder_blocks.append(Vis())`, `m.decoder_blocks[-1] = Vis()`,
+    `+=`: hunt 23a F8): the element calls; else None."""
+    ctx = owner.ctx
+    if attr in _class_names(ctx, ctx.module, owner.cls):
+        return None
+    elements: List[cst.BaseExpression] = []
+    for value in _submodules(ctx, attr):
+        arg = value.args[0].value if isinstance(value, cst.Call) and len(value.args) >= 1 else None
+        if isinstance(value, cst.Call) and code(value.func).split(".")[-1] in ("ModuleList", "Sequential") and isinstance(arg, (cst.ListComp, cst.GeneratorExp)):
+            elements.append(arg.elt)
+        elif isinstance(value, cst.Call) and code(value.func).split(".")[-1] in ("ModuleList", "Sequential") and isinstance(arg, cst.List):
+            elements.extend(e.value for e in arg.elements)
+        else:
+            return None
+    if not elements or not all(isinstance(e, cst.Call) for e in elements):
+        return None
+    read = [m for _, m in imported_modules(ctx, [ctx.module, ctx.planned().module])[0]]
+    for m in dict.fromkeys([ctx.module, *read, *(ctx.modules_beside([attr.encode()]) or [])]):
+        for n in walk(m):
+            func = n.func if isinstance(n, cst.Call) else None
+            if isinstance(func, cst.Attribute) and func.attr.value in _LIST_CHANGERS and isinstance(func.value, cst.Attribute) \
+                    and func.value.attr.value == attr:
+                return None
+            if isinstance(n, (cst.AssignTarget, cst.AugAssign)) and any(
+                isinstance(t, cst.Subscript) and isinstance(t.value, cst.Attribute) and t.value.attr.value == attr
+                or isinstance(n, cst.AugAssign) and isinstance(t, cst.Attribute) and t.attr.value == attr
+                for t in flatten_targets(n.target)
+            ):
+                return None
+    return elements
 
 
 def _fresh_locals(ctx: PlanContext, func: cst.FunctionDef) -> Set[str]:
@@ -936,16 +969,26 @@ def _writes_no_tensor(
             continue  # torch's grad, autocast or SDPA-kernel mode (its arguments are read as calls)
         if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.With, cst.Try, cst.Match)):
             return f"{at(n)} is not read"
-        if (  # `self.vis_masked`: a property runs code (hunt 22a F4)
+        if (  # `self.vis_masked`: a property runs code (hunt 22a F4), `vis_masked = property(f)` too (23a F4)
             isinstance(n, cst.Attribute) and is_name(n.value, "self") and id(n) not in callees and owner is not None
-            and method_of(owner.ctx, owner.ctx.module, owner.cls, n.attr.value) is not None
+            and n.attr.value in _class_names(owner.ctx, owner.ctx.module, owner.cls)
         ):
             return f"{at(n)} reads a method or property of the class"
+        if (  # `self.vis.add(...)`, `self.vis.display_mask`: another object's method or property (hunt 23a F1, F3)
+            isinstance(n, cst.Attribute) and isinstance(n.value, cst.Attribute) and is_name(n.value.value, "self")
+            and not _holds_a_tensor(ctx, n.value.attr.value)
+            and (id(n) in callees or not _plain_attribute(ctx, n.value.attr.value, n.attr.value))
+        ):
+            return f"{at(n)} reads `{code(n.value)}`, which may be a module or other object: what it runs is not read"
+        if isinstance(n, (cst.For, cst.CompFor)) and not _iterates_known(ctx, owner, n.iter, blocks):
+            return f"`{code(n.iter)}` is iterated: what its iterator runs is not read"  # (hunt 23a F6: `__iter__`, a generator)
         if not isinstance(n, cst.Call) or id(n) in entered:
             continue
         func = n.func
         if any(a.keyword is not None and a.keyword.value == "out" for a in n.args):
             return f"{at(n)} writes its `out=`"
+        if any(a.keyword is not None and a.keyword.value == "inplace" and not is_name(a.value, "False") for a in n.args):
+            return f"{at(n)} may write its argument (`inplace=`)"  # (hunt 23a F10: F.threshold on a uint8 view)
         builtin = isinstance(func, cst.Name) and func.value in _PURE_BUILTINS and not any(
             a.keyword is not None and a.keyword.value == "key" for a in n.args
         )
@@ -961,7 +1004,8 @@ def _writes_no_tensor(
         if isinstance(func, cst.Attribute) and not is_name(func.value, "self"):
             name = func.attr.value
             on_self = root_name(func.value) == "self"
-            if name in _READING_METHODS | _COMPUTING_METHODS and not (on_self and name in _MODULE_CONVERTERS):
+            if name in _READING_METHODS | _COMPUTING_METHODS and not (on_self and name in _MODULE_CONVERTERS) \
+                    and not _an_object(ctx, n, func.value, blocks):
                 continue  # (`self.decoder_pos_embed.repeat(...)`: a parameter's new tensor)
         if isinstance(func, cst.Name) and func.value in blocks:
             why = _modules_unproven(ctx, blocks[func.value], depth, checked)
@@ -985,6 +1029,107 @@ def _writes_no_tensor(
     return None
 
 
+def _class_names(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, depth: int = 0) -> Set[str]:
+    """Every name the body of ``cls`` or of a base the files define binds: a def, a
+    `vis_masked = property(getter)`, a constant (``ANY_NAME`` for a base not read)."""
+    names = set(class_bindings(cls))
+    for base in cls.bases:
+        found = resolve_class(ctx, module, base.value.value, at=cls) if is_name(base.value) and depth < 8 else None  # type: ignore[attr-defined]
+        if found is not None:
+            names |= _class_names(ctx.context_of(found[0]), found[0], found[1], depth + 1)
+    return names
+
+
+# torch's tensor makers: what `self.<attr> = <one of these>(...)` holds is a tensor
+_TENSOR_MAKERS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.Tensor", "torch.tensor"})
+
+
+def _holds_a_tensor(ctx: PlanContext, attr: str) -> bool:
+    """Every value ``ctx``'s module stores to `<obj>.<attr>` is a tensor torch makes
+    (`nn.Parameter(torch.zeros(...))`, `torch.zeros(...)`), and none is set by name:
+    its methods are tensor methods, its attributes a tensor's."""
+    values = _submodules(ctx, attr)
+    return bool(values) and all(
+        isinstance(v, cst.Call) and bool(q := ctx.qualified_names(v.func))
+        and all(n in _TENSOR_MAKERS or n.startswith("torch.") and not n.startswith("torch.nn.") and n.count(".") == 1 for n in q)
+        for v in values
+    )
+
+
+def _plain_attribute(ctx: PlanContext, attr: str, name: str) -> bool:
+    """`self.<attr>.<name>` reads a plain attribute (upstream's `self.attn.q_stride`):
+    ``attr`` holds instances of classes of the files proven as :func:`module_class_unproven`
+    proves them (or of torch's), none binding ``name`` in its class body (a property)."""
+    values = [v for v in _submodules(ctx, attr) if not is_name(v, "None")]
+    classes = _built_classes(ctx, ctx.module, values, 0) if values else None
+    return classes is not None and all(
+        module_class_unproven(ctx, m, c) is None and name not in _class_names(ctx.context_of(m), m, c) for m, c in classes
+    )
+
+
+def _an_object(ctx: PlanContext, call: cst.Call, receiver: cst.BaseExpression, blocks: Dict[str, List[cst.BaseExpression]]) -> bool:
+    """The receiver of a tensor-named method (`vis.add(...)`) may be another object, whose
+    method of that name is not read (hunt 23a F1): a loop's submodule, a global, a local
+    bound to `self.<attr>` not holding a tensor or to an instance of a class of the files."""
+    if isinstance(receiver, cst.Attribute) and is_name(receiver.value, "self"):
+        return not _holds_a_tensor(ctx, receiver.attr.value)
+    if not isinstance(receiver, cst.Name):
+        return False  # a call's result, a subscript...: a tensor the code made
+    name = receiver.value
+    if name in blocks or not bound_locally(ctx, call, name):
+        return True
+    scope = next((a for a in ctx.ancestors(call) if isinstance(a, cst.FunctionDef)), None)
+    if scope is None:
+        return True
+    for target, value in _assignments(scope):
+        if any(is_name(t, name) for t in flatten_targets(target)):  # type: ignore[arg-type]
+            if isinstance(value, cst.Attribute) and is_name(value.value, "self") and not _holds_a_tensor(ctx, value.attr.value):
+                return True
+            if isinstance(value, cst.Call) and is_name(value.func) and resolve_class(ctx, ctx.module, value.func.value) is not None:  # type: ignore[attr-defined]
+                return True
+    return False
+
+
+def _iterates_known(ctx: PlanContext, owner: Optional[_Owner], it: cst.BaseExpression, blocks: Dict[str, List[cst.BaseExpression]]) -> bool:
+    """``it``, a loop's iterable, runs no code but what is read: `range`/`zip`/`enumerate`/
+    `reversed` of such, a literal list or tuple, a tensor's `.shape`, a submodule list
+    `_blocks` follows (`self.decoder_blocks`)."""
+    if isinstance(it, (cst.List, cst.Tuple)):
+        return True
+    if isinstance(it, cst.Call) and is_name(it.func) and it.func.value in ("range", "zip", "enumerate", "reversed") \
+            and not bound_locally(ctx, it, it.func.value) and function_of(ctx, ctx.module, it.func.value) is None:  # type: ignore[attr-defined]
+        return it.func.value == "range" or all(_iterates_known(ctx, owner, a.value, blocks) for a in it.args)  # type: ignore[attr-defined]
+    if isinstance(it, cst.Attribute) and it.attr.value == "shape":
+        return True
+    if isinstance(it, cst.Name):  # a parameter, or a local bound by no call but torch's and the builtins'
+        scope = next((a for a in ctx.ancestors(it) if isinstance(a, cst.FunctionDef)), None)
+        if scope is None or not bound_locally(ctx, it, it.value):  # type: ignore[arg-type]
+            return False
+        return not any(  # (`gen = self._vis_steps()` before the fill: a generator's body: hunt 23a F6)
+            any(is_name(t, it.value) for t in flatten_targets(target)) and any(
+                isinstance(c, cst.Call) and not torch_or_builtin(ctx, c) and not (is_name(c.func) and c.func.value in _PURE_BUILTINS)  # type: ignore[attr-defined]
+                for c in walk(value)
+            )
+            for target, value in _assignments(scope)
+        )
+    if isinstance(it, cst.Attribute) and is_name(it.value, "self") and owner is not None:
+        return _listed_modules(owner, it.attr.value) is not None
+    return False
+
+
+def _assignments(scope: cst.FunctionDef) -> List[Tuple[cst.BaseExpression, cst.BaseExpression]]:
+    """(target, value) of each assignment and walrus in ``scope`` (a loop's: its iterable)."""
+    found: List[Tuple[cst.BaseExpression, cst.BaseExpression]] = []
+    for node in walk(scope.body):
+        if isinstance(node, cst.Assign):
+            found += [(t.target, node.value) for t in node.targets]
+        elif isinstance(node, (cst.AnnAssign, cst.NamedExpr, cst.AugAssign)) and node.value is not None:
+            found.append((node.target, node.value))
+        elif isinstance(node, (cst.For, cst.CompFor)):
+            found.append((node.target, node.iter))
+    return found
+
+
 def _self_call_unproven(owner: _Owner, call: cst.Call, depth: int, checked: List[str]) -> Optional[str]:
     """Why `self.<name>(...)` (``call``), where ``owner``'s methods run, may write a tensor
     it is not given: a submodule (:func:`_modules_unproven`) or a method, read as
@@ -999,6 +1144,10 @@ def _self_call_unproven(owner: _Owner, call: cst.Call, depth: int, checked: List
             return f"{where} may write a tensor it is not given (`self.{name}` is not a module built here)"
         if owner.guarded and (why := self_call_unproven(ctx, cls, name)) is not None:
             return f"{where} may write a tensor it is not given ({why})"
+        # a submodule's own: another module's store (`m.decoder_blocks[-1].attn = Vis()` in
+        # hiera_mae.py: hunt 23a F5)
+        if not owner.guarded and (why := stored_elsewhere(ctx, cls, name)) is not None:
+            return f"{where} may write a tensor it is not given (`{why}` may replace self.{name})"
         return _modules_unproven(ctx, values, depth, checked)
     module, method_cls, method = found
     if not all(is_name(d.decorator, "staticmethod") for d in method.decorators):
