@@ -438,3 +438,149 @@ def test_a_decoder_embedding_that_may_run_other_code_keeps_the_loss_selection(tm
         assert count is None, count
     else:
         assert count is not None and "made from it only by a Linear" in count, count
+
+
+# Hunt 23a (a white-box audit of 19bb52a): what the decoder runs after its fill, where the
+# proof still accepted what it did not read.  A caller keeps the unit mask (`step_with_vis`,
+# or a module `MaskVis` it is handed to) and the code run flips it for a figure.
+INIT_AT = "        self.decoder_embed = nn.Linear("
+FLIP_HELD = "        if self.mask is not None:\n            self.mask.logical_not_()  # the figure draws 1 = masked\n"
+
+
+def _vis_module(body: str, bases: str = "nn.Module") -> str:
+    return f"class MaskVis({bases}):\n    def __init__(self):\n        super().__init__()\n        self.mask = None\n\n{body}\n\n"
+
+
+STEP_VIS = STEP.replace("self.vis_mask = mask  # for the visualisation callback", "self.vis.mask = mask  # for the figure")
+PLAIN_FORWARD = "    def forward(self, x):\n        return x\n"
+FLIPPING_FORWARD = "    def forward(self, x):\n" + FLIP_HELD + "        return x\n"
+FLIP_ON_SELF = "    def _flip_vis(self, x):\n        if getattr(self, \"vis_mask\", None) is not None:\n            self.vis_mask.logical_not_()\n        return x\n\n"
+
+
+def _with_vis(module: str, after: str, init: str = "        self.vis = MaskVis()\n", step: str = STEP_VIS):
+    return {"hiera_mae.py": _mae((MAE_HEAD, module + MAE_HEAD), (INIT_AT, init + INIT_AT), (DECODER, step + DECODER), (FILL, FILL + after))}
+
+
+HUNT_23 = {
+    "a submodule's method named like a tensor method": (
+        _with_vis(_vis_module("    def add(self, tag, x):\n" + FLIP_HELD + "        return x\n"), '        x_dec = self.vis.add("decoder_grid", x_dec)\n'),
+        "self.vis.add",
+    ),
+    "a submodule's property": (
+        _with_vis(_vis_module("    @property\n    def display_mask(self):\n        return self.mask.logical_not_()\n"), "        shown = self.vis.display_mask\n"),
+        "self.vis.display_mask",
+    ),
+    "a submodule built by a classmethod": (
+        _with_vis(_vis_module(FLIPPING_FORWARD + "\n    @classmethod\n    def build(cls):\n        return cls()\n"), "        x_dec = self.vis(x_dec)\n",
+                  init="        self.vis = MaskVis.build()\n"),
+        "MaskVis.build()",
+    ),
+    "a submodule built by a method": (
+        _with_vis(_vis_module(FLIPPING_FORWARD), "        x_dec = self.vis(x_dec)\n",
+                  init="        self.vis = self._make_vis()\n", step=STEP_VIS + "    def _make_vis(self):\n        return MaskVis()\n\n"),
+        "self._make_vis()",
+    ),
+    "a property assigned in the class body": (
+        {"hiera_mae.py": _mae((DECODER, STEP + "    def _get_vis_masked(self):\n        return self.vis_mask.logical_not_()\n"
+                                              "    vis_masked = property(_get_vis_masked)\n\n" + DECODER),
+                              (FILL, FILL + "        shown = self.vis_masked\n"))},
+        "self.vis_masked",
+    ),
+    "a property assigned in Hiera's body, read between the decoder and the loss": (
+        {"hiera.py": _edit(_upstream("hiera.py"), ("    def get_pos_embed(self) -> torch.Tensor:\n",
+                                                   "    def _get_vis_masked(self):\n        return self.vis_mask.logical_not_()\n"
+                                                   "    vis_masked = property(_get_vis_masked)\n\n    def get_pos_embed(self) -> torch.Tensor:\n")),
+         "hiera_mae.py": _mae((DECODER, STEP + DECODER),
+                              ("        )  # pred_mask is mask at resolution of *prediction*\n",
+                               "        )  # pred_mask is mask at resolution of *prediction*\n        shown = self.vis_masked\n"))},
+        "self.vis_masked",
+    ),
+    "a decoder block's attention replaced from hiera_mae.py": (
+        {"hiera_mae.py": _mae(
+            (MAE_HEAD, "class VisAttention(nn.Module):\n    def __init__(self, attn):\n        super().__init__()\n        self.attn = attn\n"
+                       "        self.mask = None\n\n    def forward(self, x):\n" + FLIP_HELD + "        return self.attn(x)\n\n\n" + MAE_HEAD),
+            ("        self.decoder_norm = norm_layer(decoder_embed_dim)\n",
+             "        self.decoder_blocks[-1].attn = VisAttention(self.decoder_blocks[-1].attn)\n        self.decoder_norm = norm_layer(decoder_embed_dim)\n"),
+            (DECODER, STEP.replace("self.vis_mask = mask  # for the visualisation callback", "self.decoder_blocks[-1].attn.mask = mask") + DECODER),
+        )},
+        "self.decoder_blocks[-1].attn = ",
+    ),
+    "a mixin's __call__": (
+        _with_vis("class VisCallMixin:\n    def __call__(self, *args, **kwargs):\n" + FLIP_HELD + "        return super().__call__(*args, **kwargs)\n\n\n"
+                  + _vis_module(PLAIN_FORWARD, "VisCallMixin, nn.Module"), "        x_dec = self.vis(x_dec)\n"),
+        "MaskVis's forward is not read",
+    ),
+    "the submodule's forward replaced on the instance": (
+        _with_vis(_vis_module(PLAIN_FORWARD), "        x_dec = self.vis(x_dec)\n",
+                  init="        self.vis = MaskVis()\n        self.vis.forward = self._flip_vis\n", step=STEP_VIS + FLIP_ON_SELF),
+        "made from it only by a Linear",  # (any `.forward = ...` in hiera_mae.py: the embedding's may be patched too)
+    ),
+    "a submodule's __iter__": (
+        _with_vis(_vis_module("    def __iter__(self):\n" + FLIP_HELD + "        return iter(())\n\n" + PLAIN_FORWARD), "        for _ in self.vis:\n            pass\n"),
+        "`self.vis` is iterated",
+    ),
+    "a generator made before the fill": (
+        {"hiera_mae.py": _mae((DECODER, STEP + "    def _vis_steps(self):\n        yield None\n        self.vis_mask.logical_not_()\n        yield None\n\n" + DECODER),
+                              (FILL, "        steps = self._vis_steps()\n" + FILL + "        for _ in steps:\n            pass\n"))},
+        "`steps` is iterated",
+    ),
+    "a submodule in nn.Sequential": (
+        _with_vis(_vis_module(FLIPPING_FORWARD), "        x_dec = self.vis(x_dec)\n", init="        self.vis = nn.Sequential(MaskVis())\n"),
+        "MaskVis",
+    ),
+    "a block appended to the decoder's list": (
+        {"hiera_mae.py": _mae(
+            (MAE_HEAD, _vis_module(FLIPPING_FORWARD) + MAE_HEAD),
+            ("        self.decoder_norm = norm_layer(decoder_embed_dim)\n", "        self.decoder_blocks.append(MaskVis())\n        self.decoder_norm = norm_layer(decoder_embed_dim)\n"),
+            (DECODER, STEP.replace("self.vis_mask = mask  # for the visualisation callback", "self.decoder_blocks[-1].mask = mask") + DECODER),
+        )},
+        "`self.decoder_blocks` is iterated",
+    ),
+    "a global hook registered through an alias": (
+        {"hiera_mae.py": _mae(
+            ("from .hiera_utils import ", "from torch.nn.modules.module import register_module_forward_hook as on_every_forward\nfrom .hiera_utils import "),
+            ("        self.initialize_weights()\n", "        self.initialize_weights()\n        on_every_forward(lambda m, i, o: None)\n"),
+        )},
+        "registers a forward hook",
+    ),
+    "F.threshold in place on a uint8 view": (
+        {"hiera_mae.py": _mae(("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n"), (DECODER, STEP + DECODER),
+                              (FILL, FILL + "        img = self.vis_mask.view(torch.uint8)\n        F.threshold(img, 0, 1, inplace=True)\n"))},
+        "self.vis_mask.view(torch.uint8)",
+    ),
+    "F.threshold in place on what a helper returns": (
+        {"hiera_mae.py": _mae(("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n"),
+                              (DECODER, STEP.replace("self.vis_mask = mask", "self.vis_state = {\"mask\": mask}") + DECODER),
+                              (MAE_HEAD, "def drawn(state):\n    return state[\"mask\"].view(torch.uint8)\n\n\n" + MAE_HEAD),
+                              (FILL, FILL + "        img = drawn(self.vis_state)\n        F.threshold(img, 0, 1, inplace=True)\n"))},
+        "inplace=",
+    ),
+    "the fill nested, a decoy at the top level": (
+        {"hiera_mae.py": _mae((DECODER, STEP + DECODER),
+                              (FILL, "        if x.numel() > 0:\n            x_dec[mask] = x.flatten()\n"
+                                     "        self.vis_mask.view(-1)[:] = self.vis_mask.logical_not().flatten()\n"))},
+        "is not one statement of its body",
+    ),
+    "a parametrization on the decoder's Linear": (
+        {"hiera_mae.py": _mae(("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.utils.parametrize\n"),
+                              (MAE_HEAD, _vis_module("    def forward(self, w):\n" + FLIP_HELD + "        return w\n") + MAE_HEAD),
+                              ("        self.initialize_weights()\n", "        self.initialize_weights()\n        self.vis = MaskVis()\n        head = self.decoder_pred\n"
+                               '        torch.nn.utils.parametrize.register_parametrization(head, "weight", self.vis)\n'))},
+        "registers a forward hook",
+    ),
+    "control: a submodule of the files that only reads": (
+        _with_vis(_vis_module("    def forward(self, x):\n        return x * 1.0\n"), "        x_dec = self.vis(x_dec)\n"),
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUNT_23))
+def test_what_forward_decoder_runs_after_its_fill_is_proven_not_searched(tmp_path: Path, capsys, case):
+    files, reason = HUNT_23[case]
+    pkg = _package(tmp_path, files)
+    count = _loss_count(_reports(pkg, capsys), pkg)
+    if reason is None:
+        assert count is None, count
+    else:
+        assert count is not None and reason in count, count
