@@ -1595,15 +1595,28 @@ def _a_parameter(ctx: PlanContext, module: cst.Module, call: cst.Call, name: str
     in `__init__`) defaulting to nothing of the files (`partial(nn.LayerNorm, eps=1e-6)`):
     what a caller builds with it is out of contract (README), as code the files do not hold."""
     scope = next((a for a in ctx.context_of(module).ancestors(call) if isinstance(a, cst.FunctionDef)), None)
-    if scope is None or not _takes(scope, name) or _binds(scope.body, name):
+    if scope is None or not _takes(scope, name):
         return False
+
+    def of_the_files(expr: Optional[cst.CSTNode]) -> bool:
+        return expr is not None and any(
+            isinstance(n, cst.Name) and (resolve_class(ctx, module, n.value) is not None or function_of(ctx, module, n.value) is not None)
+            for n in walk(expr)
+        )
+
     params = scope.params
     param = next(p for p in [*params.params, *params.kwonly_params, *params.posonly_params, params.star_arg, params.star_kwarg]
                  if isinstance(p, cst.Param) and p.name.value == name)
-    return param.default is None or not any(
-        isinstance(n, cst.Name) and (resolve_class(ctx, module, n.value) is not None or function_of(ctx, module, n.value) is not None)
-        for n in walk(param.default)
+    # bound again only by assignments naming nothing of the files (a fork's
+    # `norm_layer = partial(getattr(nn, norm_layer), eps=1e-6)`)
+    assigned = [value for target, value in _bindings(scope) if any(is_name(t, name) for t in flatten_targets(target))]  # type: ignore[arg-type]
+    other = any(
+        isinstance(n, (cst.ImportAlias, cst.AsName, cst.FunctionDef, cst.ClassDef, cst.Global, cst.Nonlocal, cst.Del, cst.MatchAs, cst.ExceptHandler))
+        and _binds(n, name) for n in walk(scope.body)
     )
+    if other or (_binds(scope.body, name) and not assigned):
+        return False
+    return not of_the_files(param.default) and not any(of_the_files(v) for v in assigned)
 
 
 def _bindings(scope: cst.FunctionDef) -> Iterator[Tuple[cst.CSTNode, cst.CSTNode]]:
