@@ -78,6 +78,31 @@ def function_of(ctx: PlanContext, module: cst.Module, name: str) -> Optional[Tup
     return _top_level(ctx, module, name, cst.FunctionDef, 0)  # type: ignore[return-value]
 
 
+def _a_module(ctx: PlanContext, module: cst.Module, expr: cst.BaseExpression) -> bool:
+    """``expr`` is a name ``module`` binds to a module of the files by an import (`from .
+    import hiera as _hiera`, `import pkg.hiera as _hiera` where the files hold it; `import
+    torch.nn.functional as F` is not one)."""
+    if not isinstance(expr, cst.Name):
+        return False
+    for node in walk(module):
+        if isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
+            for alias in node.names:  # type: ignore[union-attr]
+                bound = alias.asname.name if alias.asname is not None else alias.name
+                if code(bound).split(".")[0] != expr.value:
+                    continue
+                if isinstance(node, cst.ImportFrom):
+                    if node.relative:
+                        return True  # `from . import hiera`, `from .pkg import m` (a module or not: taken for one)
+                    dotted = f"{code(node.module)}.{code(alias.name)}" if node.module is not None else code(alias.name)
+                elif alias.asname is not None:
+                    dotted = code(alias.name)
+                else:
+                    dotted = code(bound).split(".")[0]
+                if ctx.module_named(dotted) is not None:
+                    return True
+    return False
+
+
 def followed_function(ctx: PlanContext, module: cst.Module, name: str) -> Optional[Tuple[cst.Module, cst.FunctionDef]]:
     """:func:`function_of`, where a call of ``name`` runs that def: None also where a
     module read may replace it on its module (:func:`function_patched`)."""
@@ -105,6 +130,15 @@ def function_patched(ctx: PlanContext, module: cst.Module, names: Set[str]) -> O
                     may_setattr(node, n) and any(isinstance(a.value, cst.SimpleString) for a in node.args) for n in names
                 ):
                     return _first_line(node)
+                # `vars(_hiera)["f"] = g`, `_hiera.__dict__.update(f=g)` (hunt 24b F3), and
+                # `f.__code__ = g.__code__` (24b F5)
+                if _writes_a_namespace(node) or stored is not None and any(
+                    isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value in names for t in flatten_targets(stored)
+                ):
+                    return _first_line(node if not isinstance(node, cst.AssignTarget) else ctx.context_of(m).parent(node))
+                if isinstance(node, cst.Call) and not (is_name(node.func) and node.func.value in _CLASS_READERS) \
+                        and any(a.value for a in node.args if _a_module(ctx.context_of(m), m, a.value)):  # type: ignore[attr-defined]
+                    return _first_line(node)  # `keep_register_unit(_hiera)`: a module of the files handed to a call
         return None
 
     return ctx.fact(("function patched", id(ctx.module), id(module), tuple(sorted(names))), find, ctx.module, module)
@@ -1288,6 +1322,8 @@ def torch_or_builtin(ctx: PlanContext, call: cst.Call) -> bool:
     return (
         bool(qualified) and all(_pure_function(q) for q in qualified)
         and not any(a.keyword is not None and a.keyword.value == "key" for a in call.args)
+        # `F.threshold(m.view(torch.uint8), 0, 1, inplace=True)` writes (hunt 24b F6)
+        and not any(a.keyword is not None and a.keyword.value == "inplace" and not is_name(a.value, "False") for a in call.args)
     )
 
 
@@ -1563,6 +1599,8 @@ def _given_to_outside(ctx: PlanContext, module: cst.Module, call: cst.Call, dept
             elif isinstance(node, cst.Name) and id(node) not in called:
                 if of_the_files(node.value):
                     return None
+                if scope is not None and _takes(scope, node.value) and injected(ctx, module, node.value) is not None:
+                    return None  # `torch.compile(stem)`, a caller handing a stem of the files (hunt 24b F4)
                 if scope is not None and any(
                     is_name(n, node.value) and any(
                         isinstance(c, cst.Call) and is_name(c.func) and of_the_files(c.func.value)  # type: ignore[attr-defined]
@@ -1590,6 +1628,62 @@ def _picks_outside(ctx: PlanContext, module: cst.Module, call: cst.Call) -> bool
     )
 
 
+def injected(ctx: PlanContext, module: cst.Module, param: str) -> Optional[str]:
+    """The first call of a module read (``ctx``'s, ``module``, what they import, the modules
+    beside naming ``param``) that may hand a class or function of the files to a function's
+    parameter, where that parameter then builds or is a submodule (hunt 24b F1, F4): a class
+    or function of the files given uncalled (`Hiera(stem_layer=KeepCorner)`,
+    `partial(Hiera, stem_layer=KeepCorner)`, `build_layer(KeepCorner, ...)`; `isinstance`,
+    `super`... only read it), or a class or function of the files given an instance of a
+    class of the files (`Hiera(stem=KeepCorner(...))`); else None."""
+    def find() -> Optional[str]:
+        read = [m for _, m in imported_modules(ctx, [ctx.module, ctx.planned().module, module])[0]]
+        modules = list(dict.fromkeys([ctx.module, ctx.planned().module, module, *read, *(ctx.modules_beside([param.encode()]) or [])]))
+        classes, functions = _names_of_the_files(modules)
+
+        def named(expr: cst.BaseExpression, names: Set[str]) -> bool:
+            return isinstance(expr, cst.Name) and expr.value in names or isinstance(expr, cst.Attribute) and expr.attr.value in names
+
+        def uncalled(expr: cst.BaseExpression) -> bool:  # `KeepCorner if c else PatchEmbed`, `[KeepCorner]`
+            funcs = {id(c.func) for c in walk(expr) if isinstance(c, cst.Call)}
+            return any(id(n) not in funcs and named(n, classes | functions) for n in walk(expr)
+                       if isinstance(n, (cst.Name, cst.Attribute)) and not isinstance(ctxs[id(n)], cst.Attribute))
+
+        for m in modules:
+            here = ctx.context_of(m)
+            ctxs = {id(n): here.parent(n) for n in walk(m) if isinstance(n, (cst.Name, cst.Attribute))}
+            for node in walk(m):
+                if not isinstance(node, cst.Call) or is_name(node.func) and node.func.value in _CLASS_READERS - {"partial"}:  # type: ignore[attr-defined]
+                    continue
+                partial = is_name(node.func, "partial") or isinstance(node.func, cst.Attribute) and node.func.attr.value == "partial"
+                args = node.args[1:] if partial else node.args
+                if any(uncalled(a.value) for a in args):
+                    return _first_line(node)
+                if named(node.func, classes | functions):
+                    scope = next((a for a in here.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+                    made = {  # locals the caller binds to an instance (`stem = KeepCorner(...)`)
+                        t.value for target, value in (_bindings(scope) if scope is not None else ()) for t in flatten_targets(target)  # type: ignore[arg-type]
+                        if isinstance(t, cst.Name) and any(isinstance(c, cst.Call) and named(c.func, classes) for c in walk(value))
+                    }
+                    if any(
+                        isinstance(c, cst.Call) and named(c.func, classes) or isinstance(c, cst.Name) and c.value in made
+                        for a in args for c in walk(a.value)
+                    ):
+                        return _first_line(node)
+        return None
+
+    return ctx.fact(("injected", id(ctx.module), id(module), param), find, ctx.module, module)
+
+
+def _names_of_the_files(modules: Iterable[cst.Module]) -> Tuple[Set[str], Set[str]]:
+    """The names of the top-level classes and functions of ``modules``."""
+    modules = list(modules)
+    return (
+        {n.name.value for m in modules for n in m.body if isinstance(n, cst.ClassDef)},
+        {n.name.value for m in modules for n in m.body if isinstance(n, cst.FunctionDef)},
+    )
+
+
 def _a_parameter(ctx: PlanContext, module: cst.Module, call: cst.Call, name: str) -> bool:
     """``name``, called by ``call``, is a parameter of the function around it (`norm_layer`
     in `__init__`) defaulting to nothing of the files (`partial(nn.LayerNorm, eps=1e-6)`):
@@ -1598,9 +1692,15 @@ def _a_parameter(ctx: PlanContext, module: cst.Module, call: cst.Call, name: str
     if scope is None or not _takes(scope, name):
         return False
 
-    def of_the_files(expr: Optional[cst.CSTNode]) -> bool:
+    read = [m for _, m in imported_modules(ctx, [ctx.module, ctx.planned().module, module])[0]]
+    classes, functions = _names_of_the_files([ctx.module, module, *read])
+
+    def of_the_files(expr: Optional[cst.CSTNode]) -> bool:  # (`hiera_utils.RegisterUnitPatchEmbed`: a tail too)
         return expr is not None and any(
-            isinstance(n, cst.Name) and (resolve_class(ctx, module, n.value) is not None or function_of(ctx, module, n.value) is not None)
+            isinstance(n, cst.Name) and (
+                n.value in classes | functions
+                or resolve_class(ctx, module, n.value) is not None or function_of(ctx, module, n.value) is not None
+            )
             for n in walk(expr)
         )
 
@@ -1615,6 +1715,8 @@ def _a_parameter(ctx: PlanContext, module: cst.Module, call: cst.Call, name: str
         and _binds(n, name) for n in walk(scope.body)
     )
     if other or (_binds(scope.body, name) and not assigned):
+        return False
+    if injected(ctx, module, name) is not None:
         return False
     return not of_the_files(param.default) and not any(of_the_files(v) for v in assigned)
 
@@ -1688,6 +1790,11 @@ def module_class_unproven(ctx: PlanContext, module: cst.Module, cls: cst.ClassDe
             swap = next((n for n in walk(m) if _stores_a_class(n)), None)
             if swap is not None:
                 return f"`{_first_line(swap)}` may change the class of a module"
+        # a hook registered anywhere read (a global one, or a helper of hiera_utils.py
+        # given each module by `self.apply(f)`: hunt 24b F2)
+        beside = ctx.modules_beside([h.encode() for h in sorted(_AROUND_A_CALL)]) or []
+        if any(registers_hooks(m) for m in dict.fromkeys([ctx.module, ctx.planned().module, *read, *beside])):
+            return "a module read registers a forward hook, pre-hook or parametrization, which may run around the call"
         return None
 
     return ctx.fact(("module class", id(ctx.module), id(module), id(cls)), find, ctx.module, module, cls)
