@@ -166,3 +166,89 @@ def test_a_stem_whose_call_is_not_the_forward_read_keeps_the_drop(tmp_path: Path
         # the statement where the proof stopped: the stem's call, or what the stem runs
         stopped = "do_masked_conv(x, self.proj, mask)" if "replaced from" in case else "self.patch_embed("
         assert not drop["applied"] and stopped in drop["message"], drop
+
+
+# Hunt 24b (a white-box audit of e3948f0): what the stem proof still trusted.  A called
+# parameter (`stem_layer(...)`) a caller of the files fills with a class of the files; a
+# parameter handed to outside code (`torch.compile(stem)`); a hook registered by a helper
+# of hiera_utils.py; the stem's module function replaced through its module's namespace or
+# `__code__`; `inplace=` on a uint8 view of the mask.
+UTILS_END = "\n\ndef undo_windowing("
+MAE_IMPORTS = "from .hiera_utils import pretrained_model, undo_windowing, conv_nd\n"
+STEM_PARAM = ("        sep_pos_embed: bool = False,\n", "        sep_pos_embed: bool = False,\n        stem_layer=None,\n")
+BY_PARAM = (STEM, f"        if stem_layer is not None:\n            self.patch_embed = stem_layer({ARGS})\n        else:\n"
+                  + STEM.replace("        ", "            ", 1).replace("\n        )", "\n            )"))
+WRITING_CONV = f"\n\ndef _conv_keeping_register_unit(x, conv, mask=None):\n{WRITE.replace('        ', '    ')}    return _do_masked_conv(x, conv, mask)\n\n\n"
+PRE_HOOK = f'''
+
+def _register_unit(module, args, kwargs):
+    mask = kwargs.get("mask")
+{WRITE.replace('        ', '    ')}
+
+def keep_register_unit(module):
+    if hasattr(module, "spatial_dims"):
+        module.register_forward_pre_hook(_register_unit, with_kwargs=True)
+'''
+INIT_END = "        self.apply(partial(self._init_weights))\n"
+HUNT_24 = {
+    "a stem class handed to Hiera by the MAE's model zoo": {
+        "hiera.py": _edit(_upstream("hiera.py"), STEM_PARAM, BY_PARAM, (HIERA_HEAD, KEEP + HIERA_HEAD)),
+        "hiera_mae.py": _edit(_upstream("hiera_mae.py"), ("from .hiera import Hiera, HieraBlock\n", "from .hiera import Hiera, HieraBlock, KeepCornerPatchEmbed\n"),
+                              ("\n# Image Models\n", "\n\ndef mae_hiera_keepcorner(**kwargs):\n    return MaskedAutoencoderHiera(stem_layer=KeepCornerPatchEmbed, **kwargs)\n\n# Image Models\n")),
+    },
+    "a parameter defaulting to a class of hiera_utils": {
+        "hiera_utils.py": _edit(_upstream("hiera_utils.py"), (UTILS_END, "\n\nclass RegisterUnitPatchEmbed(nn.Module):\n    def forward(self, x, mask=None):\n"
+                                                             + WRITE + "        return x\n" + UTILS_END)),
+        "hiera.py": _edit(_upstream("hiera.py"), ("from .hfhub import", "from . import hiera_utils\nfrom .hfhub import"),
+                          (STEM_PARAM[0], STEM_PARAM[0] + "        stem_layer=hiera_utils.RegisterUnitPatchEmbed,\n"),
+                          (STEM, f"        self.patch_embed = stem_layer({ARGS})\n")),
+    },
+    "a builder function given the class": {
+        "hiera.py": _edit(_upstream("hiera.py"), (HIERA_HEAD, KEEP + "\n\ndef build_layer(layer, *args):\n    return layer(*args)\n" + HIERA_HEAD), FLAG,
+                          (STEM, f"        self.patch_embed = build_layer(KeepCornerPatchEmbed if keep_corner else PatchEmbed, {ARGS})\n")),
+    },
+    "a stem instance handed by the zoo to torch.compile": {
+        "hiera.py": _edit(_upstream("hiera.py"), (STEM_PARAM[0], STEM_PARAM[0] + "        stem=None,\n"), (HIERA_HEAD, KEEP + HIERA_HEAD),
+                          (STEM, f"        self.patch_embed = torch.compile(stem if stem is not None else PatchEmbed({ARGS}))\n")),
+        "hiera_mae.py": _edit(_upstream("hiera_mae.py"), ("from .hiera import Hiera, HieraBlock\n", "from .hiera import Hiera, HieraBlock, KeepCornerPatchEmbed\n"),
+                              ("\n# Image Models\n", "\n\ndef mae_hiera_keepcorner(**kwargs):\n    stem = KeepCornerPatchEmbed(3, 96, (7, 7), (4, 4), (3, 3))\n"
+                               "    return MaskedAutoencoderHiera(stem=stem, **kwargs)\n\n# Image Models\n")),
+    },
+    "a pre-hook a helper registers through self.apply": {
+        "hiera_utils.py": _edit(_upstream("hiera_utils.py"), (UTILS_END, PRE_HOOK + UTILS_END)),
+        "hiera.py": _edit(_upstream("hiera.py"), ("from .hiera_utils import pretrained_model,", "from .hiera_utils import keep_register_unit, pretrained_model,"), FLAG,
+                          (INIT_END, INIT_END + "        if keep_corner:\n            self.apply(keep_register_unit)\n")),
+    },
+    "do_masked_conv replaced through vars() of hiera": {
+        "hiera_mae.py": _edit(_upstream("hiera_mae.py"), (MAE_IMPORTS, MAE_IMPORTS + "from . import hiera as _hiera\nfrom .hiera_utils import do_masked_conv as _do_masked_conv\n"
+                                                          + WRITING_CONV + 'vars(_hiera)["do_masked_conv"] = _conv_keeping_register_unit\n')),
+    },
+    "hiera handed to a helper": {
+        "hiera_utils.py": _edit(_upstream("hiera_utils.py"), (UTILS_END, "\n\ndef keep_register_unit(module):\n    pass\n" + UTILS_END)),
+        "hiera_mae.py": _edit(_upstream("hiera_mae.py"), (MAE_IMPORTS, MAE_IMPORTS.replace("conv_nd", "conv_nd, keep_register_unit")
+                                                          + "from . import hiera as _hiera\n\nkeep_register_unit(_hiera)\n")),
+    },
+    "do_masked_conv.__code__ replaced": {
+        "hiera_utils.py": _edit(_upstream("hiera_utils.py"), (UTILS_END, "\n\ndef _keeping(x, conv, mask=None):\n    return conv(x)\n\n\n"
+                                                             "do_masked_conv.__code__ = _keeping.__code__\n" + UTILS_END)),
+    },
+    "F.threshold in place on the mask's uint8 view": {
+        "hiera.py": _edit(_upstream("hiera.py"), ("        x = do_masked_conv(x, self.proj, mask)\n",
+                                                  "        if mask is not None:\n            F.threshold(mask.view(torch.uint8)[:, :, :1, :1], 0, 1, inplace=True)\n"
+                                                  "        x = do_masked_conv(x, self.proj, mask)\n")),
+    },
+    "control: a stem parameter given a stem class of torch's": {
+        "hiera.py": _edit(_upstream("hiera.py"), STEM_PARAM, BY_PARAM),
+        "hiera_mae.py": _edit(_upstream("hiera_mae.py"), ("\n# Image Models\n", "\n\ndef mae_hiera_plain(**kwargs):\n    return MaskedAutoencoderHiera(**kwargs)\n\n# Image Models\n")),
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUNT_24))
+def test_a_stem_or_what_it_runs_chosen_elsewhere_keeps_the_drop(tmp_path: Path, capsys, case):
+    pkg = _package(tmp_path, HUNT_24[case])
+    drop = _site(_reports(pkg, capsys), pkg, "hiera.py", "HR003", DROP)
+    if case.startswith("control"):
+        assert drop["applied"], drop
+    else:
+        assert not drop["applied"], drop
