@@ -1322,9 +1322,23 @@ def torch_or_builtin(ctx: PlanContext, call: cst.Call) -> bool:
     return (
         bool(qualified) and all(_pure_function(q) for q in qualified)
         and not any(a.keyword is not None and a.keyword.value == "key" for a in call.args)
-        # `F.threshold(m.view(torch.uint8), 0, 1, inplace=True)` writes (hunt 24b F6)
+        # `F.threshold(m.view(torch.uint8), 0, 1, inplace=True)` writes (hunt 24b F6), and
+        # given it by position (24a F6)
         and not any(a.keyword is not None and a.keyword.value == "inplace" and not is_name(a.value, "False") for a in call.args)
+        and not any(
+            (at := _INPLACE_AT.get(q.rpartition(".")[2])) is not None and q.startswith("torch.nn.functional.")
+            and len([a for a in call.args if a.keyword is None]) > at
+            for q in qualified
+        )
     )
+
+
+# torch.nn.functional's functions taking `inplace`, and its position
+_INPLACE_AT = {
+    "threshold": 3, "relu": 1, "relu6": 1, "hardtanh": 3, "elu": 2, "selu": 1, "celu": 2, "leaky_relu": 2, "rrelu": 4,
+    "dropout": 3, "alpha_dropout": 3, "feature_alpha_dropout": 3, "dropout1d": 3, "dropout2d": 3, "dropout3d": 3,
+    "hardsigmoid": 1, "hardswish": 1, "silu": 1, "mish": 1,
+}
 
 
 

@@ -45,12 +45,14 @@ from ._calls import (
     FRESH_METHODS,
     bound_locally,
     class_bindings,
+    followed_function,
     function_of,
     imported_modules,
     method_of,
     resolve_class,
     passed_to_a_writer,
     _built_classes,
+    _patches,
     _submodules,
     module_class_unproven,
     _writes_a_namespace,
@@ -59,6 +61,7 @@ from ._calls import (
     replaced,
     run_time_checked,
     self_call_unproven,
+    sets_submodule_by_name,
     stored_elsewhere,
     torch_or_builtin,
     walk,
@@ -674,9 +677,13 @@ def _writes_between(
                 return True
             func_ = node.func
             if isinstance(func_, cst.Attribute) and func_.attr.value in _READING_METHODS and root_name(func_.value) != "self":
-                return reads(func_.value)
+                return reads(func_.value) and not _an_object(ctx, node, func_.value, {})  # (`vis = self.vis` earlier: hunt 24a F7)
             if is_name(func_) and func_.value in ("getattr", "hasattr") and node.args and root_name(node.args[0].value) == "self":  # type: ignore[attr-defined]
                 return False  # may run a property (hunt 22a F8)
+            if is_name(func_) and func_.value in _ITERATING_BUILTINS and not all(  # type: ignore[attr-defined]
+                _iterates_known(ctx, None, a.value, {}) or isinstance(a.value, (cst.ListComp, cst.GeneratorExp, cst.List, cst.Tuple)) for a in node.args
+            ):
+                return False  # `list(steps)`: a generator's body (hunt 24a F5)
             return torch_or_builtin(ctx, node) or builtin(node)
         return False
 
@@ -892,9 +899,13 @@ def _listed_modules(owner: _Owner, attr: str) -> Optional[List[cst.BaseExpressio
             return None
     if not elements or not all(isinstance(e, cst.Call) for e in elements):
         return None
+    if stored_elsewhere(ctx, owner.cls, attr) is not None:
+        return None  # `model.decoder_blocks = nn.ModuleList([...])` in hiera_utils.py (hunt 24a F8)
     read = [m for _, m in imported_modules(ctx, [ctx.module, ctx.planned().module])[0]]
     for m in dict.fromkeys([ctx.module, *read, *(ctx.modules_beside([attr.encode()]) or [])]):
         for n in walk(m):
+            if isinstance(n, (cst.Assign, cst.AnnAssign, cst.NamedExpr)) and isinstance(n.value, cst.Attribute) and n.value.attr.value == attr:
+                return None  # an alias (`blocks = self.decoder_blocks; blocks.append(Vis())`)
             func = n.func if isinstance(n, cst.Call) else None
             if isinstance(func, cst.Attribute) and func.attr.value in _LIST_CHANGERS and isinstance(func.value, cst.Attribute) \
                     and func.value.attr.value == attr:
@@ -980,6 +991,24 @@ def _writes_no_tensor(
             and (id(n) in callees or not _plain_attribute(ctx, n.value.attr.value, n.attr.value))
         ):
             return f"{at(n)} reads `{code(n.value)}`, which may be a module or other object: what it runs is not read"
+        if (  # `vis.display_mask`, `VIS.display_mask`, `self.vis["grid"]`, `vis[0]` (hunt 24a F3)
+            isinstance(n, (cst.Attribute, cst.Subscript)) and id(n) not in callees and not is_name(n.value, "self")
+            and not (isinstance(n, cst.Attribute) and n.attr.value in METADATA_ATTRIBUTES)
+            and not (isinstance(n.value, cst.Attribute) and is_name(n.value.value, "self") and isinstance(n, cst.Attribute))  # (above)
+            and _an_object(ctx, n, n.value, blocks)
+        ):
+            return f"{at(n)} reads an item or attribute of an object: what it runs is not read"
+        if (  # `if self.vis:`, `x + self.vis`, `f(self.vis)`: a module's `__bool__`, `__radd__`... (hunt 24a F3)
+            isinstance(n, cst.Attribute) and is_name(n.value, "self") and id(n) not in callees and owner is not None
+            and not isinstance(ctx.parent(n), cst.Attribute) and not isinstance(ctx.parent(n), (cst.For, cst.CompFor))
+            and not _holds_data(ctx, n.attr.value) and not (isinstance(ctx.parent(n), cst.Subscript) and _holds_a_tensor(ctx, n.attr.value))
+        ):
+            return f"{at(n)} is used as a value: it may be a module or other object, whose methods are not read"
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in _ITERATING_BUILTINS and not all(
+            _iterates_known(ctx, owner, a.value, blocks) or isinstance(a.value, (cst.ListComp, cst.GeneratorExp, cst.List, cst.Tuple))
+            for a in n.args
+        ):
+            return f"{at(n)} iterates what is not read (a generator's body runs)"  # (hunt 24a F5: `list(steps)`)
         if isinstance(n, (cst.For, cst.CompFor)) and not _iterates_known(ctx, owner, n.iter, blocks):
             return f"`{code(n.iter)}` is iterated: what its iterator runs is not read"  # (hunt 23a F6: `__iter__`, a generator)
         if not isinstance(n, cst.Call) or id(n) in entered:
@@ -1013,8 +1042,10 @@ def _writes_no_tensor(
                 continue
             return why
         if isinstance(func, cst.Name) and not bound_locally(ctx, n, func.value):
-            found = function_of(ctx, ctx.module, func.value)
-            if found is not None and not found[1].decorators:
+            found = followed_function(ctx, ctx.module, func.value)  # (not replaced from another module: hunt 24a F9)
+            if found is not None and not found[1].decorators and not any(
+                _an_object(ctx, n, a.value, blocks) for a in n.args if isinstance(a.value, (cst.Name, cst.Attribute, cst.Subscript))
+            ):  # (a parameter given `self.vis`: its methods are not read, hunt 24a F1)
                 inner = ctx.context_of(found[0])
                 made = _fresh_locals(inner, found[1])
                 why = next((w for st in found[1].body.body if (w := _writes_no_tensor(inner, None, st, {}, depth + 1, checked, made))), None)  # type: ignore[union-attr]
@@ -1051,9 +1082,57 @@ def _holds_a_tensor(ctx: PlanContext, attr: str) -> bool:
     values = _submodules(ctx, attr)
     return bool(values) and all(
         isinstance(v, cst.Call) and bool(q := ctx.qualified_names(v.func))
-        and all(n in _TENSOR_MAKERS or n.startswith("torch.") and not n.startswith("torch.nn.") and n.count(".") == 1 for n in q)
+        # a new tensor: not `torch.compile(Vis())`, `torch.load(...)`, `torch.as_tensor(mask)` (hunt 24a F2, F6)
+        and all(n in _TENSOR_MAKERS or n.startswith("torch.") and n[len("torch."):] in _FRESH_FACTORIES for n in q)
         for v in values
     )
+
+
+def _holds_data(ctx: PlanContext, attr: str) -> bool:
+    """Every value ``ctx``'s module stores to `<obj>.<attr>` is a tensor torch makes or data:
+    no call but of the builtins making data (`list(...)`, `tuple(...)`, `int(...)`) or of
+    math (`self.tokens_spatial_shape_final = [i // s for ...]`, `self.heads = heads`)."""
+    if _holds_a_tensor(ctx, attr):
+        return True
+    values = _stored_values(ctx, attr)
+    if not values:
+        return False
+    return all(
+        all(
+            isinstance(c.func, cst.Name) and c.func.value in _DATA_BUILTINS and not ctx.qualified_names(c.func) - {f"builtins.{c.func.value}"}
+            or bool(q := ctx.qualified_names(c.func)) and all(n.startswith("math.") for n in q)
+            for c in walk(v) if isinstance(c, cst.Call)
+        )
+        for v in values
+    )
+
+
+def _stored_values(ctx: PlanContext, attr: str) -> List[cst.BaseExpression]:
+    """What ``ctx``'s module stores to `<obj>.<attr>`, a tuple target's paired element
+    (`self.q_pool, self.q_stride = q_pool, q_stride`) or its whole value; [] where it may
+    set it by name."""
+    if sets_submodule_by_name(ctx.module, attr) is not None:
+        return []
+    found: List[cst.BaseExpression] = []
+    for node in walk(ctx.module):
+        if isinstance(node, cst.Assign):
+            pairs = [(t.target, node.value) for t in node.targets]
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)) and node.value is not None:
+            pairs = [(node.target, node.value)]
+        else:
+            continue
+        for target, value in pairs:
+            if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) and len(target.elements) == len(value.elements):
+                pairs_ = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+            else:
+                pairs_ = [(t, value) for t in flatten_targets(target)]
+            found += [v for t, v in pairs_ if isinstance(t, cst.Attribute) and t.attr.value == attr]
+    return found
+
+
+_DATA_BUILTINS = frozenset({"list", "tuple", "int", "float", "bool", "len", "range", "zip", "sum", "min", "max", "abs", "round", "dict", "set", "sorted", "reversed", "enumerate"})
+# the builtins that iterate an argument (a generator's body runs: hunt 24a F5)
+_ITERATING_BUILTINS = frozenset({"list", "tuple", "dict", "set", "sum", "min", "max", "sorted", "any", "all", "zip", "enumerate", "reversed"})
 
 
 def _plain_attribute(ctx: PlanContext, attr: str, name: str) -> bool:
@@ -1062,28 +1141,54 @@ def _plain_attribute(ctx: PlanContext, attr: str, name: str) -> bool:
     proves them (or of torch's), none binding ``name`` in its class body (a property)."""
     values = [v for v in _submodules(ctx, attr) if not is_name(v, "None")]
     classes = _built_classes(ctx, ctx.module, values, 0) if values else None
+    read = [m for _, m in imported_modules(ctx, [ctx.module, ctx.planned().module])[0]] if classes else []
     return classes is not None and all(
-        module_class_unproven(ctx, m, c) is None and name not in _class_names(ctx.context_of(m), m, c) for m, c in classes
+        module_class_unproven(ctx, m, c) is None and name not in _class_names(ctx.context_of(m), m, c)
+        # nor set on the class from outside its body (`MaskVis.shown = property(f)`: hunt 24a F4)
+        and not any(_patches(r, c.name.value, name, set()) for r in dict.fromkeys([ctx.module, m, *read]))
+        for m, c in classes
     )
 
 
-def _an_object(ctx: PlanContext, call: cst.Call, receiver: cst.BaseExpression, blocks: Dict[str, List[cst.BaseExpression]]) -> bool:
+def _an_object(
+    ctx: PlanContext, call: cst.CSTNode, receiver: cst.BaseExpression, blocks: Dict[str, List[cst.BaseExpression]], seen: FrozenSet[str] = frozenset(),
+) -> bool:
     """The receiver of a tensor-named method (`vis.add(...)`) may be another object, whose
     method of that name is not read (hunt 23a F1): a loop's submodule, a global, a local
     bound to `self.<attr>` not holding a tensor or to an instance of a class of the files."""
     if isinstance(receiver, cst.Attribute) and is_name(receiver.value, "self"):
-        return not _holds_a_tensor(ctx, receiver.attr.value)
+        return not _holds_data(ctx, receiver.attr.value)
+    if isinstance(receiver, (cst.Attribute, cst.Subscript)):  # `self.vis.rec`, `self.vis_list[0]`, `vis.rec` (hunt 24a F1)
+        if isinstance(receiver, cst.Attribute) and receiver.attr.value in METADATA_ATTRIBUTES:
+            return False  # `x.shape`, `x.T`: a tensor's
+        inner = receiver.value
+        if isinstance(inner, cst.Attribute) and is_name(inner.value, "self"):
+            if isinstance(receiver, cst.Attribute) and _plain_attribute(ctx, inner.attr.value, receiver.attr.value):
+                return not _holds_data(ctx, receiver.attr.value)  # `self.attn.q_stride`: data of a proven class
+            return not _holds_data(ctx, inner.attr.value)  # an item or attribute of what `self.<a>` holds
+        return _an_object(ctx, call, inner, blocks, seen)
+    if isinstance(receiver, (cst.IfExp, cst.BooleanOperation)):
+        parts = [receiver.body, receiver.orelse] if isinstance(receiver, cst.IfExp) else [receiver.left, receiver.right]
+        return any(_an_object(ctx, call, p, blocks, seen) for p in parts)
     if not isinstance(receiver, cst.Name):
-        return False  # a call's result, a subscript...: a tensor the code made
+        return False  # a call's result, arithmetic...: a tensor the code made
     name = receiver.value
-    if name in blocks or not bound_locally(ctx, call, name):
+    if name in seen:
+        return False
+    if name in blocks or not bound_locally(ctx, call, name):  # type: ignore[arg-type]
         return True
     scope = next((a for a in ctx.ancestors(call) if isinstance(a, cst.FunctionDef)), None)
     if scope is None:
         return True
     for target, value in _assignments(scope):
         if any(is_name(t, name) for t in flatten_targets(target)):  # type: ignore[arg-type]
-            if isinstance(value, cst.Attribute) and is_name(value.value, "self") and not _holds_a_tensor(ctx, value.attr.value):
+            if isinstance(ctx.parent(target), (cst.For, cst.CompFor)) or isinstance(target, cst.Tuple | cst.List) \
+                    and isinstance(ctx.parent(ctx.parent(target) or target), (cst.For, cst.CompFor)):
+                # a loop's target: an element of what it iterates (`for i, v in enumerate(self.vis_list)`)
+                if not (isinstance(value, cst.Call) and is_name(value.func, "range")):
+                    return True
+                continue
+            if _an_object(ctx, call, value, blocks, seen | {name}) if isinstance(value, (cst.Attribute, cst.Subscript, cst.IfExp, cst.BooleanOperation, cst.Name)) else False:
                 return True
             if isinstance(value, cst.Call) and is_name(value.func) and resolve_class(ctx, ctx.module, value.func.value) is not None:  # type: ignore[attr-defined]
                 return True
