@@ -584,3 +584,129 @@ def test_what_forward_decoder_runs_after_its_fill_is_proven_not_searched(tmp_pat
         assert count is None, count
     else:
         assert count is not None and reason in count, count
+
+
+# Hunt 24a (a white-box audit of e3948f0): objects the after-the-fill proof took for
+# tensors or data.  `MaskVis` keeps the unit mask a caller hands it and flips it in each
+# method, property and dunder a figure callback might use.
+MASK_VIS = '''class MaskVis(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mask = None
+
+    def _flip(self):
+        if self.mask is not None:
+            self.mask.logical_not_()  # the figure draws 1 = masked
+
+    def add(self, tag, x):
+        self._flip()
+        return x
+
+    def tolist(self):
+        self._flip()
+        return []
+
+    @property
+    def display_mask(self):
+        self._flip()
+        return self.mask
+
+    def __getitem__(self, tag):
+        self._flip()
+        return self.mask
+
+    def __len__(self):
+        self._flip()
+        return 1
+
+    def forward(self, x):
+        return x
+
+
+'''
+MAE_FORWARD_TAIL = "        # Toggle mask, to generate labels for *masked* tokens\n"
+ENCODED = "        latent, mask = self.forward_encoder(x, mask_ratio, mask=mask)\n"
+
+
+def _holding(holder: str) -> str:
+    return STEP.replace("self.vis_mask = mask  # for the visualisation callback", f"{holder} = mask")
+
+
+def _vis(init: str, holder: str, after: str = "", head: str = "", methods: str = "", between: str = "", before: str = ""):
+    pairs = [(MAE_HEAD, MASK_VIS + head + MAE_HEAD), (DECODER, _holding(holder) + methods + DECODER)]
+    if after:
+        pairs.append((FILL, FILL + after))
+    if init:
+        pairs.append((INIT_AT, init + INIT_AT))
+    if between:
+        pairs.append((MAE_FORWARD_TAIL, between + MAE_FORWARD_TAIL))
+    if before:
+        pairs.append((ENCODED, ENCODED + before))
+    return {"hiera_mae.py": _mae(*pairs)}
+
+
+VIS_LIST = "        self.vis_list = nn.ModuleList([MaskVis()])\n"
+ONE_VIS = "        self.vis = MaskVis()\n"
+STEPS = "    def _vis_steps(self):\n        yield self.vis.add('grid', None)\n\n"
+HUNT_24 = {
+    "an item of a module list": (_vis(VIS_LIST, "self.vis_list[0].mask", '        x_dec = self.vis_list[0].add("grid", x_dec)\n'), "self.vis_list[0]"),
+    "a loop over enumerate of a module list": (
+        _vis(VIS_LIST, "self.vis_list[0].mask", '        for i, vis in enumerate(self.vis_list):\n            x_dec = vis.add(f"grid{i}", x_dec)\n'), "`self.vis_list` is used as a value"),
+    "a nested attribute": (
+        _vis("        self.vis = VisHub()\n", "self.vis.rec.mask", '        x_dec = self.vis.rec.add("grid", x_dec)\n',
+             head="class VisHub(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.rec = MaskVis()\n\n    def forward(self, x):\n        return x\n\n\n"),
+        "self.vis.rec"),
+    "a module function given the submodule": (
+        _vis(ONE_VIS, "self.vis.mask", "        x_dec = record(self.vis, x_dec)\n", head='def record(rec, x):\n    return rec.add("grid", x)\n\n\n'), "record(self.vis, x_dec)"),
+    "a compiled holder": (_vis("        self.vis = torch.compile(MaskVis())\n", "self.vis.mask", '        x_dec = self.vis.add("grid", x_dec)\n'), "self.vis.add"),
+    "a property of a local alias": (_vis(ONE_VIS, "self.vis.mask", "        vis = self.vis\n        shown = vis.display_mask\n"), "`self.vis` is used as a value"),
+    "a property of a global": (_vis("", "VIS.mask", "        shown = VIS.display_mask\n", head="VIS = MaskVis()\n\n\n"), "VIS.display_mask"),
+    "an if-expression alias": (
+        _vis(ONE_VIS, "self.vis.mask", '        vis = self.vis if self.training else None\n        if vis is not None:\n            x_dec = vis.add("grid", x_dec)\n'), "vis"),
+    "a generator listed after the fill": (
+        {"hiera_mae.py": _mae((MAE_HEAD, MASK_VIS + MAE_HEAD), (DECODER, _holding("self.vis.mask") + STEPS + DECODER), (INIT_AT, ONE_VIS + INIT_AT),
+                              (FILL, "        steps = self._vis_steps()\n" + FILL + "        done = list(steps)\n"))},
+        "list(steps)"),
+    "a property set on the class outside its body": (
+        _vis(ONE_VIS, "self.vis.mask", "        shown = self.vis.shown_mask\n", head="MaskVis.shown_mask = property(lambda self: self.add('shown', self.mask))\n\n\n"),
+        "self.vis.shown_mask"),
+    "F.threshold given inplace by position": (
+        {"hiera_mae.py": _mae((DECODER, _holding("self.vis_mask").replace("= mask", "= torch.as_tensor(mask, device='cpu')") + DECODER),
+                              (FILL, FILL + "        torch.nn.functional.threshold(self.vis_mask.view(torch.uint8), 0, 1, True)\n"))},
+        "threshold"),
+    "an item of a submodule": (_vis(ONE_VIS, "self.vis.mask", '        shown = self.vis["grid"]\n'), 'self.vis["grid"]'),
+    "a submodule's truth test": (_vis(ONE_VIS, "self.vis.mask", "        if self.vis:\n            x_dec = x_dec * 1\n"), "self.vis"),
+    "a loop over a literal tuple of submodules": (
+        _vis(ONE_VIS, "self.vis.mask", '        for rec in (self.vis,):\n            x_dec = rec.add("grid", x_dec)\n'), "self.vis"),
+    "between the decoder and the loss: an item's method": (_vis(VIS_LIST, "self.vis_list[0].mask", between="        records = self.vis_list[0].tolist()\n"), "tolist"),
+    "between the decoder and the loss: an alias's method": (
+        _vis(ONE_VIS, "self.vis.mask", between="        records = vis.tolist()\n", before="        vis = self.vis\n"), "vis.tolist()"),
+    "between the decoder and the loss: a generator listed": (
+        _vis(ONE_VIS, "self.vis.mask", methods=STEPS, between="        done = list(steps)\n", before="        steps = self._vis_steps()\n"), "list(steps)"),
+    "the decoder's list appended to through an alias": (
+        {"hiera_mae.py": _mae((MAE_HEAD, MASK_VIS + MAE_HEAD), (DECODER, _holding("self.decoder_blocks[-1].mask") + DECODER),
+                              ("        self.initialize_weights()\n", "        blocks = self.decoder_blocks\n        blocks.append(MaskVis())\n        self.initialize_weights()\n"))},
+        "`self.decoder_blocks` is iterated"),
+    "a class of the files handed to a block's norm_layer": (
+        {"hiera_mae.py": _mae((MAE_HEAD, "class VisNorm(nn.LayerNorm):\n    mask = None\n\n    def forward(self, x):\n        if self.mask is not None:\n"
+                                         "            self.mask.logical_not_()\n        return super().forward(x)\n\n\n" + MAE_HEAD),
+                              (DECODER, _holding("self.decoder_blocks[-1].norm1.mask") + DECODER),
+                              ("                    norm_layer=norm_layer,\n                    mlp_ratio=mlp_ratio,\n",
+                               "                    norm_layer=VisNorm,\n                    mlp_ratio=mlp_ratio,\n"))},
+        "`norm_layer(dim)` builds a module this rewrite does not read"),
+    "control: a module function given a data attribute": (
+        {"hiera_mae.py": _mae((MAE_HEAD, "def scaled(x, shape):\n    return x * len(shape)\n\n\n" + MAE_HEAD),
+                              (FILL, FILL + "        x_dec = scaled(x_dec, self.tokens_spatial_shape_final)\n"))},
+        None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUNT_24))
+def test_what_the_decoder_reads_after_its_fill_is_data_or_a_proven_module(tmp_path: Path, capsys, case):
+    files, reason = HUNT_24[case]
+    pkg = _package(tmp_path, files)
+    count = _loss_count(_reports(pkg, capsys), pkg)
+    if reason is None:
+        assert count is None, count
+    else:
+        assert count is not None and reason in count, count
