@@ -1613,7 +1613,7 @@ def _given_to_outside(ctx: PlanContext, module: cst.Module, call: cst.Call, dept
             elif isinstance(node, cst.Name) and id(node) not in called:
                 if of_the_files(node.value):
                     return None
-                if scope is not None and _takes(scope, node.value) and injected(ctx, module, node.value) is not None:
+                if scope is not None and _takes(scope, node.value) and injected(ctx, module, scope, node.value) is not None:
                     return None  # `torch.compile(stem)`, a caller handing a stem of the files (hunt 24b F4)
                 if scope is not None and any(
                     is_name(n, node.value) and any(
@@ -1642,51 +1642,62 @@ def _picks_outside(ctx: PlanContext, module: cst.Module, call: cst.Call) -> bool
     )
 
 
-def injected(ctx: PlanContext, module: cst.Module, param: str) -> Optional[str]:
+def injected(ctx: PlanContext, module: cst.Module, scope: cst.FunctionDef, param: str) -> Optional[str]:
     """The first call of a module read (``ctx``'s, ``module``, what they import, the modules
-    beside naming ``param``) that may hand a class or function of the files to a function's
-    parameter, where that parameter then builds or is a submodule (hunt 24b F1, F4): a class
-    or function of the files given uncalled (`Hiera(stem_layer=KeepCorner)`,
-    `partial(Hiera, stem_layer=KeepCorner)`, `build_layer(KeepCorner, ...)`; `isinstance`,
-    `super`... only read it), or a class or function of the files given an instance of a
-    class of the files (`Hiera(stem=KeepCorner(...))`); else None."""
+    beside naming the function) that may hand ``param`` of ``scope`` (a module function, or
+    a class's `__init__`: the class's or a subclass's call) a class or function of the files
+    (hunt 24b F1, F4; 24a F10): given uncalled (`Hiera(stem_layer=KeepCorner)`,
+    `partial(HieraBlock, norm_layer=VisNorm)`, `build_layer(A if c else B, ...)`), or an
+    instance of one (`Hiera(stem=KeepCorner(...))`, or a local bound to one), by that
+    keyword, `**`, or position; else None."""
     def find() -> Optional[str]:
+        here_ = ctx.context_of(module)
+        owner = next((a for a in here_.ancestors(scope) if isinstance(a, cst.ClassDef)), None)
         read = [m for _, m in imported_modules(ctx, [ctx.module, ctx.planned().module, module])[0]]
-        modules = list(dict.fromkeys([ctx.module, ctx.planned().module, module, *read, *(ctx.modules_beside([param.encode()]) or [])]))
+        if owner is not None and scope.name.value == "__init__":
+            kin = [owner.name.value] + [c.name.value for c in subclasses_in([module, *read], owner.name.value)]
+        elif owner is None:
+            kin = [scope.name.value]
+        else:
+            return None  # a method's parameter: its callers are `self.m(...)` calls, not followed here
+        beside = ctx.modules_beside([k.encode() for k in kin]) or []
+        modules = list(dict.fromkeys([ctx.module, ctx.planned().module, module, *read, *beside]))
         classes, functions = _names_of_the_files(modules)
 
-        def named(expr: cst.BaseExpression, names: Set[str]) -> bool:
+        def named(expr: cst.BaseExpression, names: Iterable[str]) -> bool:
             return isinstance(expr, cst.Name) and expr.value in names or isinstance(expr, cst.Attribute) and expr.attr.value in names
-
-        def uncalled(expr: cst.BaseExpression) -> bool:  # `KeepCorner if c else PatchEmbed`, `[KeepCorner]`
-            funcs = {id(c.func) for c in walk(expr) if isinstance(c, cst.Call)}
-            return any(id(n) not in funcs and named(n, classes | functions) for n in walk(expr)
-                       if isinstance(n, (cst.Name, cst.Attribute)) and not isinstance(ctxs[id(n)], cst.Attribute))
 
         for m in modules:
             here = ctx.context_of(m)
-            ctxs = {id(n): here.parent(n) for n in walk(m) if isinstance(n, (cst.Name, cst.Attribute))}
             for node in walk(m):
-                if not isinstance(node, cst.Call) or is_name(node.func) and node.func.value in _CLASS_READERS - {"partial"}:  # type: ignore[attr-defined]
+                if not isinstance(node, cst.Call):
                     continue
-                partial = is_name(node.func, "partial") or isinstance(node.func, cst.Attribute) and node.func.attr.value == "partial"
-                args = node.args[1:] if partial else node.args
-                if any(uncalled(a.value) for a in args):
-                    return _first_line(node)
-                if named(node.func, classes | functions):
-                    scope = next((a for a in here.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
-                    made = {  # locals the caller binds to an instance (`stem = KeepCorner(...)`)
-                        t.value for target, value in (_bindings(scope) if scope is not None else ()) for t in flatten_targets(target)  # type: ignore[arg-type]
-                        if isinstance(t, cst.Name) and any(isinstance(c, cst.Call) and named(c.func, classes) for c in walk(value))
-                    }
-                    if any(
-                        isinstance(c, cst.Call) and named(c.func, classes) or isinstance(c, cst.Name) and c.value in made
-                        for a in args for c in walk(a.value)
-                    ):
-                        return _first_line(node)
+                partial = (is_name(node.func, "partial") or isinstance(node.func, cst.Attribute) and node.func.attr.value == "partial") \
+                    and bool(node.args) and named(node.args[0].value, kin)
+                if not (partial or named(node.func, kin)):
+                    continue
+                scope_ = next((a for a in here.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+                made = {  # locals the caller binds to an instance (`stem = KeepCorner(...)`)
+                    t.value for target, value in (_bindings(scope_) if scope_ is not None else ()) for t in flatten_targets(target)  # type: ignore[arg-type]
+                    if isinstance(t, cst.Name) and any(isinstance(c, cst.Call) and named(c.func, classes) for c in walk(value))
+                }
+                for arg in node.args[1:] if partial else node.args:
+                    if arg.keyword is not None and arg.keyword.value != param:
+                        continue
+                    funcs = {id(c.func) for c in walk(arg.value) if isinstance(c, cst.Call)}
+                    for n in walk(arg.value):
+                        if isinstance(n, (cst.Name, cst.Attribute)) and isinstance(here.parent(n), cst.Attribute) and here.parent(n).attr is n:  # type: ignore[union-attr]
+                            continue  # the tail of `a.b`: read with `a.b` itself
+                        if (
+                            isinstance(n, cst.Call) and named(n.func, classes)
+                            or isinstance(n, cst.Name) and n.value in made
+                            or isinstance(n, (cst.Name, cst.Attribute)) and id(n) not in funcs and named(n, classes | functions)
+                            and not _bound_locally(here, node, root_name(n) or "")
+                        ):
+                            return _first_line(node)
         return None
 
-    return ctx.fact(("injected", id(ctx.module), id(module), param), find, ctx.module, module)
+    return ctx.fact(("injected", id(ctx.module), id(module), id(scope), param), find, ctx.module, module, scope)
 
 
 def _names_of_the_files(modules: Iterable[cst.Module]) -> Tuple[Set[str], Set[str]]:
@@ -1730,7 +1741,7 @@ def _a_parameter(ctx: PlanContext, module: cst.Module, call: cst.Call, name: str
     )
     if other or (_binds(scope.body, name) and not assigned):
         return False
-    if injected(ctx, module, name) is not None:
+    if injected(ctx, module, scope, name) is not None:
         return False
     return not of_the_files(param.default) and not any(of_the_files(v) for v in assigned)
 
@@ -1804,10 +1815,11 @@ def module_class_unproven(ctx: PlanContext, module: cst.Module, cls: cst.ClassDe
             swap = next((n for n in walk(m) if _stores_a_class(n)), None)
             if swap is not None:
                 return f"`{_first_line(swap)}` may change the class of a module"
-        # a hook registered anywhere read (a global one, or a helper of hiera_utils.py
-        # given each module by `self.apply(f)`: hunt 24b F2)
-        beside = ctx.modules_beside([h.encode() for h in sorted(_AROUND_A_CALL)]) or []
-        if any(registers_hooks(m) for m in dict.fromkeys([ctx.module, ctx.planned().module, *read, *beside])):
+        # a hook registered in a module that runs when the files are imported (a global
+        # one, or a helper of hiera_utils.py given each module by `self.apply(f)`: hunt 24b
+        # F2); a module beside that nothing imports (a training script, another model's
+        # file) is not: out of contract
+        if any(registers_hooks(m) for m in dict.fromkeys([ctx.module, ctx.planned().module, *read])):
             return "a module read registers a forward hook, pre-hook or parametrization, which may run around the call"
         return None
 

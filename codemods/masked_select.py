@@ -52,6 +52,7 @@ from ._calls import (
     resolve_class,
     passed_to_a_writer,
     _built_classes,
+    _outside_the_files,
     _patches,
     _submodules,
     module_class_unproven,
@@ -1175,8 +1176,12 @@ def _an_object(
     name = receiver.value
     if name in seen:
         return False
-    if name in blocks or not bound_locally(ctx, call, name):  # type: ignore[arg-type]
+    if name in blocks:
         return True
+    if not bound_locally(ctx, call, name):  # type: ignore[arg-type]
+        # a global: an object of the files (`VIS = MaskVis()`), or a name another package's
+        # import binds (`SDPBackend.FLASH_ATTENTION`: out of contract, as its code is)
+        return not _outside_the_files(ctx, receiver)
     scope = next((a for a in ctx.ancestors(call) if isinstance(a, cst.FunctionDef)), None)
     if scope is None:
         return True
