@@ -37,6 +37,7 @@ import libcst as cst
 from hiera_rewrite.flow import METADATA_ATTRIBUTES, enclosing_line, loaded_names, root_name, tensor_aliases
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
+from ._calls import binds as _calls_binds
 from ._calls import (
     _PURE_BUILTINS,
     base_class,
@@ -1151,6 +1152,23 @@ def _plain_attribute(ctx: PlanContext, attr: str, name: str) -> bool:
     )
 
 
+def _a_library_name(ctx: PlanContext, name: cst.Name) -> bool:
+    """The global ``name`` is bound only by imports of modules the files do not hold
+    (`import torch`, `from torch.nn.attention import SDPBackend`)."""
+    imported = False
+    for stmt in ctx.module.body:
+        if isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+            imported = imported or _calls_binds(stmt, name.value)
+        elif _calls_binds(stmt, name.value):
+            return False  # an assignment, a def, a class (or an import under `try:`/`if`: not read)
+    if not imported:
+        return False
+    qualified = ctx.qualified_names(name)
+    return bool(qualified) and all(
+        not q.startswith(".") and ctx.module_named(q) is None and ctx.module_named(q.rpartition(".")[0] or q) is None for q in qualified
+    )
+
+
 def _an_object(
     ctx: PlanContext, call: cst.CSTNode, receiver: cst.BaseExpression, blocks: Dict[str, List[cst.BaseExpression]], seen: FrozenSet[str] = frozenset(),
 ) -> bool:
@@ -1178,10 +1196,12 @@ def _an_object(
         return False
     if name in blocks:
         return True
+    if name in ("None", "True", "False"):
+        return False
     if not bound_locally(ctx, call, name):  # type: ignore[arg-type]
         # a global: an object of the files (`VIS = MaskVis()`), or a name another package's
-        # import binds (`SDPBackend.FLASH_ATTENTION`: out of contract, as its code is)
-        return not _outside_the_files(ctx, receiver)
+        # import binds (`torch.float`, `SDPBackend.FLASH_ATTENTION`: out of contract, as its code is)
+        return not _a_library_name(ctx, receiver)
     scope = next((a for a in ctx.ancestors(call) if isinstance(a, cst.FunctionDef)), None)
     if scope is None:
         return True
