@@ -1097,6 +1097,8 @@ def _holds_data(ctx: PlanContext, attr: str) -> bool:
     if _holds_a_tensor(ctx, attr):
         return True
     values = _stored_values(ctx, attr)
+    if not values and attr in _MODULE_FLAGS:
+        return True  # `self.training`: nn.Module's own bool
     if not values:
         return False
     return all(
@@ -1132,6 +1134,8 @@ def _stored_values(ctx: PlanContext, attr: str) -> List[cst.BaseExpression]:
     return found
 
 
+# nn.Module's own plain attributes (set by `train()`/`eval()`, not in the files)
+_MODULE_FLAGS = frozenset({"training"})
 _DATA_BUILTINS = frozenset({"list", "tuple", "int", "float", "bool", "len", "range", "zip", "sum", "min", "max", "abs", "round", "dict", "set", "sorted", "reversed", "enumerate"})
 # the builtins that iterate an argument (a generator's body runs: hunt 24a F5)
 _ITERATING_BUILTINS = frozenset({"list", "tuple", "dict", "set", "sum", "min", "max", "sorted", "any", "all", "zip", "enumerate", "reversed"})

@@ -281,7 +281,7 @@ HUNT_22 = {
             (DECODER, STEP + "    def _flip(self, x):\n        self.vis_mask.logical_not_()\n        return x\n\n" + DECODER),
             (FILL, FILL + "        for hook in self.post_fill_hooks:\n            x_dec = hook(x_dec)\n"),
         )},
-        "`hook(x_dec)` may write a tensor it is not given",
+        "`self.post_fill_hooks` is iterated",
     ),
     "a property": (
         {"hiera_mae.py": _mae(
@@ -546,7 +546,7 @@ HUNT_23 = {
     "F.threshold in place on a uint8 view": (
         {"hiera_mae.py": _mae(("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n"), (DECODER, STEP + DECODER),
                               (FILL, FILL + "        img = self.vis_mask.view(torch.uint8)\n        F.threshold(img, 0, 1, inplace=True)\n"))},
-        "self.vis_mask.view(torch.uint8)",
+        "`self.vis_mask.view` reads `self.vis_mask`",
     ),
     "F.threshold in place on what a helper returns": (
         {"hiera_mae.py": _mae(("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n"),
