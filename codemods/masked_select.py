@@ -1211,7 +1211,7 @@ def _an_object(
         return True
     for target, value in _assignments(scope):
         if any(is_name(t, name) for t in flatten_targets(target)):  # type: ignore[arg-type]
-            if isinstance(ctx.parent(target), (cst.For, cst.CompFor)) or isinstance(target, cst.Tuple | cst.List) \
+            if isinstance(ctx.parent(target), (cst.For, cst.CompFor)) or isinstance(target, (cst.Tuple, cst.List)) \
                     and isinstance(ctx.parent(ctx.parent(target) or target), (cst.For, cst.CompFor)):
                 # a loop's target: an element of what it iterates (`for i, v in enumerate(self.vis_list)`)
                 if not (isinstance(value, cst.Call) and is_name(value.func, "range")):
