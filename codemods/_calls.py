@@ -82,25 +82,30 @@ def _a_module(ctx: PlanContext, module: cst.Module, expr: cst.BaseExpression) ->
     """``expr`` is a name ``module`` binds to a module of the files by an import (`from .
     import hiera as _hiera`, `import pkg.hiera as _hiera` where the files hold it; `import
     torch.nn.functional as F` is not one)."""
-    if not isinstance(expr, cst.Name):
-        return False
+    return isinstance(expr, cst.Name) and expr.value in ctx.fact(("module names", id(module)), lambda: _module_names(ctx, module), module)
+
+
+def _module_names(ctx: PlanContext, module: cst.Module) -> Set[str]:
+    """The names ``module`` binds to modules of the files by an import (a relative `from`
+    import's names are all taken for modules: `from .pkg import m` may be one)."""
+    found: Set[str] = set()
     for node in walk(module):
         if isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
             for alias in node.names:  # type: ignore[union-attr]
                 bound = alias.asname.name if alias.asname is not None else alias.name
-                if code(bound).split(".")[0] != expr.value:
-                    continue
+                name = code(bound).split(".")[0]
                 if isinstance(node, cst.ImportFrom):
                     if node.relative:
-                        return True  # `from . import hiera`, `from .pkg import m` (a module or not: taken for one)
+                        found.add(name)
+                        continue
                     dotted = f"{code(node.module)}.{code(alias.name)}" if node.module is not None else code(alias.name)
                 elif alias.asname is not None:
                     dotted = code(alias.name)
                 else:
-                    dotted = code(bound).split(".")[0]
+                    dotted = name
                 if ctx.module_named(dotted) is not None:
-                    return True
-    return False
+                    found.add(name)
+    return found
 
 
 def followed_function(ctx: PlanContext, module: cst.Module, name: str) -> Optional[Tuple[cst.Module, cst.FunctionDef]]:
@@ -232,12 +237,24 @@ def _rebinds_globals(module: cst.Module, name: str) -> bool:
     """Code of ``module`` that may bind the global ``name`` where the module-level
     statements do not show it: `global name` in a function, or `globals()` (a store
     through it)."""
-    for node in walk(module):
-        if isinstance(node, cst.Global) and any(item.name.value == name for item in node.names):
-            return True
-        if isinstance(node, cst.Call) and is_name(node.func, "globals"):
-            return True
-    return False
+    cached = _GLOBALS.get(id(module))
+    if cached is None or cached[0] is not module:
+        declared: Set[str] = set()
+        dynamic = False
+        for node in walk(module):
+            if isinstance(node, cst.Global):
+                declared.update(item.name.value for item in node.names)
+            elif isinstance(node, cst.Call) and is_name(node.func, "globals"):
+                dynamic = True
+        if len(_GLOBALS) > 256:
+            _GLOBALS.clear()
+        cached = _GLOBALS[id(module)] = (module, declared, dynamic)
+    return cached[2] or name in cached[1]
+
+
+# per module (kept alive with it): the names its `global` statements declare, and whether
+# it calls `globals()`
+_GLOBALS: Dict[int, Tuple[cst.Module, Set[str], bool]] = {}
 
 
 def method_of(
@@ -1922,6 +1939,10 @@ def _submodules(ctx: PlanContext, attr: str) -> List[cst.BaseExpression]:
     """The values this module assigns to ``<obj>.<attr>`` (`self.patch_embed = C(...)`);
     [] when it assigns none or sets it otherwise too (`setattr`, `add_module`, a
     `_modules` store, a tuple target)."""
+    return ctx.fact(("submodules", id(ctx.module), attr), lambda: _find_submodules(ctx, attr), ctx.module)
+
+
+def _find_submodules(ctx: PlanContext, attr: str) -> List[cst.BaseExpression]:
     assigned: List[cst.BaseExpression] = []
     if sets_submodule_by_name(ctx.module, attr) is not None:
         return []

@@ -1115,6 +1115,10 @@ def _stored_values(ctx: PlanContext, attr: str) -> List[cst.BaseExpression]:
     """What ``ctx``'s module stores to `<obj>.<attr>`, a tuple target's paired element
     (`self.q_pool, self.q_stride = q_pool, q_stride`) or its whole value; [] where it may
     set it by name."""
+    return ctx.fact(("stored values", id(ctx.module), attr), lambda: _find_stored_values(ctx, attr), ctx.module)
+
+
+def _find_stored_values(ctx: PlanContext, attr: str) -> List[cst.BaseExpression]:
     if sets_submodule_by_name(ctx.module, attr) is not None:
         return []
     found: List[cst.BaseExpression] = []
