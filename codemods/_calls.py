@@ -1457,6 +1457,10 @@ def _unproven_receiver(ctx: PlanContext, cls: Optional[cst.ClassDef], call: cst.
             " code checks at run time only the methods it passes a count to)"
         )
     why = self_call_unproven(ctx, cls, func.attr.value)
+    if why is None and method_of(ctx, ctx.module, cls, func.attr.value) is None:
+        # a submodule: why its class's call is not the forward read
+        classes = _built_classes(ctx, ctx.module, _submodules(ctx, func.attr.value), 0) or []
+        why = next((w for made in classes if (w := module_class_unproven(ctx, made[0], made[1]))), None)
     return f" ({why})" if why else ""
 
 
@@ -1811,8 +1815,9 @@ def module_class_unproven(ctx: PlanContext, module: cst.Module, cls: cst.ClassDe
             if len(c.bases) != 1 or c.bases[0].keyword is not None or c.bases[0].star:
                 return f"{name} has not one plain base: its call is not read"
             base = c.bases[0].value
-            if set(ctx.context_of(m).qualified_names(base)) & _TORCH_MODULE:
-                break
+            qualified = ctx.context_of(m).qualified_names(base)
+            if qualified and all(q in _TORCH_MODULE or q.startswith("torch.nn.") and q.count(".") == 2 for q in qualified):
+                break  # torch's `nn.Module`, or a module class of torch.nn (`nn.Linear`): its call is Module's
             found = base_class(ctx, m, c) if is_name(base) else None
             if found is None:
                 return f"the base `{code(base)}` of {name} is not read"
