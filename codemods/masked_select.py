@@ -52,6 +52,7 @@ from ._calls import (
     method_of,
     resolve_class,
     passed_to_a_writer,
+    _bindings,
     _built_classes,
     _outside_the_files,
     _patches,
@@ -1257,15 +1258,7 @@ def _iterates_known(ctx: PlanContext, owner: Optional[_Owner], it: cst.BaseExpre
 
 def _assignments(scope: cst.FunctionDef) -> List[Tuple[cst.BaseExpression, cst.BaseExpression]]:
     """(target, value) of each assignment and walrus in ``scope`` (a loop's: its iterable)."""
-    found: List[Tuple[cst.BaseExpression, cst.BaseExpression]] = []
-    for node in walk(scope.body):
-        if isinstance(node, cst.Assign):
-            found += [(t.target, node.value) for t in node.targets]
-        elif isinstance(node, (cst.AnnAssign, cst.NamedExpr, cst.AugAssign)) and node.value is not None:
-            found.append((node.target, node.value))
-        elif isinstance(node, (cst.For, cst.CompFor)):
-            found.append((node.target, node.iter))
-    return found
+    return list(_bindings(scope))  # type: ignore[arg-type]
 
 
 def _self_call_unproven(owner: _Owner, call: cst.Call, depth: int, checked: List[str]) -> Optional[str]:
