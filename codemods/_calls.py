@@ -1833,7 +1833,7 @@ def module_class_unproven(ctx: PlanContext, module: cst.Module, cls: cst.ClassDe
         if why is not None:
             return why
         read = [m for _, m in imported_modules(ctx, [ctx.module, ctx.planned().module, module])[0]]
-        for m in dict.fromkeys([ctx.module, module, *read, *(ctx.modules_beside([b"__class__"]) or [])]):
+        for m in dict.fromkeys([ctx.module, module, *read, *(ctx.modules_beside([n.encode() for n in _CLASS_SWAPS]) or [])]):
             swap = next((n for n in walk(m) if _stores_a_class(n)), None)
             if swap is not None:
                 return f"`{_first_line(swap)}` may change the class of a module"
@@ -1848,12 +1848,17 @@ def module_class_unproven(ctx: PlanContext, module: cst.Module, cls: cst.ClassDe
     return ctx.fact(("module class", id(ctx.module), id(module), id(cls)), find, ctx.module, module, cls)
 
 
+# what sets which class an object is, or which bases a class has
+_CLASS_SWAPS = ("__class__", "__bases__")
+
+
 def _stores_a_class(node: cst.CSTNode) -> bool:
-    """``node`` sets some object's `__class__` (`m.__class__ = K`, `setattr(m, "__class__", K)`)."""
+    """``node`` sets some object's `__class__` (`m.__class__ = K`, `setattr(m, "__class__",
+    K)`) or a class's `__bases__` (`PatchEmbed.__bases__ = (Traced,)`: hunt 24 noticed)."""
     if isinstance(node, (cst.AssignTarget, cst.AugAssign)):
-        return any(isinstance(t, cst.Attribute) and t.attr.value == "__class__" for t in flatten_targets(node.target))
-    if isinstance(node, cst.Call) and may_setattr(node, "__class__"):
-        return any(isinstance(a.value, cst.SimpleString) and a.value.evaluated_value == "__class__" for a in node.args)
+        return any(isinstance(t, cst.Attribute) and t.attr.value in _CLASS_SWAPS for t in flatten_targets(node.target))
+    if isinstance(node, cst.Call) and any(may_setattr(node, n) for n in _CLASS_SWAPS):
+        return any(isinstance(a.value, cst.SimpleString) and a.value.evaluated_value in _CLASS_SWAPS for a in node.args)
     return False
 
 
@@ -1874,7 +1879,11 @@ def _outside_the_files(ctx: PlanContext, expr: cst.BaseExpression) -> bool:
 # what else runs code around a module's call or its parameters' reads: a parametrization
 # (`register_parametrization(self.decoder_pred, "weight", Vis())`: hunt 23a F12), the hook
 # dicts themselves
-_AROUND_A_CALL = FORWARD_HOOKS | {"register_parametrization", "_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs"}
+_AROUND_A_CALL = FORWARD_HOOKS | {
+    "register_parametrization", "_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+    # torch's global hook dicts, written directly (`module._global_forward_hooks[0] = f`: hunt 24 noticed)
+    "_global_forward_hooks", "_global_forward_pre_hooks", "_global_forward_hooks_with_kwargs", "_global_forward_hooks_always_called",
+}
 
 
 def registers_hooks(module: cst.Module) -> bool:
@@ -1884,8 +1893,18 @@ def registers_hooks(module: cst.Module) -> bool:
     return any(
         isinstance(node, cst.Name) and node.value in _AROUND_A_CALL
         or isinstance(node, cst.Attribute) and node.attr.value in _AROUND_A_CALL
+        # by name (`getattr(m, "register_forward_pre_hook")(f)`: hunt 24 noticed)
+        or isinstance(node, cst.SimpleString) and _evaluated(node) in _AROUND_A_CALL
         for node in walk(module)
     )
+
+
+def _evaluated(node: cst.SimpleString) -> Optional[str]:
+    try:
+        value = node.evaluated_value
+    except Exception:  # (a string libcst cannot evaluate)
+        return None
+    return value if isinstance(value, str) else None
 
 
 def binds(root: cst.CSTNode, name: str) -> bool:

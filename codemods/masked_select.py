@@ -34,7 +34,7 @@ import dataclasses
 
 import libcst as cst
 
-from hiera_rewrite.flow import METADATA_ATTRIBUTES, enclosing_line, loaded_names, root_name, tensor_aliases
+from hiera_rewrite.flow import METADATA_ATTRIBUTES, METADATA_METHODS, enclosing_line, loaded_names, root_name, tensor_aliases
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, proves, register
 
 from ._calls import binds as _calls_binds
@@ -846,37 +846,10 @@ def _after_the_fill(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.FunctionDe
             f"a module the files read registers a forward hook or pre-hook, which may run after {decoder.name.value}'s fill:"
             " the unit mask may be held there"
         )
-    owner = _Owner(ctx, cls, True)
-    blocks = _blocks(owner, decoder)
-    fresh = _fresh_locals(ctx, decoder)
-    for stmt in body[fill + 1:]:
-        why = _writes_no_tensor(ctx, owner, stmt, blocks, 0, checked, fresh)
-        if why is not None:
-            return f"{why}, after {decoder.name.value}'s fill: the unit mask may be held there"
+    why = _Reader(ctx, _Owner(ctx, cls, True), decoder, 0, checked).unproven(body[fill + 1:])
+    if why is not None:
+        return f"{why}, after {decoder.name.value}'s fill: the unit mask may be held there"
     return None
-
-
-def _blocks(owner: _Owner, func: cst.FunctionDef) -> Dict[str, List[cst.BaseExpression]]:
-    """`for blk in self.<attr>:` loop names of ``func``, bound nowhere else, each with what
-    the submodule ``attr`` holds: the elements of `nn.ModuleList([...])` /
-    `nn.Sequential(...)` made by constructor calls ([[]] when not known)."""
-    ctx = owner.ctx
-    loops = [s for s in walk(func.body) if isinstance(s, cst.For) and isinstance(s.target, cst.Name)]
-    targets = {id(s.target) for s in loops}
-    other = {
-        n.value for n in walk(func.body) if isinstance(n, cst.Name) and id(n) not in targets
-        and isinstance(ctx.parent(n), (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.AsName, cst.CompFor, cst.For, cst.Element, cst.StarredElement))
-    }
-    found: Dict[str, List[cst.BaseExpression]] = {}
-    for loop in loops:
-        name = loop.target.value  # type: ignore[attr-defined]
-        it = loop.iter
-        if name in other or name in found or not (isinstance(it, cst.Attribute) and is_name(it.value, "self")):
-            continue
-        elements = _listed_modules(owner, it.attr.value)
-        if elements is not None:
-            found[name] = elements
-    return found
 
 
 # list methods that change which modules a ModuleList / Sequential holds
@@ -948,119 +921,472 @@ def _fresh_locals(ctx: PlanContext, func: cst.FunctionDef) -> Set[str]:
     return {name for name, ok in fresh.items() if ok and name not in params}
 
 
-def _writes_no_tensor(
-    ctx: PlanContext, owner: Optional[_Owner], node: cst.CSTNode, blocks: Dict[str, List[cst.BaseExpression]], depth: int,
-    checked: List[str], fresh: Set[str],
-) -> Optional[str]:
-    """Why ``node`` (of ``ctx``'s module) may write a tensor that is not a local it binds
-    (see ``_after_the_fill``); ``owner``: whose methods `self` runs there; the guarded
-    owner's methods read are added to ``checked``; ``fresh``: :func:`_fresh_locals`."""
-    def at(n: cst.CSTNode) -> str:
-        return f"`{code(n).strip().splitlines()[0]}`"
+# What the after-the-fill reader types an expression as (:class:`_Reader`).
+_VALUE = "value"  # a tensor or plain data (a number, a shape, a string, a tuple, list or dict of such)
+_LIBRARY = "library"  # what a package the files do not hold binds (`torch.float32`, `F`, `SDPBackend.MATH`)
+_SELF = "self"  # the instance whose methods run (only `self.<a>` is read on it)
+_TOP = "top"  # not yet known (the greatest fixpoint's start)
+# torch's functions whose result may be any object (an unpickled one)
+_ANY_OBJECT = frozenset({"torch.load", "torch.serialization.load"})
 
-    if depth > 4:
-        return f"{at(node)} calls more than 4 deep"
-    callees = {id(n.func) for n in walk(node) if isinstance(n, cst.Call)}
-    entered: Set[int] = set()  # the context managers of a `with` read
-    for n in walk(node):
-        if isinstance(n, (cst.Global, cst.Nonlocal, cst.Del, cst.AugAssign, cst.Yield, cst.Await, cst.Lambda)):
-            return f"{at(n)} may write what it does not bind"
-        if isinstance(n, (cst.Assign, cst.AnnAssign)):
-            targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
-            if not all(
-                isinstance(t, cst.Name) or isinstance(t, cst.Subscript) and is_name(t.value) and t.value.value in fresh  # type: ignore[attr-defined]
-                for t in (x for t in targets for x in flatten_targets(t))
-            ):
-                return f"{at(n)} may write what it does not bind"
-        if isinstance(n, (cst.For, cst.CompFor)) and not all(isinstance(t, cst.Name) for t in flatten_targets(n.target)):
-            return f"{at(n)} may write what it does not bind"
-        if isinstance(n, cst.With) and not n.asynchronous and all(
-            isinstance(i.item, cst.Call) and (i.asname is None or isinstance(i.asname.name, cst.Name))
-            and bool(ctx.qualified_names(i.item.func)) and ctx.qualified_names(i.item.func) <= _QUIET_CONTEXTS | _KERNEL_CONTEXTS
-            for i in n.items
-        ):
-            entered.update(id(i.item) for i in n.items)
-            continue  # torch's grad, autocast or SDPA-kernel mode (its arguments are read as calls)
-        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.With, cst.Try, cst.Match)):
-            return f"{at(n)} is not read"
-        if (  # `self.vis_masked`: a property runs code (hunt 22a F4), `vis_masked = property(f)` too (23a F4)
-            isinstance(n, cst.Attribute) and is_name(n.value, "self") and id(n) not in callees and owner is not None
-            and n.attr.value in _class_names(owner.ctx, owner.ctx.module, owner.cls)
-        ):
-            return f"{at(n)} reads a method or property of the class"
-        if (  # `self.vis.add(...)`, `self.vis.display_mask`: another object's method or property (hunt 23a F1, F3)
-            isinstance(n, cst.Attribute) and isinstance(n.value, cst.Attribute) and is_name(n.value.value, "self")
-            and not _holds_a_tensor(ctx, n.value.attr.value)
-            and (id(n) in callees or not _plain_attribute(ctx, n.value.attr.value, n.attr.value))
-        ):
-            return f"{at(n)} reads `{code(n.value)}`, which may be a module or other object: what it runs is not read"
-        if (  # `vis.display_mask`, `VIS.display_mask`, `self.vis["grid"]`, `vis[0]` (hunt 24a F3)
-            isinstance(n, (cst.Attribute, cst.Subscript)) and id(n) not in callees and not is_name(n.value, "self")
-            and not (isinstance(n, cst.Attribute) and n.attr.value in METADATA_ATTRIBUTES)
-            and not (isinstance(n.value, cst.Attribute) and is_name(n.value.value, "self") and isinstance(n, cst.Attribute))  # (above)
-            and _an_object(ctx, n, n.value, blocks)
-        ):
-            return f"{at(n)} reads an item or attribute of an object: what it runs is not read"
-        if (  # `if self.vis:`, `x + self.vis`, `f(self.vis)`: a module's `__bool__`, `__radd__`... (hunt 24a F3)
-            isinstance(n, cst.Attribute) and is_name(n.value, "self") and id(n) not in callees and owner is not None
-            and not isinstance(ctx.parent(n), cst.Attribute) and not isinstance(ctx.parent(n), (cst.For, cst.CompFor))
-            and not _holds_data(ctx, n.attr.value) and not (isinstance(ctx.parent(n), cst.Subscript) and _holds_a_tensor(ctx, n.attr.value))
-        ):
-            return f"{at(n)} is used as a value: it may be a module or other object, whose methods are not read"
-        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in _ITERATING_BUILTINS and not all(
-            _iterates_known(ctx, owner, a.value, blocks) or isinstance(a.value, (cst.ListComp, cst.GeneratorExp, cst.List, cst.Tuple))
-            for a in n.args
-        ):
-            return f"{at(n)} iterates what is not read (a generator's body runs)"  # (hunt 24a F5: `list(steps)`)
-        if isinstance(n, (cst.For, cst.CompFor)) and not _iterates_known(ctx, owner, n.iter, blocks):
-            return f"`{code(n.iter)}` is iterated: what its iterator runs is not read"  # (hunt 23a F6: `__iter__`, a generator)
-        if not isinstance(n, cst.Call) or id(n) in entered:
-            continue
-        func = n.func
-        if any(a.keyword is not None and a.keyword.value == "out" for a in n.args):
-            return f"{at(n)} writes its `out=`"
-        if any(a.keyword is not None and a.keyword.value == "inplace" and not is_name(a.value, "False") for a in n.args):
-            return f"{at(n)} may write its argument (`inplace=`)"  # (hunt 23a F10: F.threshold on a uint8 view)
-        builtin = isinstance(func, cst.Name) and func.value in _PURE_BUILTINS and not any(
-            a.keyword is not None and a.keyword.value == "key" for a in n.args
-        )
-        if builtin and func.value in ("getattr", "hasattr") and n.args and root_name(n.args[0].value) == "self":  # type: ignore[attr-defined]
-            return f"{at(n)} may run a property"
-        if torch_or_builtin(ctx, n):
-            continue
-        if (  # a builtin itself (`len(shape)`: a module read far has no qualified names)
-            builtin and not ctx.qualified_names(func) - {f"builtins.{func.value}"}  # type: ignore[attr-defined]
-            and function_of(ctx, ctx.module, func.value) is None and not bound_locally(ctx, n, func.value)  # type: ignore[attr-defined]
-        ):
-            continue
-        if isinstance(func, cst.Attribute) and not is_name(func.value, "self"):
-            name = func.attr.value
-            on_self = root_name(func.value) == "self"
-            if name in _READING_METHODS | _COMPUTING_METHODS and not (on_self and name in _MODULE_CONVERTERS) \
-                    and not _an_object(ctx, n, func.value, blocks):
-                continue  # (`self.decoder_pos_embed.repeat(...)`: a parameter's new tensor)
-        if isinstance(func, cst.Name) and func.value in blocks:
-            why = _modules_unproven(ctx, blocks[func.value], depth, checked)
-            if why is None:
-                continue
-            return why
-        if isinstance(func, cst.Name) and not bound_locally(ctx, n, func.value):
-            found = followed_function(ctx, ctx.module, func.value)  # (not replaced from another module: hunt 24a F9)
-            if found is not None and not found[1].decorators and not any(
-                _an_object(ctx, n, a.value, blocks) for a in n.args if isinstance(a.value, (cst.Name, cst.Attribute, cst.Subscript))
-            ):  # (a parameter given `self.vis`: its methods are not read, hunt 24a F1)
-                inner = ctx.context_of(found[0])
-                made = _fresh_locals(inner, found[1])
-                why = next((w for st in found[1].body.body if (w := _writes_no_tensor(inner, None, st, {}, depth + 1, checked, made))), None)  # type: ignore[union-attr]
-                if why is None:
-                    continue
-        if isinstance(func, cst.Attribute) and is_name(func.value, "self") and owner is not None:
-            why = _self_call_unproven(owner, n, depth, checked)
-            if why is None:
-                continue
-            return why
-        return f"{at(n)} may write a tensor it is not given"
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Modules:
+    """A name iterating a module list :func:`_listed_modules` proves (`for blk in
+    self.decoder_blocks`): the calls building its elements."""
+
+    built: Tuple[cst.BaseExpression, ...]
+
+
+def _join(a, b):
+    """The type of a name bound to a value of type ``a`` and elsewhere of type ``b``."""
+    if a == _TOP:
+        return b
+    if b == _TOP or a is b:
+        return a
+    if a in (_VALUE, _LIBRARY) and b in (_VALUE, _LIBRARY):
+        return _VALUE
     return None
+
+
+class _Reader:
+    """Proves that running statements of ``func`` (of ``ctx``'s module) can write no tensor
+    but the new ones its locals hold, by typing every expression they evaluate, from the
+    bindings of each name outwards; anything not typed ends the proof (hunts 21a to 24a
+    each found an object the older reader, a list of object forms, took for data).
+
+    A value (:data:`_VALUE`) is a tensor or plain data: the function's parameters (their
+    callers hand it only values: the decoder gets the latent and the mask), literals,
+    `self.<a>` where every store to it is a tensor torch makes or data
+    (:func:`_holds_data`), a plain attribute of a proven submodule (`self.attn.q_stride`),
+    what a package the files do not hold binds (`torch.float32`: out of contract, as its
+    code is), and what these make: operators, items, attributes, displays, comprehensions,
+    and calls of torch's computing functions and the listed builtins given values, of
+    tensor methods that make a new tensor, a view or a number (no `fill_`), of the files'
+    module functions, methods and submodules whose own statements this reader proves
+    (given values, returning values).  A loop over a proven module list types its name as
+    those modules (only called).  Writes: bindings of local names, and item stores into
+    locals bound only to torch's factories (:func:`_fresh_locals`).  Every other form --
+    an object of a class of the files, a global of the files, `self` handed on, a
+    generator, a lambda, `getattr(...)(...)`, `+=`, `del`, `global`, a def, a `try` -- is
+    not typed, and the statement reading it is named."""
+
+    def __init__(self, ctx: PlanContext, owner: Optional[_Owner], func: cst.FunctionDef, depth: int, checked: List[str]):
+        self.ctx, self.owner, self.func, self.depth, self.checked = ctx, owner, func, depth, checked
+        self.fresh = _fresh_locals(ctx, func)
+        params = func.params
+        listed = [*params.posonly_params, *params.params]
+        static = any(is_name(d.decorator, "staticmethod") for d in func.decorators)
+        self.self_name = listed[0].name.value if owner is not None and listed and not static else None
+        # name -> what binds it: ("value", expr), ("item", iterable, path), ("aug", statement), ("param", default), ("other", node)
+        self.sources: Dict[str, List[tuple]] = {}
+        for p in [*listed, *params.kwonly_params, *(p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param))]:
+            if p.name.value != self.self_name:
+                self.sources.setdefault(p.name.value, []).append(("param", p.default))
+        for node in walk(func.body):
+            if isinstance(node, cst.Assign):
+                for t in node.targets:
+                    self._bind(t.target, node.value)
+            elif isinstance(node, (cst.AnnAssign, cst.NamedExpr)) and node.value is not None:
+                self._bind(node.target, node.value)
+            elif isinstance(node, (cst.For, cst.CompFor)):
+                self._bind_item(node.target, node.iter, ())
+            elif isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name):
+                self.sources.setdefault(node.target.value, []).append(("aug", node))
+            elif isinstance(node, (cst.AsName, cst.Global, cst.Nonlocal, cst.Del, cst.FunctionDef, cst.ClassDef, cst.ExceptHandler, cst.ImportAlias)) \
+                    or type(node).__name__.startswith("Match"):
+                for n in walk(node.name if isinstance(node, (cst.AsName, cst.FunctionDef, cst.ClassDef)) else node):
+                    if isinstance(n, cst.Name):
+                        self.sources.setdefault(n.value, []).append(("other", node))
+        self.types: Dict[str, object] = {}
+        self.untyped: Dict[str, str] = {}  # why a name is not typed
+        self.proven: Dict[int, Optional[str]] = {}  # id of a call -> why what it runs is not proven
+        self.lists: Dict[str, Optional[_Modules]] = {}  # `self.<a>` -> the module list it holds
+        self.blame: Optional[str] = None
+
+    # -- names
+
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name):
+            self.sources.setdefault(target.value, []).append(("value", value))
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            pairs = isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(target.elements) and not any(
+                isinstance(e, cst.StarredElement) for e in (*value.elements, *target.elements)
+            )
+            for i, t in enumerate(target.elements):
+                if pairs:
+                    self._bind(t.value, value.elements[i].value)  # type: ignore[union-attr]
+                else:
+                    for n in walk(t.value):  # an element of a value
+                        if isinstance(n, cst.Name) and n is not None and self._bound_name(n, t.value):
+                            self.sources.setdefault(n.value, []).append(("element", value))
+        # (an attribute or item store binds no name: the statement is read)
+
+    @staticmethod
+    def _bound_name(n: cst.Name, target: cst.BaseExpression) -> bool:
+        """``n`` is a name ``target`` binds (not one inside an item or attribute target)."""
+        def names(t):
+            if isinstance(t, cst.Name):
+                yield t
+            elif isinstance(t, (cst.Tuple, cst.List)):
+                for e in t.elements:
+                    yield from names(e.value)
+            elif isinstance(t, cst.StarredElement):
+                yield from names(t.value)
+        return any(x is n for x in names(target))
+
+    def _bind_item(self, target: cst.BaseExpression, iterable: cst.BaseExpression, path: Tuple[Tuple[int, int], ...]) -> None:
+        if isinstance(target, cst.Name):
+            self.sources.setdefault(target.value, []).append(("item", iterable, path))
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            starred = any(isinstance(e, cst.StarredElement) for e in target.elements)
+            for i, e in enumerate(target.elements):
+                inner = e.value if not isinstance(e, cst.StarredElement) else e.value
+                self._bind_item(inner, iterable, path + ((i, -1 if starred else len(target.elements)),))
+
+    def _source_type(self, source: tuple):
+        kind = source[0]
+        if kind == "value":
+            return self.type_of(source[1])
+        if kind == "element":
+            return _VALUE if self.value(source[1]) else None
+        if kind == "item":
+            t = self.element(source[1])
+            for i, n in source[2]:
+                if isinstance(t, tuple) and len(t) == n:
+                    t = t[i]
+                elif t in (_VALUE, _LIBRARY, _TOP):
+                    t = _VALUE if t != _TOP else _TOP
+                else:
+                    return None
+            if isinstance(t, tuple):  # a name for a tuple of values (`for p in zip(a, b)`)
+                return _VALUE if all(x in (_VALUE, _LIBRARY, _TOP) for x in t) else None
+            return t
+        if kind == "aug":
+            statement = source[1]
+            return _VALUE if self.value(statement.target) and self.value(statement.value) else None
+        if kind == "param":
+            default = source[1]
+            return _VALUE if default is None or self.value(default) else None
+        return self._fail(source[1], "binds a name this reader does not type")
+
+    def settle(self, names: Set[str]) -> None:
+        """Types ``names`` and every local their bindings read: the greatest fixpoint."""
+        closure: List[str] = []
+        stack = [n for n in names if n in self.sources and n not in self.types]
+        seen: Set[str] = set()
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            closure.append(name)
+            for source in self.sources[name]:
+                for part in source[1:2]:
+                    if isinstance(part, cst.CSTNode):
+                        stack.extend(n.value for n in _read_names(part) if n.value in self.sources and n.value not in self.types)
+        for name in closure:
+            self.types[name] = _TOP
+        changed = True
+        while changed:
+            changed = False
+            for name in closure:
+                t, why = _TOP, None
+                for source in self.sources[name]:
+                    before, self.blame = self.blame, None
+                    s = self._source_type(source)
+                    if s is None and why is None:
+                        why = self.blame
+                    self.blame = before
+                    t = _join(t, s)
+                if t is not self.types[name] and t != self.types[name]:
+                    self.types[name] = t
+                    changed = True
+                if t is None and why is not None:
+                    self.untyped[name] = why
+        for name in closure:
+            if self.types[name] == _TOP:
+                self.types[name] = _VALUE  # bound only from itself: reading it first raises
+
+    def _fail(self, node: cst.CSTNode, why: str):
+        if self.blame is None:
+            self.blame = f"`{code(node).strip().splitlines()[0]}` {why}"
+        return None
+
+    def _blamed(self, why: str):
+        if self.blame is None:
+            self.blame = why
+        return None
+
+    # -- expressions
+
+    def value(self, e: cst.BaseExpression) -> bool:
+        """``e`` is typed a value (or a library's, or not yet known)."""
+        t = self.type_of(e)
+        if t in (_VALUE, _LIBRARY, _TOP):
+            return True
+        if t is not None:
+            self._fail(e, "is a module or another object, whose code is not read here")
+        return False
+
+    def type_of(self, e: cst.BaseExpression):
+        if isinstance(e, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis)):
+            return _VALUE
+        if isinstance(e, cst.ConcatenatedString):
+            return _VALUE if self.value(e.left) and self.value(e.right) else None
+        if isinstance(e, cst.FormattedString):
+            parts = [p.expression for p in walk(e) if isinstance(p, cst.FormattedStringExpression)]
+            return _VALUE if all(self.value(p) for p in parts) else None
+        if isinstance(e, cst.Name):
+            return self._name_type(e)
+        if isinstance(e, (cst.Tuple, cst.List, cst.Set)):
+            return _VALUE if all(self.value(x.value) for x in e.elements) else None
+        if isinstance(e, cst.Dict):
+            return _VALUE if all(
+                self.value(x.value) and (not isinstance(x, cst.DictElement) or self.value(x.key)) for x in e.elements
+            ) else None
+        if isinstance(e, (cst.BinaryOperation, cst.BooleanOperation)):
+            return _VALUE if self.value(e.left) and self.value(e.right) else None
+        if isinstance(e, cst.UnaryOperation):
+            return _VALUE if self.value(e.expression) else None
+        if isinstance(e, cst.Comparison):
+            return _VALUE if self.value(e.left) and all(self.value(c.comparator) for c in e.comparisons) else None
+        if isinstance(e, cst.IfExp):
+            return _VALUE if self.value(e.test) and self.value(e.body) and self.value(e.orelse) else None
+        if isinstance(e, cst.Subscript):
+            return _VALUE if self.value(e.value) and all(
+                self.value(x.slice.value) if isinstance(x.slice, cst.Index)
+                else all(p is None or self.value(p) for p in (x.slice.lower, x.slice.upper, x.slice.step))  # type: ignore[attr-defined]
+                for x in e.slice
+            ) else None
+        if isinstance(e, cst.Attribute):
+            return self._attribute_type(e)
+        if isinstance(e, cst.Call):
+            return self._call_type(e)
+        if isinstance(e, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            comp: Optional[cst.CompFor] = e.for_in
+            while comp is not None:
+                if comp.asynchronous is not None or self.element(comp.iter) is None or not all(self.value(i.test) for i in comp.ifs):
+                    return self._fail(comp.iter, "is iterated: what its iterator runs is not read") if self.blame is None else None
+                comp = comp.inner_for_in
+            parts = [e.key, e.value] if isinstance(e, cst.DictComp) else [e.elt]
+            return _VALUE if all(self.value(p) for p in parts) else None
+        if isinstance(e, cst.NamedExpr):
+            return _VALUE if self.value(e.value) else None
+        return self._fail(e, "is not read (a lambda, a generator's yield, an await...)")
+
+    def _name_type(self, n: cst.Name):
+        name = n.value
+        if name == self.self_name:
+            return _SELF
+        if name in self.sources:
+            if name not in self.types:
+                self.settle({name})
+            t = self.types[name]
+            if t is None:  # (the first reason, through the names bound from it)
+                why = self.untyped.get(name)
+                return self._blamed(why) if why else self._fail(n, "may hold an object whose code is not read")
+            return t
+        if name in ("True", "False", "None", "Ellipsis", "NotImplemented", "__debug__"):
+            return _VALUE
+        if _a_library_name(self.ctx, n):
+            return _LIBRARY
+        return self._fail(n, "is a global of the files: an object whose code is not read here")
+
+    def _on_self(self, e: cst.CSTNode) -> bool:
+        return self.self_name is not None and is_name(e, self.self_name)
+
+    def _attribute_type(self, e: cst.Attribute):
+        ctx, owner, attr = self.ctx, self.owner, e.attr.value
+        if self._on_self(e.value) and owner is not None:
+            if attr in _class_names(owner.ctx, owner.ctx.module, owner.cls):
+                return self._fail(e, "reads a method or property of the class")
+            if _holds_data(ctx, attr):
+                return _VALUE
+            if attr not in self.lists:
+                listed = _listed_modules(owner, attr) if ctx.module is owner.ctx.module else None
+                self.lists[attr] = _Modules(tuple(listed)) if listed is not None else None
+            if self.lists[attr] is not None:
+                return self.lists[attr]
+            return self._fail(e, "is used as a value: it may be a module or other object, whose methods are not read")
+        inner = e.value
+        if isinstance(inner, cst.Attribute) and self._on_self(inner.value) and owner is not None:
+            held = inner.attr.value
+            if held not in _class_names(owner.ctx, owner.ctx.module, owner.cls) and (
+                _holds_a_tensor(ctx, held) or _plain_attribute(ctx, held, attr) and _holds_data(ctx, attr)
+            ):
+                return _VALUE
+            return self._fail(e, f"reads `{code(inner)}`, which may be a module or other object: what it runs is not read")
+        t = self.type_of(inner)
+        if t in (_VALUE, _LIBRARY, _TOP):
+            return t
+        if t is not None:
+            return self._fail(e, "reads an attribute of a module or other object: what it runs is not read")
+        return None
+
+    def element(self, it: cst.BaseExpression):
+        """What iterating ``it`` gives: a type, or a tuple of types (`enumerate`, `zip`)."""
+        ctx = self.ctx
+        if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value in ("enumerate", "zip", "reversed") \
+                and not bound_locally(ctx, it, it.func.value) and function_of(ctx, ctx.module, it.func.value) is None \
+                and not ctx.qualified_names(it.func) - {f"builtins.{it.func.value}"} and all(a.keyword is None and not a.star for a in it.args):
+            items = [self.element(a.value) for a in it.args]
+            if any(i is None for i in items):
+                return None
+            if it.func.value == "reversed":
+                return items[0] if len(items) == 1 else None
+            if it.func.value == "enumerate":
+                return (_VALUE, items[0]) if len(items) == 1 else None
+            return tuple(items)
+        if isinstance(it, cst.Attribute) and self._on_self(it.value) and self.owner is not None and not _holds_data(ctx, it.attr.value) \
+                and not isinstance(self._attribute_type(it), _Modules):
+            self.blame = None
+            return self._fail(it, "is iterated: what its iterator runs is not read")  # (a module's `__iter__`, hunt 23a F6)
+        t = self.type_of(it)
+        if isinstance(t, _Modules) or t == _TOP:
+            return t
+        if t in (_VALUE, _LIBRARY):
+            return _VALUE
+        if t is not None:
+            return self._fail(it, "is iterated: what its iterator runs is not read")
+        return None
+
+    def _proof(self, call: cst.Call, prove) -> Optional[str]:
+        if id(call) not in self.proven:
+            self.proven[id(call)] = prove()
+        return self.proven[id(call)]
+
+    def _call_type(self, call: cst.Call):
+        ctx, owner, func = self.ctx, self.owner, call.func
+        if any(a.keyword is not None and a.keyword.value == "out" for a in call.args):
+            return self._fail(call, "writes its `out=`")
+        if any(a.keyword is not None and a.keyword.value == "inplace" and not is_name(a.value, "False") for a in call.args):
+            return self._fail(call, "may write its argument (`inplace=`)")  # (hunt 23a F10)
+        is_len = isinstance(func, cst.Name) and func.value == "len" and len(call.args) == 1
+        for a in call.args:
+            if not (is_len and isinstance(self.type_of(a.value), _Modules)) and not self.value(a.value):
+                return None
+        if isinstance(func, cst.Attribute) and self._on_self(func.value) and owner is not None:
+            why = self._proof(call, lambda: _self_call_unproven(owner, call, self.depth, self.checked))
+            return _VALUE if why is None else self._blamed(why)
+        if isinstance(func, cst.Name) and func.value in self.sources:
+            t = self._name_type(func)
+            if t == _TOP:
+                return _TOP
+            if isinstance(t, _Modules):
+                why = self._proof(call, lambda: _modules_unproven(ctx, t.built, self.depth, self.checked))
+                return _VALUE if why is None else self._blamed(why)
+            return self._fail(call, f"calls `{func.value}`, a local whose code is not read") if t is not None else None
+        qualified = ctx.qualified_names(func)
+        if qualified & _ANY_OBJECT:
+            return self._fail(call, "may make any object")
+        if torch_or_builtin(ctx, call):
+            return _VALUE
+        if (  # a builtin itself (`len(shape)`: a module read far has no qualified names)
+            isinstance(func, cst.Name) and func.value in _PURE_BUILTINS and not qualified - {f"builtins.{func.value}"}
+            and not any(a.keyword is not None and a.keyword.value == "key" for a in call.args)
+            and function_of(ctx, ctx.module, func.value) is None and not bound_locally(ctx, call, func.value)
+        ):
+            return _VALUE
+        if isinstance(func, cst.Name) and not bound_locally(ctx, call, func.value):
+            found = followed_function(ctx, ctx.module, func.value)  # (not replaced from another module: hunt 24a F9)
+            if found is not None and not found[1].decorators:
+                inner = ctx.context_of(found[0])
+                why = self._proof(call, lambda: _Reader(inner, None, found[1], self.depth + 1, self.checked).unproven(found[1].body.body))  # type: ignore[union-attr]
+                return _VALUE if why is None else self._blamed(why)
+        if isinstance(func, cst.Attribute):
+            t = self.type_of(func.value)
+            if t in (_VALUE, _TOP) and func.attr.value in _READING_METHODS | _COMPUTING_METHODS | METADATA_METHODS:
+                return _VALUE  # (`self.decoder_pos_embed.repeat(...)`: a parameter's new tensor)
+            if t is None:
+                return None
+        return self._fail(call, "may write a tensor it is not given")
+
+    # -- statements
+
+    def unproven(self, statements: Sequence[cst.BaseStatement]) -> Optional[str]:
+        """Why running ``statements`` (of ``func``) may write a tensor not a new local's."""
+        if self.depth > 4:
+            return f"`{self.func.name.value}` is called more than 4 deep"
+        self.settle({n.value for s in statements for n in _read_names(s)})
+        for st in statements:
+            why = self._statement(st)
+            if why is not None:
+                return why
+        return None
+
+    def _statement(self, st: cst.CSTNode) -> Optional[str]:
+        self.blame = None
+
+        def at(n: cst.CSTNode) -> str:
+            return f"`{code(n).strip().splitlines()[0]}`"
+
+        def typed(e: Optional[cst.BaseExpression]) -> bool:
+            return e is None or self.value(e)
+
+        def block(suite: Optional[cst.CSTNode]) -> Optional[str]:
+            if isinstance(suite, cst.Else):
+                suite = suite.body
+            if suite is None or isinstance(suite, (cst.If, cst.SimpleStatementSuite)):
+                return None if suite is None else self._statement(suite)
+            return next((w for s in suite.body if (w := self._statement(s))), None)  # type: ignore[attr-defined]
+
+        if isinstance(st, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            for small in st.body:
+                self.blame = None
+                if isinstance(small, (cst.Pass, cst.Break, cst.Continue)):
+                    continue
+                if isinstance(small, (cst.Global, cst.Nonlocal, cst.Del, cst.AugAssign)):
+                    return f"{at(small)} may write what it does not bind"
+                if isinstance(small, cst.Expr):
+                    ok = self.type_of(small.value) is not None
+                elif isinstance(small, cst.Return):
+                    ok = typed(small.value)
+                elif isinstance(small, cst.Assert):
+                    ok = typed(small.test) and typed(small.msg)
+                elif isinstance(small, (cst.Assign, cst.AnnAssign)):
+                    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                    for t in (x for t in targets for x in flatten_targets(t)):
+                        if not (isinstance(t, cst.Name) or isinstance(t, cst.Subscript) and is_name(t.value) and t.value.value in self.fresh):  # type: ignore[attr-defined]
+                            return f"{at(small)} may write what it does not bind"
+                        if isinstance(t, cst.Subscript) and not self.value(t):
+                            return self.blame or f"{at(small)} is not read"
+                    ok = small.value is None or self.type_of(small.value) not in (None, _SELF)
+                else:
+                    return f"{at(small)} is not read"
+                if not ok:
+                    return self.blame or f"{at(small)} is not read"
+            return None
+        if isinstance(st, cst.If):
+            if not typed(st.test):
+                return self.blame
+            return block(st.body) or block(st.orelse)
+        if isinstance(st, cst.While):
+            if not typed(st.test):
+                return self.blame
+            return block(st.body) or block(st.orelse)
+        if isinstance(st, cst.For):
+            if st.asynchronous is not None or not all(isinstance(t, cst.Name) for t in flatten_targets(st.target)):
+                return f"{at(st)} may write what it does not bind"
+            if self.element(st.iter) is None:
+                return self.blame or f"`{code(st.iter)}` is iterated: what its iterator runs is not read"
+            return block(st.body) or block(st.orelse)
+        if isinstance(st, cst.With) and st.asynchronous is None and all(
+            isinstance(i.item, cst.Call) and (i.asname is None or isinstance(i.asname.name, cst.Name))
+            and bool(self.ctx.qualified_names(i.item.func)) and self.ctx.qualified_names(i.item.func) <= _QUIET_CONTEXTS | _KERNEL_CONTEXTS
+            for i in st.items
+        ):  # torch's grad, autocast or SDPA-kernel mode
+            if not all(typed(a.value) for i in st.items for a in i.item.args):  # type: ignore[attr-defined]
+                return self.blame
+            return block(st.body)
+        return f"{at(st)} is not read"
+
+
+def _read_names(node: cst.CSTNode) -> List[cst.Name]:
+    """The names in ``node`` but an attribute's (`x.shape`) and a keyword's (`dim=1`)."""
+    skip = {id(n.attr) for n in walk(node) if isinstance(n, cst.Attribute)}
+    skip |= {id(n.keyword) for n in walk(node) if isinstance(n, cst.Arg) and n.keyword is not None}
+    return [n for n in walk(node) if isinstance(n, cst.Name) and id(n) not in skip]
 
 
 def _class_names(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, depth: int = 0) -> Set[str]:
@@ -1289,10 +1615,9 @@ def _self_call_unproven(owner: _Owner, call: cst.Call, depth: int, checked: List
     )
     if why is not None:
         return f"{where} may write a tensor it is not given ({why})"
-    made = _fresh_locals(inner, method)
     # the method's own self calls resolve on the same instance: ``owner``, not the class
     # the def is in (hunts 22a F5, 22b F7: a base's helper calling a hook the MAE overrides)
-    why = next((w for st in method.body.body if (w := _writes_no_tensor(inner, owner, st, _blocks(owner, method) if module is ctx.module else {}, depth + 1, checked, made))), None)  # type: ignore[union-attr]
+    why = _Reader(inner, owner, method, depth + 1, checked).unproven(method.body.body)  # type: ignore[union-attr]
     if why is not None:
         return why
     if owner.guarded:
@@ -1317,8 +1642,7 @@ def _modules_unproven(ctx: PlanContext, values: Sequence[cst.BaseExpression], de
         forward = method_of(ctx, made_module, made, "forward")
         inner = ctx.context_of(forward[0])
         owner = _Owner(ctx.context_of(made_module), made, False)
-        fresh = _fresh_locals(inner, forward[2])
-        why = next((w for st in forward[2].body.body if (w := _writes_no_tensor(inner, owner, st, _blocks(owner, forward[2]) if forward[0] is made_module else {}, depth + 1, checked, fresh))), None)  # type: ignore[union-attr]
+        why = _Reader(inner, owner, forward[2], depth + 1, checked).unproven(forward[2].body.body)  # type: ignore[union-attr]
         if why is not None:
             return f"{why} (in {where})"
     return None

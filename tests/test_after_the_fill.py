@@ -71,7 +71,7 @@ AFTER_THE_FILL = {
             (ENCODER, "        global _VIS_MASK\n        _VIS_MASK = mask\n" + ENCODER),
             (FILL, FILL + "        _flip_vis()\n"),
         ),
-        "`_flip_vis()` may write a tensor it is not given",
+        "`_VIS_MASK` is a global of the files",
     ),
     "a method flipping a dict on self": (
         _mae(
@@ -281,7 +281,7 @@ HUNT_22 = {
             (DECODER, STEP + "    def _flip(self, x):\n        self.vis_mask.logical_not_()\n        return x\n\n" + DECODER),
             (FILL, FILL + "        for hook in self.post_fill_hooks:\n            x_dec = hook(x_dec)\n"),
         )},
-        "`self.post_fill_hooks` is iterated",
+        "`hook(x_dec)` calls `hook`, a local",
     ),
     "a property": (
         {"hiera_mae.py": _mae(
@@ -464,7 +464,7 @@ def _with_vis(module: str, after: str, init: str = "        self.vis = MaskVis()
 HUNT_23 = {
     "a submodule's method named like a tensor method": (
         _with_vis(_vis_module("    def add(self, tag, x):\n" + FLIP_HELD + "        return x\n"), '        x_dec = self.vis.add("decoder_grid", x_dec)\n'),
-        "self.vis.add",
+        "`self.vis` is used as a value",
     ),
     "a submodule's property": (
         _with_vis(_vis_module("    @property\n    def display_mask(self):\n        return self.mask.logical_not_()\n"), "        shown = self.vis.display_mask\n"),
@@ -522,7 +522,7 @@ HUNT_23 = {
     "a generator made before the fill": (
         {"hiera_mae.py": _mae((DECODER, STEP + "    def _vis_steps(self):\n        yield None\n        self.vis_mask.logical_not_()\n        yield None\n\n" + DECODER),
                               (FILL, "        steps = self._vis_steps()\n" + FILL + "        for _ in steps:\n            pass\n"))},
-        "`steps` is iterated",
+        "`yield None` is not read",
     ),
     "a submodule in nn.Sequential": (
         _with_vis(_vis_module(FLIPPING_FORWARD), "        x_dec = self.vis(x_dec)\n", init="        self.vis = nn.Sequential(MaskVis())\n"),
@@ -546,7 +546,7 @@ HUNT_23 = {
     "F.threshold in place on a uint8 view": (
         {"hiera_mae.py": _mae(("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n"), (DECODER, STEP + DECODER),
                               (FILL, FILL + "        img = self.vis_mask.view(torch.uint8)\n        F.threshold(img, 0, 1, inplace=True)\n"))},
-        "`self.vis_mask.view` reads `self.vis_mask`",
+        "`F.threshold(img, 0, 1, inplace=True)` may write its argument",
     ),
     "F.threshold in place on what a helper returns": (
         {"hiera_mae.py": _mae(("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n"),
@@ -653,32 +653,32 @@ VIS_LIST = "        self.vis_list = nn.ModuleList([MaskVis()])\n"
 ONE_VIS = "        self.vis = MaskVis()\n"
 STEPS = "    def _vis_steps(self):\n        yield self.vis.add('grid', None)\n\n"
 HUNT_24 = {
-    "an item of a module list": (_vis(VIS_LIST, "self.vis_list[0].mask", '        x_dec = self.vis_list[0].add("grid", x_dec)\n'), "self.vis_list[0]"),
+    "an item of a module list": (_vis(VIS_LIST, "self.vis_list[0].mask", '        x_dec = self.vis_list[0].add("grid", x_dec)\n'), "`self.vis_list` is a module or another object"),
     "a loop over enumerate of a module list": (
-        _vis(VIS_LIST, "self.vis_list[0].mask", '        for i, vis in enumerate(self.vis_list):\n            x_dec = vis.add(f"grid{i}", x_dec)\n'), "`self.vis_list` is used as a value"),
+        _vis(VIS_LIST, "self.vis_list[0].mask", '        for i, vis in enumerate(self.vis_list):\n            x_dec = vis.add(f"grid{i}", x_dec)\n'), "`vis.add(f\"grid{i}\", x_dec)` may write a tensor it is not given"),
     "a nested attribute": (
         _vis("        self.vis = VisHub()\n", "self.vis.rec.mask", '        x_dec = self.vis.rec.add("grid", x_dec)\n',
              head="class VisHub(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.rec = MaskVis()\n\n    def forward(self, x):\n        return x\n\n\n"),
         "self.vis.rec"),
     "a module function given the submodule": (
-        _vis(ONE_VIS, "self.vis.mask", "        x_dec = record(self.vis, x_dec)\n", head='def record(rec, x):\n    return rec.add("grid", x)\n\n\n'), "record(self.vis, x_dec)"),
-    "a compiled holder": (_vis("        self.vis = torch.compile(MaskVis())\n", "self.vis.mask", '        x_dec = self.vis.add("grid", x_dec)\n'), "self.vis.add"),
+        _vis(ONE_VIS, "self.vis.mask", "        x_dec = record(self.vis, x_dec)\n", head='def record(rec, x):\n    return rec.add("grid", x)\n\n\n'), "`self.vis` is used as a value"),
+    "a compiled holder": (_vis("        self.vis = torch.compile(MaskVis())\n", "self.vis.mask", '        x_dec = self.vis.add("grid", x_dec)\n'), "`self.vis` is used as a value"),
     "a property of a local alias": (_vis(ONE_VIS, "self.vis.mask", "        vis = self.vis\n        shown = vis.display_mask\n"), "`self.vis` is used as a value"),
-    "a property of a global": (_vis("", "VIS.mask", "        shown = VIS.display_mask\n", head="VIS = MaskVis()\n\n\n"), "VIS.display_mask"),
+    "a property of a global": (_vis("", "VIS.mask", "        shown = VIS.display_mask\n", head="VIS = MaskVis()\n\n\n"), "`VIS` is a global of the files"),
     "an if-expression alias": (
         _vis(ONE_VIS, "self.vis.mask", '        vis = self.vis if self.training else None\n        if vis is not None:\n            x_dec = vis.add("grid", x_dec)\n'), "vis"),
     "a generator listed after the fill": (
         {"hiera_mae.py": _mae((MAE_HEAD, MASK_VIS + MAE_HEAD), (DECODER, _holding("self.vis.mask") + STEPS + DECODER), (INIT_AT, ONE_VIS + INIT_AT),
                               (FILL, "        steps = self._vis_steps()\n" + FILL + "        done = list(steps)\n"))},
-        "list(steps)"),
+        "`yield self.vis.add('grid', None)` is not read"),
     "a property set on the class outside its body": (
         _vis(ONE_VIS, "self.vis.mask", "        shown = self.vis.shown_mask\n", head="MaskVis.shown_mask = property(lambda self: self.add('shown', self.mask))\n\n\n"),
         "self.vis.shown_mask"),
     "F.threshold given inplace by position": (
         {"hiera_mae.py": _mae((DECODER, _holding("self.vis_mask").replace("= mask", "= torch.as_tensor(mask, device='cpu')") + DECODER),
                               (FILL, FILL + "        torch.nn.functional.threshold(self.vis_mask.view(torch.uint8), 0, 1, True)\n"))},
-        "threshold"),
-    "an item of a submodule": (_vis(ONE_VIS, "self.vis.mask", '        shown = self.vis["grid"]\n'), 'self.vis["grid"]'),
+        "`self.vis_mask` is used as a value"),
+    "an item of a submodule": (_vis(ONE_VIS, "self.vis.mask", '        shown = self.vis["grid"]\n'), "`self.vis` is used as a value"),
     "a submodule's truth test": (_vis(ONE_VIS, "self.vis.mask", "        if self.vis:\n            x_dec = x_dec * 1\n"), "self.vis"),
     "a loop over a literal tuple of submodules": (
         _vis(ONE_VIS, "self.vis.mask", '        for rec in (self.vis,):\n            x_dec = rec.add("grid", x_dec)\n'), "self.vis"),
@@ -697,7 +697,7 @@ HUNT_24 = {
                               (DECODER, _holding("self.decoder_blocks[-1].norm1.mask") + DECODER),
                               ("                    norm_layer=norm_layer,\n                    mlp_ratio=mlp_ratio,\n",
                                "                    norm_layer=VisNorm,\n                    mlp_ratio=mlp_ratio,\n"))},
-        "`norm_layer(dim)` builds a module this rewrite does not read"),
+        "builds a module this rewrite does not read (in HieraBlock's forward)"),
     "control: a module function given a data attribute": (
         {"hiera_mae.py": _mae((MAE_HEAD, "def scaled(x, shape):\n    return x * len(shape)\n\n\n" + MAE_HEAD),
                               (FILL, FILL + "        x_dec = scaled(x_dec, self.tokens_spatial_shape_final)\n"))},
@@ -708,3 +708,40 @@ HUNT_24 = {
 @pytest.mark.parametrize("case", sorted(HUNT_24))
 def test_what_the_decoder_reads_after_its_fill_is_data_or_a_proven_module(tmp_path: Path, capsys, case):
     _assert_the_count(tmp_path, capsys, *HUNT_24[case])
+
+
+# Stop 48: the after-the-fill reader types every expression it runs (`_Reader`), from
+# the bindings of each name outwards.  The older reader read objects only as receivers,
+# items and attributes; a local or global object reached through Python's protocols
+# (an operator's `__radd__`, `len`'s `__len__`, a truth test, an f-string's `__format__`)
+# ran code it never read.
+LOUD_VIS = '''class LoudVis(MaskVis):
+    def __radd__(self, other):
+        self._flip()
+        return other
+
+    def __format__(self, spec):
+        self._flip()
+        return "vis"
+
+
+'''
+LOUD = "        self.vis = LoudVis()\n"
+PROTOCOLS = {
+    "an operator given a local alias": (_vis(LOUD, "self.vis.mask", "        vis = self.vis\n        x_dec = x_dec + vis\n", head=LOUD_VIS), "`self.vis` is used as a value"),
+    "len of a local alias": (_vis(ONE_VIS, "self.vis.mask", "        vis = self.vis\n        n = len(vis)\n"), "`self.vis` is used as a value"),
+    "a truth test of a local alias": (
+        _vis(ONE_VIS, "self.vis.mask", "        vis = self.vis\n        if vis:\n            x_dec = x_dec * 1\n"), "`self.vis` is used as a value"),
+    "a global formatted": (_vis("", "VIS.mask", '        tag = f"grid {VIS}"\n', head=LOUD_VIS + "VIS = LoudVis()\n\n\n"), "`VIS` is a global of the files"),
+    "control: a local made of data and a proven attribute": (
+        _vis("", "self.vis_mask", "        scale = float(len(self.tokens_spatial_shape_final)) if self.training else 1.0\n        x_dec = x_dec * scale\n"), None),
+}
+BEFORE_THE_FILL = _vis(LOUD, "self.vis.mask", "        x_dec = x_dec + vis\n", head=LOUD_VIS)["hiera_mae.py"]
+PROTOCOLS["an alias made before the fill, added after it"] = (
+    {"hiera_mae.py": BEFORE_THE_FILL.replace(FILL, "        vis = self.vis\n" + FILL, 1)}, "`self.vis` is used as a value",
+)
+
+
+@pytest.mark.parametrize("case", sorted(PROTOCOLS))
+def test_what_the_decoder_runs_after_its_fill_is_typed_from_its_bindings(tmp_path: Path, capsys, case):
+    _assert_the_count(tmp_path, capsys, *PROTOCOLS[case])

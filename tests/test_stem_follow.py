@@ -252,3 +252,29 @@ def test_a_stem_or_what_it_runs_chosen_elsewhere_keeps_the_drop(tmp_path: Path, 
         assert drop["applied"], drop
     else:
         assert not drop["applied"], drop
+
+
+# Noticed by hunt 24, built in stop 48: the stem's class given other bases, torch's global
+# hook dicts written directly, a hook registration reached by name.
+HOOK_FN = f"\n\ndef _register_unit(module, args, kwargs):\n    mask = kwargs.get(\"mask\")\n{WRITE.replace('        ', '    ')}    return None\n"
+HUNT_24_NOTICED = {
+    "PatchEmbed.__bases__ given a mixin with __call__": {
+        "hiera.py": _edit(_upstream("hiera.py"), (HIERA_HEAD, f"\n\nclass RegisterUnitBase(nn.Module):\n    def __call__(self, x, mask=None):\n{WRITE}"
+                                                              "        return super().__call__(x, mask=mask)\n\n\nPatchEmbed.__bases__ = (RegisterUnitBase,)\n" + HIERA_HEAD)),
+    },
+    "torch's global pre-hook dict written directly": {
+        "hiera.py": _edit(_upstream("hiera.py"), (HIERA_HEAD, HOOK_FN + "\n\nfrom torch.nn.modules import module as _torch_module\n\n"
+                                                              "_torch_module._global_forward_pre_hooks[0] = _register_unit\n" + HIERA_HEAD)),
+    },
+    "a pre-hook registered through getattr": {
+        "hiera.py": _edit(_upstream("hiera.py"), (HIERA_HEAD, HOOK_FN + HIERA_HEAD), FLAG,
+                          (INIT_END, INIT_END + '        if keep_corner:\n            getattr(self.patch_embed, "register_forward_pre_hook")(_register_unit, with_kwargs=True)\n')),
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUNT_24_NOTICED))
+def test_a_stem_given_other_bases_or_hooks_by_name_keeps_the_drop(tmp_path: Path, capsys, case):
+    pkg = _package(tmp_path, HUNT_24_NOTICED[case])
+    drop = _site(_reports(pkg, capsys), pkg, "hiera.py", "HR003", DROP)
+    assert not drop["applied"] and "self.patch_embed(" in drop["message"], drop
