@@ -1201,7 +1201,7 @@ class _Reader:
         if self._on_self(e.value) and owner is not None:
             if attr in _class_names(owner.ctx, owner.ctx.module, owner.cls):
                 return self._fail(e, "reads a method or property of the class")
-            if _holds_data(ctx, attr):
+            if _held_everywhere(ctx, owner, attr):
                 return _VALUE
             if attr not in self.lists:
                 listed = _listed_modules(owner, attr) if ctx.module is owner.ctx.module else None
@@ -1213,7 +1213,8 @@ class _Reader:
         if isinstance(inner, cst.Attribute) and self._on_self(inner.value) and owner is not None:
             held = inner.attr.value
             if held not in _class_names(owner.ctx, owner.ctx.module, owner.cls) and (
-                _holds_a_tensor(ctx, held) or _plain_attribute(ctx, held, attr) and _holds_data(ctx, attr)
+                _held_everywhere(ctx, owner, held, _holds_a_tensor)
+                or _plain_attribute(ctx, held, attr) and _held_everywhere(ctx, owner, attr)
             ):
                 return _VALUE
             return self._fail(e, f"reads `{code(inner)}`, which may be a module or other object: what it runs is not read")
@@ -1238,7 +1239,7 @@ class _Reader:
             if it.func.value == "enumerate":
                 return (_VALUE, items[0]) if len(items) == 1 else None
             return tuple(items)
-        if isinstance(it, cst.Attribute) and self._on_self(it.value) and self.owner is not None and not _holds_data(ctx, it.attr.value) \
+        if isinstance(it, cst.Attribute) and self._on_self(it.value) and self.owner is not None and not _held_everywhere(ctx, self.owner, it.attr.value) \
                 and not isinstance(self._attribute_type(it), _Modules):
             self.blame = None
             return self._fail(it, "is iterated: what its iterator runs is not read")  # (a module's `__iter__`, hunt 23a F6)
@@ -1436,6 +1437,26 @@ def _holds_data(ctx: PlanContext, attr: str) -> bool:
         )
         for v in values
     )
+
+
+def _held_everywhere(ctx: PlanContext, owner: _Owner, attr: str, holds=None) -> bool:
+    """``holds`` (:func:`_holds_data` by default) of `<obj>.<attr>` in ``ctx``'s module and
+    in each module of ``owner``'s class's receivers storing to it: a data attribute's name
+    stored an object in another module (a base's `self.scale = Vis()`, a factory's
+    `model.scale = ...`) is not data.  No module sets it by name; one stores it at least
+    (or it is nn.Module's own flag)."""
+    holds = holds or _holds_data
+    modules, _ = receiver_modules(owner.ctx, owner.cls)
+    stored = False
+    for m in dict.fromkeys([ctx.module, owner.ctx.module, *modules]):
+        inner = ctx.context_of(m)
+        if sets_submodule_by_name(m, attr) is not None:
+            return False
+        if _stored_values(inner, attr) or _submodules(inner, attr):
+            if not holds(inner, attr):
+                return False
+            stored = True
+    return stored or holds is _holds_data and attr in _MODULE_FLAGS
 
 
 def _stored_values(ctx: PlanContext, attr: str) -> List[cst.BaseExpression]:

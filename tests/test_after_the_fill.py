@@ -745,3 +745,44 @@ PROTOCOLS["an alias made before the fill, added after it"] = (
 @pytest.mark.parametrize("case", sorted(PROTOCOLS))
 def test_what_the_decoder_runs_after_its_fill_is_typed_from_its_bindings(tmp_path: Path, capsys, case):
     _assert_the_count(tmp_path, capsys, *PROTOCOLS[case])
+
+# A name the MAE's module stores data under (`self.grid_scale = 1.0`) that hiera_utils.py's
+# helper stores an object under (`model.grid_scale = GridVis()`, its `__rmul__` flipping the
+# mask it keeps): the older reader read the MAE's module's stores only.
+GRID_VIS = '''
+
+class GridVis(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mask = None
+
+    def __rmul__(self, other):
+        if self.mask is not None:
+            self.mask.logical_not_()
+        return other
+
+    def forward(self, x):
+        return x
+
+
+def attach_grid_vis(model):
+    model.grid_scale = GridVis()
+    return model
+'''
+MAE_IMPORT = "from .hiera_utils import pretrained_model, undo_windowing, conv_nd\n"
+GRID_MAE = _edit(
+    _vis("        self.grid_scale = 1.0\n", "self.grid_scale.mask", "        x_dec = x_dec * self.grid_scale\n")["hiera_mae.py"],
+    (MAE_IMPORT, MAE_IMPORT.replace("conv_nd", "conv_nd, attach_grid_vis")),
+    ("\n# Image Models\n", "\n\ndef mae_hiera_vis(**kwargs):\n    return attach_grid_vis(MaskedAutoencoderHiera(**kwargs))\n\n# Image Models\n"),
+)
+ELSEWHERE = {
+    "an object stored under the name by hiera_utils": (
+        {"hiera_mae.py": GRID_MAE, "hiera_utils.py": _upstream("hiera_utils.py") + GRID_VIS}, "`self.grid_scale` is used as a value"),
+    "control: data stored under the name by hiera_utils": (
+        {"hiera_mae.py": GRID_MAE, "hiera_utils.py": _upstream("hiera_utils.py") + GRID_VIS.replace("model.grid_scale = GridVis()", "model.grid_scale = 2.0")}, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ELSEWHERE))
+def test_a_data_attribute_read_after_the_fill_is_data_in_every_module_storing_it(tmp_path: Path, capsys, case):
+    _assert_the_count(tmp_path, capsys, *ELSEWHERE[case])
