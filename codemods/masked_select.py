@@ -28,7 +28,7 @@ nor is passed it.
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 import dataclasses
 
@@ -517,7 +517,8 @@ def _mae_forward_calls(ctx: PlanContext, cls: cst.ClassDef, owner: str, methods:
                     # nor the unit mask after the decoder got it (pred_mask may be a view of it)
                     or _other_use(ctx, func, unit_mask.value, after.line, calls, since=stmt.line)  # type: ignore[attr-defined]
                 )
-                other = other or _writes_between(ctx, cls, func, stmt.line, after.line, calls)
+                given = {pred.value, pred_mask.value, latent.value, unit_mask.value}  # type: ignore[attr-defined]
+                other = other or _writes_between(ctx, cls, func, stmt.line, after.line, calls, given)
                 if other is not None:
                     ctx.refuse(next(iter(calls)), f"{other}: the masked count is not passed")
                     break
@@ -603,7 +604,7 @@ _READING_METHODS = _ARITHMETIC_METHODS | FRESH_METHODS
 
 def _writes_between(
     ctx: PlanContext, cls: cst.ClassDef, func: cst.FunctionDef, decoded: cst.SimpleStatementLine,
-    line: cst.SimpleStatementLine, calls: List[cst.Call],
+    line: cst.SimpleStatementLine, calls: List[cst.Call], given: Set[str] = frozenset(),  # type: ignore[assignment]
 ) -> Optional[str]:
     """None when nothing ``func`` runs after the decoder's statement ``decoded`` and until
     ``calls`` in ``line`` are given `~pred_mask` can write a tensor; else what may.  The
@@ -617,8 +618,11 @@ def _writes_between(
     class), operators, torch's functions that compute (no `out=`, none ending in `_`), the
     listed builtins, and tensor methods that make a new tensor or a view
     (:data:`_READING_METHODS`, not on what ``self`` holds: `Module.to` converts its
-    parameters); `with` only around torch's grad and autocast modes.  In a loop around the
-    decoder, the whole loop runs after it; a loss in a loop: not proven."""
+    parameters); `with` only around torch's grad and autocast modes.  Each name and
+    `self.<attribute>` read is typed a value by :class:`_Reader` (``given``: the decoder's
+    outputs and arguments, which the count proof reads as its tensors): an object's
+    operator, `__len__` or `__format__` runs code (`pred = pred + self.vis`).  In a loop
+    around the decoder, the whole loop runs after it; a loss in a loop: not proven."""
     top = list(func.body.body)  # type: ignore[union-attr]
     bindings = class_bindings(cls)
 
@@ -646,12 +650,20 @@ def _writes_between(
             and not any(a.keyword is not None and a.keyword.value == "key" for a in call.args)
         )
 
-    def attribute_of_self(node: cst.Attribute) -> bool:  # `self.training`: a plain attribute
+    owner = _Owner(ctx, cls, True)
+    typing = _Reader(ctx, owner, func, 0, proven := [])
+    typing.assume(given)
+
+    def attribute_of_self(node: cst.Attribute) -> bool:  # `self.training`: a plain attribute, data
         name = node.attr.value
-        return name not in _class_names(ctx, ctx.module, cls) and method_of(ctx, ctx.module, cls, name) is None
+        return name not in _class_names(ctx, ctx.module, cls) and method_of(ctx, ctx.module, cls, name) is None \
+            and _held_everywhere(ctx, owner, name)
 
     def reads(node: Optional[cst.CSTNode]) -> bool:
-        if node is None or isinstance(node, (cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString, cst.Ellipsis)):
+        if isinstance(node, cst.Name):  # a value: no object's `__add__`, `__len__`, `__bool__`...
+            # (a method proven to type it: not one the emitted check guards)
+            return typing.value(node) and not proven
+        if node is None or isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString, cst.Ellipsis)):
             return True
         if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
             return all(reads(e.value) for e in node.elements)
@@ -1005,6 +1017,11 @@ class _Reader:
         self.blame: Optional[str] = None
 
     # -- names
+
+    def assume(self, names: Iterable[str]) -> None:
+        """Types ``names`` values, as another proof reads them."""
+        for name in names:
+            self.types[name] = _VALUE
 
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
         if isinstance(target, cst.Name):

@@ -786,3 +786,19 @@ ELSEWHERE = {
 @pytest.mark.parametrize("case", sorted(ELSEWHERE))
 def test_a_data_attribute_read_after_the_fill_is_data_in_every_module_storing_it(tmp_path: Path, capsys, case):
     _assert_the_count(tmp_path, capsys, *ELSEWHERE[case])
+
+
+# Between the decoder and the loss the same protocols ran unread code: the older check
+# read any name or `self.<a>` as a value (an operator given `self.vis` ran its `__radd__`).
+BETWEEN = {
+    "an operator given a submodule": (
+        _vis(LOUD, "self.vis.mask", between="        pred = pred + self.vis\n", head=LOUD_VIS), "`pred = pred + self.vis` at line"),
+    "a local alias formatted": (
+        _vis(LOUD, "self.vis.mask", between='        tag = f"{vis}"\n', before="        vis = self.vis\n", head=LOUD_VIS), '`tag = f"{vis}"` at line'),
+    "control: arithmetic on the decoder's output": (_vis(LOUD, "self.vis.mask", between="        pred = pred * 1.0\n", head=LOUD_VIS), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BETWEEN))
+def test_what_runs_between_the_decoder_and_the_loss_is_typed(tmp_path: Path, capsys, case):
+    _assert_the_count(tmp_path, capsys, *BETWEEN[case])
