@@ -1183,6 +1183,8 @@ class _Reader:
         if isinstance(e, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
             comp: Optional[cst.CompFor] = e.for_in
             while comp is not None:
+                if not all(isinstance(t, cst.Name) for t in flatten_targets(comp.target)):  # (`for mask[0] in ...`: a store)
+                    return self._fail(comp.target, "is a target that may write what it does not bind")
                 if comp.asynchronous is not None or self.element(comp.iter) is None or not all(self.value(i.test) for i in comp.ifs):
                     return self._fail(comp.iter, "is iterated: what its iterator runs is not read") if self.blame is None else None
                 comp = comp.inner_for_in

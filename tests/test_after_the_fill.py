@@ -733,6 +733,8 @@ PROTOCOLS = {
     "a truth test of a local alias": (
         _vis(ONE_VIS, "self.vis.mask", "        vis = self.vis\n        if vis:\n            x_dec = x_dec * 1\n"), "`self.vis` is used as a value"),
     "a global formatted": (_vis("", "VIS.mask", '        tag = f"grid {VIS}"\n', head=LOUD_VIS + "VIS = LoudVis()\n\n\n"), "`VIS` is a global of the files"),
+    "a comprehension storing through its target": (
+        _vis("", "self.vis_mask", "        _ = [None for self.vis_mask[:, 0] in [True]]\n"), "is a target that may write what it does not bind"),
     "control: a local made of data and a proven attribute": (
         _vis("", "self.vis_mask", "        scale = float(len(self.tokens_spatial_shape_final)) if self.training else 1.0\n        x_dec = x_dec * scale\n"), None),
 }
