@@ -36,7 +36,7 @@ import libcst as cst
 from hiera_rewrite.flow import FunctionFlow, Stmt, enclosing_function
 from hiera_rewrite.rewrite import PlanContext, Refuse, Replacement, Rewrite, register
 
-from ._calls import passed_to_a_writer
+from ._calls import passed_to_a_writer, walk
 from ._match import code, is_name, method_call, single_assign
 from ._mask import MASK_CONTRACT, TRUE_ROWS, add_helper, free_names, imports_module, name_taken, written_in_place
 
@@ -192,8 +192,10 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
     # written through an alias other code holds (`self.m = mask` anywhere in the files,
     # then a method writing `self.m`): only tensor arithmetic on local names runs there.
     body = list(getattr(ctx.parent(put.line), "body", ()))
-    for stmt in body[body.index(reshape_stmt.line) : body.index(put.line)]:  # type: ignore[union-attr]
-        if not _only_tensor_arithmetic(stmt):
+    between = body[body.index(reshape_stmt.line) : body.index(put.line)]  # type: ignore[union-attr]
+    untyped = _not_a_value(ctx, cls, func, between)
+    for stmt in between:
+        if not _only_tensor_arithmetic(stmt) or stmt is untyped:
             raise Refuse(
                 f"`{code(stmt)}` at line {ctx.position(stmt).line} runs between the kept units' reshape and the fill:"
                 " only tensor arithmetic on local names is proven not to write the mask there"
@@ -242,6 +244,23 @@ _ARITHMETIC_METHODS = frozenset({
     "size", "dim", "numel", "clone", "detach", "type_as", "view_as", "reshape_as",
 })
 _READING_BUILTINS = frozenset({"len", "tuple", "int"})
+
+
+def _not_a_value(ctx, cls: Optional[cst.ClassDef], func: cst.FunctionDef, statements: List[cst.CSTNode]) -> Optional[cst.CSTNode]:
+    """The first of ``statements`` reading a name not typed a tensor or plain data (HR005's
+    reader, ``masked_select._Reader``): an object's operator runs code (`mask_tokens =
+    mask_tokens * scale`, `scale = self.grid_vis` earlier, its `__rmul__` moving the kept
+    units: hunt 25a F3)."""
+    from .masked_select import _Owner, _read_names, _Reader  # (masked_select reads this module's methods)
+
+    reader = _Reader(ctx, _Owner(ctx, cls, True) if cls is not None else None, func, 0, proven := [])
+    for stmt in statements:
+        # (the called names are `_arithmetic`'s: the reading builtins, torch's, tensor methods)
+        skip = {id(c.func) for c in walk(stmt) if isinstance(c, cst.Call)}
+        skip |= {id(n) for a in walk(stmt) if isinstance(a, cst.AssignTarget) for n in walk(a.target)}
+        if not all(reader.value(n) for n in _read_names(stmt) if id(n) not in skip) or proven:
+            return stmt
+    return None
 
 
 def _only_tensor_arithmetic(stmt: cst.CSTNode) -> bool:

@@ -53,6 +53,7 @@ from ._calls import (
     resolve_class,
     passed_to_a_writer,
     _bindings,
+    injected,
     _built_classes,
     _outside_the_files,
     _patches,
@@ -864,24 +865,33 @@ def _after_the_fill(ctx: PlanContext, cls: cst.ClassDef, decoder: cst.FunctionDe
     return None
 
 
-# list methods that change which modules a ModuleList / Sequential holds
-_LIST_CHANGERS = frozenset({"append", "extend", "insert", "__setitem__", "__iadd__", "add_module", "register_module"})
+# torch's module lists (a class of the files named `ModuleList` is not: hunt 25a F2)
+_MODULE_LISTS = frozenset({
+    "torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.modules.container.ModuleList", "torch.nn.modules.container.Sequential",
+})
 
 
 def _listed_modules(owner: _Owner, attr: str) -> Optional[List[cst.BaseExpression]]:
-    """What `self.<attr>` holds where it is `nn.ModuleList([...])` / `nn.Sequential(...)`
-    of constructor calls, the only value stored there, and no module read changes that
-    list afterwards (`self.decoder_blocks.append(Vis())`, `m.decoder_blocks[-1] = Vis()`,
-    `+=`: hunt 23a F8): the element calls; else None."""
+    """What `self.<attr>` holds where it is torch's `nn.ModuleList([...])` /
+    `nn.Sequential(...)` of constructor calls, the only value stored there, and every other
+    mention of `<x>.<attr>` in the modules read only iterates it (`for blk in
+    self.decoder_blocks`, through `enumerate`/`zip`/`reversed`) or counts it (`len`): the
+    element calls; else None.  A whitelist of uses, not a list of changers: an alias (`blocks
+    = self.decoder_blocks`, in a tuple too), a helper given it (`add_vis_block(
+    self.decoder_blocks)`), an attribute set on it (`self.decoder_blocks.vis = Vis()`, which
+    Module.__setattr__ registers), `append`, an item store, `+=`, another module's store
+    (hunts 23a F8, 24a F8, 25a F2)."""
     ctx = owner.ctx
     if attr in _class_names(ctx, ctx.module, owner.cls):
         return None
     elements: List[cst.BaseExpression] = []
-    for value in _submodules(ctx, attr):
+    stores = _submodules(ctx, attr)
+    for value in stores:
         arg = value.args[0].value if isinstance(value, cst.Call) and len(value.args) >= 1 else None
-        if isinstance(value, cst.Call) and code(value.func).split(".")[-1] in ("ModuleList", "Sequential") and isinstance(arg, (cst.ListComp, cst.GeneratorExp)):
-            elements.append(arg.elt)
-        elif isinstance(value, cst.Call) and code(value.func).split(".")[-1] in ("ModuleList", "Sequential") and isinstance(arg, cst.List):
+        listed = isinstance(value, cst.Call) and bool(q := ctx.qualified_names(value.func)) and q <= _MODULE_LISTS
+        if listed and isinstance(arg, (cst.ListComp, cst.GeneratorExp)):
+            elements.append(arg.elt)  # type: ignore[union-attr]
+        elif listed and isinstance(arg, cst.List):
             elements.extend(e.value for e in arg.elements)
         else:
             return None
@@ -890,21 +900,32 @@ def _listed_modules(owner: _Owner, attr: str) -> Optional[List[cst.BaseExpressio
     if stored_elsewhere(ctx, owner.cls, attr) is not None:
         return None  # `model.decoder_blocks = nn.ModuleList([...])` in hiera_utils.py (hunt 24a F8)
     read = [m for _, m in imported_modules(ctx, [ctx.module, ctx.planned().module])[0]]
+    stored = {id(v) for v in stores}
     for m in dict.fromkeys([ctx.module, *read, *(ctx.modules_beside([attr.encode()]) or [])]):
+        inner = ctx.context_of(m)
         for n in walk(m):
-            if isinstance(n, (cst.Assign, cst.AnnAssign, cst.NamedExpr)) and isinstance(n.value, cst.Attribute) and n.value.attr.value == attr:
-                return None  # an alias (`blocks = self.decoder_blocks; blocks.append(Vis())`)
-            func = n.func if isinstance(n, cst.Call) else None
-            if isinstance(func, cst.Attribute) and func.attr.value in _LIST_CHANGERS and isinstance(func.value, cst.Attribute) \
-                    and func.value.attr.value == attr:
-                return None
-            if isinstance(n, (cst.AssignTarget, cst.AugAssign)) and any(
-                isinstance(t, cst.Subscript) and isinstance(t.value, cst.Attribute) and t.value.attr.value == attr
-                or isinstance(n, cst.AugAssign) and isinstance(t, cst.Attribute) and t.attr.value == attr
-                for t in flatten_targets(n.target)
-            ):
+            if isinstance(n, cst.Attribute) and n.attr.value == attr and not _iterated_or_counted(inner, n, stored):
                 return None
     return elements
+
+
+def _iterated_or_counted(ctx: PlanContext, node: cst.Attribute, stored: Set[int]) -> bool:
+    """``node`` (`<x>.<attr>`) is stored one of ``stored`` (`self.<attr> = nn.ModuleList(...)`),
+    iterated (`for blk in <x>.<attr>`, through `enumerate`/`zip`/`reversed`), or given to `len`."""
+    parent = ctx.parent(node)
+    if isinstance(parent, cst.AssignTarget):
+        statement = ctx.parent(parent)
+        return isinstance(statement, cst.Assign) and len(statement.targets) == 1 and id(statement.value) in stored
+    if isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is node:
+        return True
+    arg = parent if isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star else None
+    call = ctx.parent(arg) if arg is not None else None
+    if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name):
+        return False
+    if call.func.value == "len" and len(call.args) == 1:
+        return True
+    around = ctx.parent(call)
+    return call.func.value in ("enumerate", "zip", "reversed") and isinstance(around, (cst.For, cst.CompFor)) and around.iter is call
 
 
 def _fresh_locals(ctx: PlanContext, func: cst.FunctionDef) -> Set[str]:
@@ -1438,24 +1459,115 @@ def _holds_a_tensor(ctx: PlanContext, attr: str) -> bool:
 
 
 def _holds_data(ctx: PlanContext, attr: str) -> bool:
-    """Every value ``ctx``'s module stores to `<obj>.<attr>` is a tensor torch makes or data:
-    no call but of the builtins making data (`list(...)`, `tuple(...)`, `int(...)`) or of
-    math (`self.tokens_spatial_shape_final = [i // s for ...]`, `self.heads = heads`)."""
+    """Every value ``ctx``'s module stores to `<obj>.<attr>` is a tensor torch makes or data
+    (:func:`_data_value`: `self.tokens_spatial_shape_final = [i // s for ...]`, `self.heads =
+    heads`, `self.q_stride = flat_q_stride`)."""
     if _holds_a_tensor(ctx, attr):
         return True
     values = _stored_values(ctx, attr)
     if not values and attr in _MODULE_FLAGS:
         return True  # `self.training`: nn.Module's own bool
-    if not values:
+    key = (id(ctx.module), attr)
+    if not values or key in _HOLDING:
+        return False  # (`self.a = self.b`, `self.b = self.a`: not proven)
+    _HOLDING.add(key)
+    try:
+        return all(_data_value(ctx, v, 0) for v in values)
+    finally:
+        _HOLDING.discard(key)
+
+
+_HOLDING: Set[Tuple[int, str]] = set()  # the attributes being proven data (a cycle is not)
+
+
+def _data_attribute(ctx: PlanContext, attr: str) -> bool:
+    """`self.<attr>`, read in ``ctx``'s module, holds data in it and in every module it
+    imports storing `<obj>.<attr>` (a base's `self.q_pool = q_pool` in hiera.py)."""
+    read = [m for _, m in imported_modules(ctx, [ctx.module])[0]]
+    stored = False
+    for m in dict.fromkeys([ctx.module, *read]):
+        inner = ctx.context_of(m)
+        if sets_submodule_by_name(m, attr) is not None:
+            return False
+        if _stored_values(inner, attr) or _submodules(inner, attr):
+            if not _holds_data(inner, attr):
+                return False
+            stored = True
+    return stored or attr in _MODULE_FLAGS
+
+
+def _data_value(ctx: PlanContext, value: cst.BaseExpression, depth: int) -> bool:
+    """``value`` (of ``ctx``'s module) makes data: literals, displays, comprehensions,
+    operators and items made of data; calls of the builtins making data and of math; names a
+    library binds (`math.pi`); `self.<a>` holding data; a parameter of the function around
+    it no caller of the files hands a class or instance of the files, defaulting to nothing
+    of the files (`self.heads = heads`, :func:`_calls._a_parameter`); a local bound only to
+    such values (`flat_q_stride = math.prod(q_stride)`).  Not a lambda, another attribute
+    (`cfg.recorder`), a local bound to any other call (`recorder = MaskVis()`; hunt 25a F1:
+    these were taken for data, having no call but the builtins')."""
+    if depth > 4:
         return False
-    return all(
-        all(
-            isinstance(c.func, cst.Name) and c.func.value in _DATA_BUILTINS and not ctx.qualified_names(c.func) - {f"builtins.{c.func.value}"}
-            or bool(q := ctx.qualified_names(c.func)) and all(n.startswith("math.") for n in q)
-            for c in walk(v) if isinstance(c, cst.Call)
-        )
-        for v in values
-    )
+    targets = {n.value for c in walk(value) if isinstance(c, cst.CompFor) for n in walk(c.target) if isinstance(n, cst.Name)}
+    callees = {id(c.func) for c in walk(value) if isinstance(c, cst.Call)}
+    for n in walk(value):
+        if isinstance(n, (cst.Lambda, cst.Yield, cst.Await, cst.NamedExpr, cst.FormattedString)):
+            return False
+        if isinstance(n, cst.Call) and not (
+            isinstance(n.func, cst.Name) and n.func.value in _DATA_BUILTINS and not ctx.qualified_names(n.func) - {f"builtins.{n.func.value}"}
+            or bool(q := ctx.qualified_names(n.func)) and all(x.startswith("math.") for x in q)
+        ):
+            return False
+        if isinstance(n, cst.Attribute) and id(n) not in callees and not (
+            is_name(n.value, "self") and _data_attribute(ctx, n.attr.value)
+            or isinstance(n.value, cst.Name) and n.value.value != "self" and _a_library_name(ctx, n.value)
+            or isinstance(n.value, cst.Attribute)  # (its own base is read below)
+        ):
+            return False
+    scope = next((a for a in ctx.ancestors(value) if isinstance(a, cst.FunctionDef)), None)
+    for name in _read_names(value):
+        v = name.value
+        if v in targets or v in ("None", "True", "False", "self") or id(name) in callees:
+            continue
+        bound = _name_bindings(scope, v) if scope is not None else []
+        param = next((p for p in _params(scope) if p.name.value == v), None) if scope is not None else None
+        if bound is None or not all(_data_value(ctx, b, depth + 1) for b in bound):
+            return False  # (`recorder = MaskVis(); self.recorder = recorder`: hunt 25a F1)
+        if param is not None:
+            # no caller of the files hands it a class or instance of the files (`Model(recorder=MaskVis())`)
+            if param.default is not None and not _data_value(ctx, param.default, depth + 1) or injected(ctx, ctx.module, scope, v) is not None:  # type: ignore[arg-type]
+                return False
+            continue
+        if not bound and not _a_library_name(ctx, name):
+            return False
+    return True
+
+
+def _params(scope: cst.FunctionDef) -> List[cst.Param]:
+    params = scope.params
+    return [*params.posonly_params, *params.params, *params.kwonly_params, *(p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param))]
+
+
+def _name_bindings(scope: cst.FunctionDef, name: str) -> Optional[List[cst.BaseExpression]]:
+    """What ``scope``'s body binds the name ``name`` to (a loop's: what it iterates); None
+    where another form binds it (an import, a def, `with ... as`, `except ... as`, `global`,
+    `del`, `+=`, a `match` capture)."""
+    values: List[cst.BaseExpression] = []
+    for node in walk(scope.body):
+        if isinstance(node, cst.Assign):
+            pairs = [(t.target, node.value) for t in node.targets]
+        elif isinstance(node, (cst.AnnAssign, cst.NamedExpr)) and node.value is not None:
+            pairs = [(node.target, node.value)]
+        elif isinstance(node, (cst.For, cst.CompFor)):
+            pairs = [(node.target, node.iter)]
+        elif isinstance(node, (cst.AugAssign, cst.WithItem, cst.Del, cst.ExceptHandler, cst.Global, cst.Nonlocal, cst.ImportAlias,
+                               cst.FunctionDef, cst.ClassDef, cst.MatchAs, cst.MatchStar, cst.MatchMapping)):
+            if _calls_binds(node, name) if not isinstance(node, cst.AugAssign) else is_name(node.target, name):
+                return None
+            continue
+        else:
+            continue
+        values += [value for target, value in pairs if any(is_name(t, name) for t in flatten_targets(target))]
+    return values
 
 
 def _held_everywhere(ctx: PlanContext, owner: _Owner, attr: str, holds=None) -> bool:

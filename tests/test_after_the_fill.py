@@ -804,3 +804,85 @@ BETWEEN = {
 @pytest.mark.parametrize("case", sorted(BETWEEN))
 def test_what_runs_between_the_decoder_and_the_loss_is_typed(tmp_path: Path, capsys, case):
     _assert_the_count(tmp_path, capsys, *BETWEEN[case])
+
+
+# Hunt 25a (a white-box audit of the typed reader, 76aeb64), each a crash of the rewritten
+# step where the original ran (HR004's: the original fills other units, silently different):
+# - F1: what the files store to `self.<a>` was data where no call but the builtins' made
+#   it, so a constructor parameter a factory fills with a module of the files, or a local
+#   bound to one, passed (`self.recorder = recorder`);
+# - F2: the decoder's module list changed through a helper, a tuple alias, an attribute set
+#   on it, or a class of the files named `ModuleList`;
+# - F3: HR004 read any name but `self` between the kept units' reshape and the fill as a
+#   tensor (a global or an alias of a submodule, whose `__rmul__` moved the kept units).
+MAE_SIGNATURE = "        norm_layer: nn.Module = partial(nn.LayerNorm, eps=1e-6),\n        **kwdargs,\n"
+INIT_DONE = "        self.initialize_weights()\n"
+
+
+def _given_by_a_factory(files, param: str, argument: str):
+    return {"hiera_mae.py": _edit(
+        files["hiera_mae.py"], (MAE_SIGNATURE, MAE_SIGNATURE.replace("        **kwdargs", f"        {param}=None,\n        **kwdargs")),
+        ("\n# Image Models\n", f"\n\ndef mae_hiera_vis(**kwargs):\n    return MaskedAutoencoderHiera({param}={argument}, **kwargs)\n\n# Image Models\n"),
+    )}
+
+
+ROLL_VIS = GRID_VIS.split("\n\ndef attach_grid_vis")[0].replace("self.mask.logical_not_()", "self.mask.copy_(self.mask.roll(1, 1))") + "\n\n\n"
+OWN_LIST = "class ModuleList(nn.ModuleList):\n    def __init__(self, modules):\n        super().__init__(modules)\n        self.vis = MaskVis()\n\n\n"
+ADD_BLOCK = "def add_vis_block(blocks):\n    blocks.append(MaskVis())\n    return blocks\n\n\n"
+RECORD = '        x_dec = self.recorder.add("decoder_grid", x_dec)\n'
+HUNT_25 = {
+    "a constructor parameter a factory fills with a module": (
+        _given_by_a_factory(_vis("        self.recorder = recorder\n", "self.recorder.mask", '        if self.recorder is not None:\n' + RECORD.replace("        ", "            ", 1)),
+                            "recorder", "MaskVis()"), "`self.recorder` is used as a value"),
+    "a local bound to a module, then stored": (
+        _vis("        recorder = MaskVis()\n        self.recorder = recorder\n", "self.recorder.mask", RECORD), "`self.recorder` is used as a value"),
+    "between: a constructor parameter a factory fills with a module": (
+        _given_by_a_factory(_vis("        self.pred_scale = pred_scale\n", "self.pred_scale.mask", between="        pred = pred * self.pred_scale\n",
+                                 head=ROLL_VIS), "pred_scale", "GridVis()"), "`pred = pred * self.pred_scale` at line"),
+    "the decoder's list handed to a helper appending to it": (
+        {"hiera_mae.py": _mae((MAE_HEAD, MASK_VIS + ADD_BLOCK + MAE_HEAD), (DECODER, _holding("self.decoder_blocks[-1].mask") + DECODER),
+                              (INIT_DONE, "        add_vis_block(self.decoder_blocks)\n" + INIT_DONE))}, "`self.decoder_blocks` is iterated"),
+    "the decoder's list aliased in a tuple": (
+        {"hiera_mae.py": _mae((MAE_HEAD, MASK_VIS + MAE_HEAD), (DECODER, _holding("self.decoder_blocks[-1].mask") + DECODER),
+                              (INIT_DONE, "        blocks, vis = self.decoder_blocks, MaskVis()\n        blocks.append(vis)\n" + INIT_DONE))},
+        "`self.decoder_blocks` is iterated"),
+    "a module set as an attribute of the decoder's list": (
+        {"hiera_mae.py": _mae((MAE_HEAD, MASK_VIS + MAE_HEAD), (DECODER, _holding("self.decoder_blocks.vis.mask") + DECODER),
+                              (INIT_DONE, "        self.decoder_blocks.vis = MaskVis()\n" + INIT_DONE))}, "`self.decoder_blocks` is iterated"),
+    "a class of the files named ModuleList": (
+        {"hiera_mae.py": _mae((MAE_HEAD, MASK_VIS + OWN_LIST + MAE_HEAD), (DECODER, _holding("self.decoder_blocks.vis.mask") + DECODER),
+                              ("        self.decoder_blocks = nn.ModuleList(\n", "        self.decoder_blocks = ModuleList(\n"))},
+        "`self.decoder_blocks` is iterated"),
+    "control: a constructor parameter a factory fills with data": (
+        _given_by_a_factory(_vis("        self.pred_scale = pred_scale\n", "self.vis_mask", between="        pred = pred * self.pred_scale\n"),
+                            "pred_scale", "2.0"), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUNT_25))
+def test_what_the_count_reads_is_typed_from_what_the_files_store(tmp_path: Path, capsys, case):
+    _assert_the_count(tmp_path, capsys, *HUNT_25[case])
+
+
+EXPANDED = "        mask = mask.expand((-1,) * 2 + x.shape[2:]).bool()\n"
+FILL_SITE = "x_dec[mask] = x.flatten()"
+HR004_CASES = {
+    "a global object between the reshape and the fill": {"hiera_mae.py": _mae(
+        (MAE_HEAD, ROLL_VIS + "GRID_VIS = GridVis()\n\n\n" + MAE_HEAD), (DECODER, _holding("GRID_VIS.mask") + DECODER),
+        (EXPANDED, EXPANDED + "        mask_tokens = mask_tokens * GRID_VIS\n"))},
+    "an alias of a submodule made before the reshape": {"hiera_mae.py": _mae(
+        (MAE_HEAD, ROLL_VIS + MAE_HEAD), (DECODER, _holding("self.grid_vis.mask") + DECODER), (INIT_AT, "        self.grid_vis = GridVis()\n" + INIT_AT),
+        ("        x = self.decoder_embed(x)\n", "        scale = self.grid_vis\n        x = self.decoder_embed(x)\n"),
+        (EXPANDED, EXPANDED + "        mask_tokens = mask_tokens * scale\n"))},
+    "control: data between the reshape and the fill": {"hiera_mae.py": _mae((EXPANDED, EXPANDED + "        mask_tokens = mask_tokens * 1.0\n"))},
+}
+
+
+@pytest.mark.parametrize("case", sorted(HR004_CASES))
+def test_the_fill_reads_only_values_between_the_reshape_and_the_fill(tmp_path: Path, capsys, case):
+    pkg = _package(tmp_path, HR004_CASES[case])
+    fill = _site(_reports(pkg, capsys), pkg, "hiera_mae.py", "HR004", FILL_SITE)
+    if case.startswith("control"):
+        assert fill["applied"], fill
+    else:
+        assert not fill["applied"] and "runs between the kept units' reshape and the fill" in fill["message"], fill
