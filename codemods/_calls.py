@@ -1283,6 +1283,51 @@ def passed_to_a_writer(
                 why = passed_to_a_writer(callee_ctx, callee_cls, callee, param, None, (*_seen, key))
                 if why is not None:
                     return f"{why} in {callee.name.value}, called by {where}"
+    return _handed_by_a_protocol(ctx, cls, func, name, holders, before, after)
+
+
+def _handed_by_a_protocol(
+    ctx: PlanContext, cls: Optional[cst.ClassDef], func: cst.FunctionDef, name: str, holders: Dict[str, Pos],
+    before: Optional[cst.CSTNode], after: Optional[cst.CSTNode],
+) -> Optional[str]:
+    """Why an operator, a comparison, an item read or store, `+=` or a torch function may
+    hand what ``holders`` hold to an object's own code (`mask * self.vis` runs the module's
+    `__rmul__`, `self.vis[mask]` its `__getitem__`, `torch.logical_and(mask, vis)` its
+    `__torch_function__`: hunt 25b), else None: each other part there must be typed a tensor
+    or data (``masked_select._Reader``, a call's result taken for one, as this proof
+    follows calls itself)."""
+    from .masked_select import _Owner, _Reader  # (masked_select reads this module)
+
+    reader = None
+    for node in walk(func.body):
+        if isinstance(node, (cst.BinaryOperation, cst.BooleanOperation)):
+            parts = [node.left, node.right]
+        elif isinstance(node, cst.Comparison):
+            parts = [node.left, *(c.comparator for c in node.comparisons)]
+        elif isinstance(node, cst.Subscript):
+            parts = [node.value, *(e.slice.value for e in node.slice if isinstance(e.slice, cst.Index))]
+        elif isinstance(node, cst.AugAssign):
+            parts = [node.target, node.value]
+        elif isinstance(node, cst.Call) and torch_or_builtin(ctx, node):
+            parts = [a.value for a in node.args]
+        else:
+            continue
+        if before is not None and not runs_before(ctx, node, before) or after is not None and not _runs_after(ctx, node, after):
+            continue
+        handed = [p for p in parts if _hands_on(ctx, p, holders)]
+        if not handed:
+            continue
+        if reader is None:
+            reader = _Reader(ctx, _Owner(ctx, cls, True) if cls is not None else None, func, 0, [], trust_calls=True)
+        for part in parts:
+            if any(part is h for h in handed):
+                continue
+            reader.blame = None
+            if not reader.value(part):
+                return (
+                    f"{name} is handed to `{_first_line(part)}` by `{statement_of(ctx, node)}` at line {ctx.position(node).line}:"
+                    " an object's operator, item or torch-function protocol may write it"
+                )
     return None
 
 

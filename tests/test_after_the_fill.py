@@ -886,3 +886,20 @@ def test_the_fill_reads_only_values_between_the_reshape_and_the_fill(tmp_path: P
         assert fill["applied"], fill
     else:
         assert not fill["applied"] and "runs between the kept units' reshape and the fill" in fill["message"], fill
+
+
+# Hunt 25b: the same protocols in forward_loss, before its selection (the rewritten
+# `masked_rows` raised in its count check).
+LOSS_START = "        if len(self.q_stride) == 2:\n            label = self.get_pixel_label_2d(x, mask)\n"
+IN_THE_LOSS = {
+    "an operator handing the mask to a submodule": (
+        _vis(LOUD, "self.vis_mask", head=LOUD_VIS), "shown = mask * self.vis"),
+    "control: arithmetic on data": (_vis("", "self.vis_mask"), "shown = mask * 1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IN_THE_LOSS))
+def test_the_mask_handed_to_an_object_in_the_loss_keeps_the_selection(tmp_path: Path, capsys, case):
+    files, statement = IN_THE_LOSS[case]
+    files = {"hiera_mae.py": _edit(files["hiera_mae.py"], (LOSS_START, f"        {statement}\n" + LOSS_START))}
+    _assert_the_count(tmp_path, capsys, files, None if case.startswith("control") else "is handed to `self.vis`")

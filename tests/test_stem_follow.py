@@ -278,3 +278,56 @@ def test_a_stem_given_other_bases_or_hooks_by_name_keeps_the_drop(tmp_path: Path
     pkg = _package(tmp_path, HUNT_24_NOTICED[case])
     drop = _site(_reports(pkg, capsys), pkg, "hiera.py", "HR003", DROP)
     assert not drop["applied"] and "self.patch_embed(" in drop["message"], drop
+
+
+# Hunt 25b (on 76aeb64): an operator, an item read or store, `+=` or a torch function
+# handed the mask to an object of the files before the drop (`mask * self.vis`: the
+# module's `__rmul__` flipped it in place), which only calls were followed for; the
+# rewritten drop raised in its count check.
+MASK_TOY = '''
+
+class MaskToy(nn.Module):
+    def _record(self, mask):
+        mask.logical_not_()  # the figure draws 1 = masked
+        return mask
+
+    def __rmul__(self, mask):
+        return self._record(mask)
+
+    def __getitem__(self, mask):
+        return self._record(mask)
+
+    def __setitem__(self, mask, value):
+        self._record(mask)
+
+    def forward(self, x):
+        return x
+'''
+DEPTH = "        depth = sum(stages)\n"
+DISCARD = "        if mask is not None:\n            x = x[mask[..., None].tile(1, self.mu_size, x.shape[2])].view(\n"
+
+
+def _toy(statement: str):
+    return {"hiera.py": _edit(_upstream("hiera.py"), (HIERA_HEAD, MASK_TOY + HIERA_HEAD), (DEPTH, "        self.vis = MaskToy()\n" + DEPTH),
+                              (DISCARD, DISCARD.replace("            x = x[", f"            {statement}\n            x = x[", 1)))}
+
+
+HUNT_25 = {
+    "an operator": ("shown = mask * self.vis", "`self.vis`"),
+    "an item read": ("shown = self.vis[mask]", "`self.vis`"),
+    "an item store": ("self.vis[mask] = 1", "`self.vis`"),
+    "+= on an alias": ("vis = self.vis; vis += mask", "`vis`"),
+    "a torch function": ("shown = torch.logical_and(mask, self.vis)", "`self.vis`"),
+    "control: arithmetic on data": ("shown = mask * 1", None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUNT_25))
+def test_the_mask_handed_to_an_object_by_a_protocol_keeps_the_drop(tmp_path: Path, capsys, case):
+    statement, handed = HUNT_25[case]
+    pkg = _package(tmp_path, _toy(statement))
+    drop = _site(_reports(pkg, capsys), pkg, "hiera.py", "HR003", DROP)
+    if handed is None:
+        assert drop["applied"], drop
+    else:
+        assert not drop["applied"] and f"is handed to {handed}" in drop["message"], drop
