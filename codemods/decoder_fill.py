@@ -193,7 +193,7 @@ def _fill(ctx: PlanContext, line: cst.SimpleStatementLine) -> Dict[cst.CSTNode, 
     # then a method writing `self.m`): only tensor arithmetic on local names runs there.
     body = list(getattr(ctx.parent(put.line), "body", ()))
     between = body[body.index(reshape_stmt.line) : body.index(put.line)]  # type: ignore[union-attr]
-    untyped = _not_a_value(ctx, cls, func, between)
+    untyped = _not_a_value(ctx, cls, func, between, put.line)
     for stmt in between:
         if not _only_tensor_arithmetic(stmt) or stmt is untyped:
             raise Refuse(
@@ -246,14 +246,23 @@ _ARITHMETIC_METHODS = frozenset({
 _READING_BUILTINS = frozenset({"len", "tuple", "int"})
 
 
-def _not_a_value(ctx, cls: Optional[cst.ClassDef], func: cst.FunctionDef, statements: List[cst.CSTNode]) -> Optional[cst.CSTNode]:
+def _inside(node: cst.CSTNode, func: cst.FunctionDef) -> bool:
+    return any(n is node for n in walk(func.body))
+
+
+def _not_a_value(
+    ctx, cls: Optional[cst.ClassDef], func: cst.FunctionDef, statements: List[cst.CSTNode], fill_line: cst.CSTNode,
+) -> Optional[cst.CSTNode]:
     """The first of ``statements`` reading a name not typed a tensor or plain data (HR005's
     reader, ``masked_select._Reader``): an object's operator runs code (`mask_tokens =
     mask_tokens * scale`, `scale = self.grid_vis` earlier, its `__rmul__` moving the kept
     units: hunt 25a F3)."""
     from .masked_select import _Owner, _read_names, _Reader  # (masked_select reads this module's methods)
 
-    reader = _Reader(ctx, _Owner(ctx, cls, True) if cls is not None else None, func, 0, proven := [])
+    # only the bindings before the fill (no loop around it runs later ones first)
+    fill = statements[-1] if statements else None
+    looped = fill is not None and any(isinstance(a, (cst.For, cst.While)) for a in ctx.ancestors(fill) if a is not func and _inside(a, func))
+    reader = _Reader(ctx, _Owner(ctx, cls, True) if cls is not None else None, func, 0, proven := [], until=None if looped else fill_line)
     for stmt in statements:
         # (the called names are `_arithmetic`'s: the reading builtins, torch's, tensor methods)
         skip = {id(c.func) for c in walk(stmt) if isinstance(c, cst.Call)}

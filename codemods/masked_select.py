@@ -882,6 +882,11 @@ def _listed_modules(owner: _Owner, attr: str) -> Optional[List[cst.BaseExpressio
     Module.__setattr__ registers), `append`, an item store, `+=`, another module's store
     (hunts 23a F8, 24a F8, 25a F2)."""
     ctx = owner.ctx
+    return ctx.fact(("listed modules", id(ctx.module), id(owner.cls), attr), lambda: _find_listed_modules(owner, attr), ctx.module, owner.cls)
+
+
+def _find_listed_modules(owner: _Owner, attr: str) -> Optional[List[cst.BaseExpression]]:
+    ctx = owner.ctx
     if attr in _class_names(ctx, ctx.module, owner.cls):
         return None
     elements: List[cst.BaseExpression] = []
@@ -1006,10 +1011,12 @@ class _Reader:
 
     def __init__(
         self, ctx: PlanContext, owner: Optional[_Owner], func: cst.FunctionDef, depth: int, checked: List[str], trust_calls: bool = False,
+        until: Optional[cst.CSTNode] = None,
     ):
         self.ctx, self.owner, self.func, self.depth, self.checked = ctx, owner, func, depth, checked
         # (a call's result taken for a value: for a proof that follows the calls itself)
         self.trust_calls = trust_calls
+        self.until = until  # bindings from there on run later (HR004's region, before its fill)
         self.fresh = _fresh_locals(ctx, func)
         params = func.params
         listed = [*params.posonly_params, *params.params]
@@ -1020,7 +1027,11 @@ class _Reader:
         for p in [*listed, *params.kwonly_params, *(p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param))]:
             if p.name.value != self.self_name:
                 self.sources.setdefault(p.name.value, []).append(("param", p.default))
+        later = ctx.position(until) if until is not None else None
         for node in walk(func.body):
+            if later is not None and isinstance(node, (cst.Assign, cst.AnnAssign, cst.NamedExpr, cst.For, cst.CompFor, cst.AugAssign)) \
+                    and ctx.position(node) >= later:
+                continue
             if isinstance(node, cst.Assign):
                 for t in node.targets:
                     self._bind(t.target, node.value)
@@ -1476,11 +1487,15 @@ def _holds_data(ctx: PlanContext, attr: str) -> bool:
     key = (id(ctx.module), attr)
     if not values or key in _HOLDING:
         return False  # (`self.a = self.b`, `self.b = self.a`: not proven)
-    _HOLDING.add(key)
-    try:
-        return all(_data_value(ctx, v, 0) for v in values)
-    finally:
-        _HOLDING.discard(key)
+
+    def find() -> bool:
+        _HOLDING.add(key)
+        try:
+            return all(_data_value(ctx, v, 0) for v in values)
+        finally:
+            _HOLDING.discard(key)
+
+    return ctx.fact(("holds data", id(ctx.module), attr), find, ctx.module)
 
 
 _HOLDING: Set[Tuple[int, str]] = set()  # the attributes being proven data (a cycle is not)
@@ -1514,13 +1529,26 @@ def _data_value(ctx: PlanContext, value: cst.BaseExpression, depth: int) -> bool
     if depth > 4:
         return False
     targets = {n.value for c in walk(value) if isinstance(c, cst.CompFor) for n in walk(c.target) if isinstance(n, cst.Name)}
+    # a lambda's parameters are its arguments: data where what it maps is (`map(lambda e:
+    # reduce(mul, e), zip(*self.q_strides))`), its body read as the rest
+    targets |= {p.name.value for c in walk(value) if isinstance(c, cst.Lambda) for p in _params(c)}  # type: ignore[arg-type]
     callees = {id(c.func) for c in walk(value) if isinstance(c, cst.Call)}
+    proven: Set[int] = set()  # `self.patch_embed` read only for a plain data attribute of its proven class
     for n in walk(value):
-        if isinstance(n, (cst.Lambda, cst.Yield, cst.Await, cst.NamedExpr, cst.FormattedString)):
+        if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Attribute) and is_name(n.value.value, "self") and id(n) not in callees \
+                and _plain_attribute(ctx, n.value.attr.value, n.attr.value) and _data_attribute(ctx, n.attr.value):
+            proven.add(id(n.value))  # (`self.patch_embed.grid_size`)
+            continue
+        if id(n) in proven:
+            continue
+        if isinstance(n, (cst.Yield, cst.Await, cst.NamedExpr, cst.FormattedString)):
             return False
         if isinstance(n, cst.Call) and not (
-            isinstance(n.func, cst.Name) and n.func.value in _DATA_BUILTINS and not ctx.qualified_names(n.func) - {f"builtins.{n.func.value}"}
-            or bool(q := ctx.qualified_names(n.func)) and all(x.startswith("math.") for x in q)
+            isinstance(n.func, cst.Name) and n.func.value in _DATA_BUILTINS | {"map", "filter"}
+            and not ctx.qualified_names(n.func) - {f"builtins.{n.func.value}"}
+            or bool(q := ctx.qualified_names(n.func)) and all(x.startswith(_DATA_MODULES) for x in q)
+            # a method of data (`v.item()` of a numpy array; its receiver's names are read below)
+            or isinstance(n.func, cst.Attribute) and n.func.attr.value in _DATA_METHODS and not ctx.qualified_names(n.func)
         ):
             return False
         if isinstance(n, cst.Attribute) and id(n) not in callees and not (
@@ -1534,6 +1562,8 @@ def _data_value(ctx: PlanContext, value: cst.BaseExpression, depth: int) -> bool
         v = name.value
         if v in targets or v in ("None", "True", "False", "self") or id(name) in callees:
             continue
+        if v in _DATA_BUILTINS | {"str"} and not ctx.qualified_names(name) - {f"builtins.{v}"} and not _calls_binds(ctx.module, v):
+            continue  # (`grid_size.astype(int)`)
         bound = _name_bindings(scope, v) if scope is not None else []
         param = next((p for p in _params(scope) if p.name.value == v), None) if scope is not None else None
         if bound is None or not all(_data_value(ctx, b, depth + 1) for b in bound):
@@ -1548,7 +1578,12 @@ def _data_value(ctx: PlanContext, value: cst.BaseExpression, depth: int) -> bool
     return True
 
 
-def _params(scope: cst.FunctionDef) -> List[cst.Param]:
+# modules whose functions make data of data (`math.prod`, `functools.reduce(operator.mul, ...)`)
+_DATA_MODULES = ("math.", "functools.reduce", "operator.", "itertools.", "numpy.")
+_DATA_METHODS = frozenset({"item", "tolist", "index", "count", "copy", "get", "keys", "values", "items", "prod", "sum", "astype", "reshape", "flatten"})
+
+
+def _params(scope) -> List[cst.Param]:
     params = scope.params
     return [*params.posonly_params, *params.params, *params.kwonly_params, *(p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param))]
 
