@@ -1485,8 +1485,13 @@ def _holds_data(ctx: PlanContext, attr: str) -> bool:
     if not values and attr in _MODULE_FLAGS:
         return True  # `self.training`: nn.Module's own bool
     key = (id(ctx.module), attr)
-    if not values or key in _HOLDING:
-        return False  # (`self.a = self.b`, `self.b = self.a`: not proven)
+    if not values:
+        return False
+    if key in _HOLDING:
+        # being proven (`self.mask_spatial_shape = self.encoder.mask_spatial_shape`): data
+        # unless another of its values is not, which the outer proof reads (a greatest
+        # fixpoint; what is proven meanwhile is not kept)
+        return True
 
     def find() -> bool:
         _HOLDING.add(key)
@@ -1495,6 +1500,8 @@ def _holds_data(ctx: PlanContext, attr: str) -> bool:
         finally:
             _HOLDING.discard(key)
 
+    if _HOLDING:
+        return find()
     return ctx.fact(("holds data", id(ctx.module), attr), find, ctx.module)
 
 
@@ -1517,7 +1524,7 @@ def _data_attribute(ctx: PlanContext, attr: str) -> bool:
     return stored or attr in _MODULE_FLAGS
 
 
-def _data_value(ctx: PlanContext, value: cst.BaseExpression, depth: int) -> bool:
+def _data_value(ctx: PlanContext, value: cst.BaseExpression, depth: int, seen: FrozenSet[str] = frozenset()) -> bool:
     """``value`` (of ``ctx``'s module) makes data: literals, displays, comprehensions,
     operators and items made of data; calls of the builtins making data and of math; names a
     library binds (`math.pi`); `self.<a>` holding data; a parameter of the function around
@@ -1560,13 +1567,13 @@ def _data_value(ctx: PlanContext, value: cst.BaseExpression, depth: int) -> bool
     scope = next((a for a in ctx.ancestors(value) if isinstance(a, cst.FunctionDef)), None)
     for name in _read_names(value):
         v = name.value
-        if v in targets or v in ("None", "True", "False", "self") or id(name) in callees:
-            continue
+        if v in targets or v in ("None", "True", "False", "self") or id(name) in callees or v in seen:
+            continue  # (a name bound from itself, `s = tuple(np.prod([s], axis=0))`: its other sources are read)
         if v in _DATA_BUILTINS | {"str"} and not ctx.qualified_names(name) - {f"builtins.{v}"} and not _calls_binds(ctx.module, v):
             continue  # (`grid_size.astype(int)`)
         bound = _name_bindings(scope, v) if scope is not None else []
         param = next((p for p in _params(scope) if p.name.value == v), None) if scope is not None else None
-        if bound is None or not all(_data_value(ctx, b, depth + 1) for b in bound):
+        if bound is None or not all(_data_value(ctx, b, depth + 1, seen | {v}) for b in bound):
             return False  # (`recorder = MaskVis(); self.recorder = recorder`: hunt 25a F1)
         if param is not None:
             # no caller of the files hands it a class or instance of the files (`Model(recorder=MaskVis())`)
