@@ -909,18 +909,22 @@ def _find_listed_modules(owner: _Owner, attr: str) -> Optional[List[cst.BaseExpr
     for m in dict.fromkeys([ctx.module, *read, *(ctx.modules_beside([attr.encode()]) or [])]):
         inner = ctx.context_of(m)
         for n in walk(m):
-            if isinstance(n, cst.Attribute) and n.attr.value == attr and not _iterated_or_counted(inner, n, stored):
+            if isinstance(n, cst.Attribute) and n.attr.value == attr and not _iterated_or_counted(inner, n, stored, ctx.module):
                 return None
     return elements
 
 
-def _iterated_or_counted(ctx: PlanContext, node: cst.Attribute, stored: Set[int]) -> bool:
+def _iterated_or_counted(ctx: PlanContext, node: cst.Attribute, stored: Set[int], owner_module: Optional[cst.Module] = None) -> bool:
     """``node`` (`<x>.<attr>`) is stored one of ``stored`` (`self.<attr> = nn.ModuleList(...)`),
     iterated (`for blk in <x>.<attr>`, through `enumerate`/`zip`/`reversed`), or given to `len`."""
     parent = ctx.parent(node)
     if isinstance(parent, cst.AssignTarget):
         statement = ctx.parent(parent)
-        return isinstance(statement, cst.Assign) and len(statement.targets) == 1 and id(statement.value) in stored
+        if isinstance(statement, cst.Assign) and len(statement.targets) == 1 and id(statement.value) in stored:
+            return True
+        # another module's class storing its own list (DenseTact's dpt.py beside the MAE);
+        # a subclass's or mixin's there is `stored_elsewhere`'s, refused before
+        return is_name(node.value, "self") and ctx.module is not owner_module
     if isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is node:
         return True
     arg = parent if isinstance(parent, cst.Arg) and parent.keyword is None and not parent.star else None
