@@ -507,7 +507,7 @@ COUNT_REFUSED_18 = {
         [(ENCODER_END, ENCODER_END.replace("\n\n", "\n        self.last_mask = mask  # kept for visualisation\n\n")),
          ("        x_dec[mask] = x.flatten()\n", "        x_dec[mask] = x.flatten()\n        self.mark_masked()\n"),
          (FORWARD_LOSS, MARK_MASKED + FORWARD_LOSS)],
-        "`self.last_mask.logical_not_()` may write a tensor it is not given, after forward_decoder's fill",  # in mark_masked
+        "`self.last_mask` is used as a value: it may be a module or other object, whose methods are not read, after forward_decoder's fill",  # in mark_masked
     ),
     "F4: the decoder's mask argument flipped by a helper after the fill": (
         [(FILL_LINES, FILL_LINES.replace("mask = mask.reshape", "m = mask.reshape").replace("mask = mask.expand", "m = m.expand")
