@@ -1516,16 +1516,22 @@ def _data_attribute(ctx: PlanContext, attr: str) -> bool:
     """`self.<attr>`, read in ``ctx``'s module, holds data in it and in every module it
     imports storing `<obj>.<attr>` (a base's `self.q_pool = q_pool` in hiera.py)."""
     read = [m for _, m in imported_modules(ctx, [ctx.module])[0]]
+    return _held_in(ctx, [ctx.module, *read], attr, _holds_data)
+
+
+def _held_in(ctx: PlanContext, modules: Sequence[cst.Module], attr: str, holds) -> bool:
+    """``holds(module's context, attr)`` in each of ``modules`` storing `<obj>.<attr>`, none
+    setting it by name, one storing it at least (or nn.Module's own flag, for data)."""
     stored = False
-    for m in dict.fromkeys([ctx.module, *read]):
+    for m in dict.fromkeys(modules):
         inner = ctx.context_of(m)
         if sets_submodule_by_name(m, attr) is not None:
             return False
         if _stored_values(inner, attr) or _submodules(inner, attr):
-            if not _holds_data(inner, attr):
+            if not holds(inner, attr):
                 return False
             stored = True
-    return stored or attr in _MODULE_FLAGS
+    return stored or holds is _holds_data and attr in _MODULE_FLAGS
 
 
 def _data_value(ctx: PlanContext, value: cst.BaseExpression, depth: int, seen: FrozenSet[str] = frozenset()) -> bool:
@@ -1628,18 +1634,8 @@ def _held_everywhere(ctx: PlanContext, owner: _Owner, attr: str, holds=None) -> 
     stored an object in another module (a base's `self.scale = Vis()`, a factory's
     `model.scale = ...`) is not data.  No module sets it by name; one stores it at least
     (or it is nn.Module's own flag)."""
-    holds = holds or _holds_data
     modules, _ = receiver_modules(owner.ctx, owner.cls)
-    stored = False
-    for m in dict.fromkeys([ctx.module, owner.ctx.module, *modules]):
-        inner = ctx.context_of(m)
-        if sets_submodule_by_name(m, attr) is not None:
-            return False
-        if _stored_values(inner, attr) or _submodules(inner, attr):
-            if not holds(inner, attr):
-                return False
-            stored = True
-    return stored or holds is _holds_data and attr in _MODULE_FLAGS
+    return _held_in(ctx, [ctx.module, owner.ctx.module, *modules], attr, holds or _holds_data)
 
 
 def _stored_values(ctx: PlanContext, attr: str) -> List[cst.BaseExpression]:
