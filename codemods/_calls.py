@@ -24,7 +24,7 @@ from hiera_rewrite.flow import METADATA_ATTRIBUTES, METADATA_METHODS, bound_para
 from hiera_rewrite.index import Pos
 from hiera_rewrite.rewrite import PlanContext
 
-from ._match import code, flatten_targets, is_name, may_setattr
+from ._match import code, flatten_targets, is_name, may_setattr, method_call
 
 Found = Tuple[cst.Module, cst.ClassDef]
 
@@ -1305,6 +1305,10 @@ def _handed_by_a_protocol(
         elif isinstance(node, cst.Comparison):
             parts = [node.left, *(c.comparator for c in node.comparisons)]
         elif isinstance(node, cst.Subscript):
+            target = ctx.parent(node)
+            fill = ctx.parent(target) if isinstance(target, cst.AssignTarget) else None
+            if isinstance(fill, cst.Assign) and method_call(fill.value, "flatten") is not None:
+                continue  # the decoder's fill `x_dec[mask] = x.flatten()`: its grid is HR004's and HR005's own proof
             parts = [node.value, *(e.slice.value for e in node.slice if isinstance(e.slice, cst.Index))]
         elif isinstance(node, cst.AugAssign):
             parts = [node.target, node.value]

@@ -779,7 +779,7 @@ GRID_MAE = _edit(
 )
 ELSEWHERE = {
     "an object stored under the name by hiera_utils": (
-        {"hiera_mae.py": GRID_MAE, "hiera_utils.py": _upstream("hiera_utils.py") + GRID_VIS}, "mask is handed to `x_dec`"),
+        {"hiera_mae.py": GRID_MAE, "hiera_utils.py": _upstream("hiera_utils.py") + GRID_VIS}, "`self.grid_scale` is used as a value"),
     "control: data stored under the name by hiera_utils": (
         {"hiera_mae.py": GRID_MAE, "hiera_utils.py": _upstream("hiera_utils.py") + GRID_VIS.replace("model.grid_scale = GridVis()", "model.grid_scale = 2.0")}, None),
 }
