@@ -1328,9 +1328,10 @@ def _handed_by_a_protocol(
                 continue
             reader.blame = None
             if not reader.value(part):
+                why = f" ({reader.blame})" if reader.blame else ""  # (what makes it untyped, maybe a later binding)
                 return (
                     f"{name} is handed to `{_first_line(part)}` by `{statement_of(ctx, node)}` at line {ctx.position(node).line}:"
-                    " an object's operator, item or torch-function protocol may write it"
+                    f" an object's operator, item or torch-function protocol may write it{why}"
                 )
     return None
 

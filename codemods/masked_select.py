@@ -814,6 +814,9 @@ _COMPUTING_METHODS = frozenset({
     "select", "gather", "index_select", "masked_fill", "where", "roll", "flip", "t", "new_zeros", "new_ones", "new_full",
     "new_empty", "new_tensor",
 })
+# a mapping's reads (a forward given a batch dict, `x = batch.get("video")`): a value's
+# element is a value, as the caller hands it
+_MAPPING_READS = frozenset({"get", "keys", "values", "items"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1358,7 +1361,7 @@ class _Reader:
                 return _VALUE if why is None else self._blamed(why)
         if isinstance(func, cst.Attribute):
             t = self.type_of(func.value)
-            if t in (_VALUE, _TOP) and func.attr.value in _READING_METHODS | _COMPUTING_METHODS | METADATA_METHODS:
+            if t in (_VALUE, _TOP) and func.attr.value in _READING_METHODS | _COMPUTING_METHODS | METADATA_METHODS | _MAPPING_READS:
                 return _VALUE  # (`self.decoder_pos_embed.repeat(...)`: a parameter's new tensor)
             if t is None:
                 return None
@@ -1515,8 +1518,9 @@ _HOLDING: Set[Tuple[int, str]] = set()  # the attributes being proven data (a cy
 def _data_attribute(ctx: PlanContext, attr: str) -> bool:
     """`self.<attr>`, read in ``ctx``'s module, holds data in it and in every module it
     imports storing `<obj>.<attr>` (a base's `self.q_pool = q_pool` in hiera.py)."""
-    read = [m for _, m in imported_modules(ctx, [ctx.module])[0]]
-    return _held_in(ctx, [ctx.module, *read], attr, _holds_data)
+    read, incomplete = imported_modules(ctx, [ctx.module])
+    # (a module not read may store an object under the name)
+    return incomplete is None and _held_in(ctx, [ctx.module, *(m for _, m in read)], attr, _holds_data)
 
 
 def _held_in(ctx: PlanContext, modules: Sequence[cst.Module], attr: str, holds) -> bool:

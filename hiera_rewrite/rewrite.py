@@ -170,6 +170,10 @@ class PlanContext:
         self.refusals: List[Refusal] = []
         # facts about the whole module a rewrite computes once per plan, not per site
         self.memo: Dict[str, Any] = {}
+        # the other files read (sibling, modules_beside), parsed once for every code's plan
+        # of this file: a shared fact holding a module (imported_modules) names it in each
+        # plan (a module parsed once per plan was unnamed in the next: its imports unread)
+        self._files: Dict[Any, Any] = self._shared.setdefault(("files",), {})
 
     def sibling(self, name: str) -> Optional[cst.Module]:
         """The module ``name`` that this file imports, parsed, as the run leaves it (None
@@ -180,17 +184,17 @@ class PlanContext:
         if self._root is not self:
             return self._root.sibling(name) if self._near else None
         key = f"sibling:{name}"
-        if key not in self.memo:
+        if key not in self._files:
             self._consulted.add(name)
             data = self._siblings(name) if self._siblings is not None else None
             try:
-                self.memo[key] = _parsed(self.path_of(name) or name, data) if data is not None else None
+                self._files[key] = _parsed(self.path_of(name) or name, data) if data is not None else None
             except Exception:  # a sibling that does not parse proves nothing
-                self.memo[key] = None
-            if self.memo[key] is not None:
-                self.memo[("near", id(self.memo[key]))] = "." not in name
-                self.memo[("name", id(self.memo[key]))] = name
-        return self.memo[key]
+                self._files[key] = None
+            if self._files[key] is not None:
+                self._files[("near", id(self._files[key]))] = "." not in name
+                self._files[("name", id(self._files[key]))] = name
+        return self._files[key]
 
     def modules_beside(self, needles: Sequence[bytes], limit: int = 128) -> Optional[List[cst.Module]]:
         """The modules of the planned file's folder (the file itself included, as planned;
@@ -206,11 +210,11 @@ class PlanContext:
         if lister is None:
             return None
         key = "beside"
-        if key not in root.memo:
+        if key not in root._files:
             names = lister()
-            root.memo[key] = None if names is None or len(names) > limit else {n: None for n in names}
-            root.memo["beside unread"] = names is not None and len(names) > limit
-        found = root.memo[key]
+            root._files[key] = None if names is None or len(names) > limit else {n: None for n in names}
+            root._files["beside unread"] = names is not None and len(names) > limit
+        found = root._files[key]
         if found is None:
             return None
         modules: List[cst.Module] = [root.module]
@@ -226,7 +230,7 @@ class PlanContext:
                         module = None
                 entry = found[name] = (data or b"", module)
                 if module is not None:
-                    root.memo[("near", id(module))] = True
+                    root._files[("near", id(module))] = True
             data, module = entry
             if module is not None and any(n in data for n in needles):
                 modules.append(module)
@@ -235,7 +239,7 @@ class PlanContext:
     def beside_unread(self) -> bool:
         """The planned file's folder is known but was too large to read (modules_beside)."""
         self.modules_beside([])
-        return bool(self._root.memo.get("beside unread"))
+        return bool(self._root._files.get("beside unread"))
 
     def module_named(self, name: str) -> Optional[cst.Module]:
         """:meth:`sibling` of the file planned, asked from any context: ``name`` is read
@@ -273,8 +277,8 @@ class PlanContext:
         root = self._root
         if module is root.module:
             return ""
-        name = root.memo.get(("name", id(module)))
-        return name if name is not None and root.memo.get(f"sibling:{name}") is module else None
+        name = root._files.get(("name", id(module)))
+        return name if name is not None and root._files.get(f"sibling:{name}") is module else None
 
     def context_of(self, module: cst.Module) -> "PlanContext":
         """A context that answers questions about ``module``: this one, or (for a module
@@ -290,7 +294,7 @@ class PlanContext:
                 ModuleIndex(module), "", self._format_statement, self.codes, self._siblings, self._consulted
             )
             found._root = self._root  # siblings parsed once, by the file's own context
-            found._near = bool(self.memo.get(("near", id(module))))  # in the file's folder
+            found._near = bool(self._root._files.get(("near", id(module))))  # in the file's folder
         return found
 
     # -- what the module says (hiera_rewrite.index) ---------------------------

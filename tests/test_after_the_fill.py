@@ -653,9 +653,9 @@ VIS_LIST = "        self.vis_list = nn.ModuleList([MaskVis()])\n"
 ONE_VIS = "        self.vis = MaskVis()\n"
 STEPS = "    def _vis_steps(self):\n        yield self.vis.add('grid', None)\n\n"
 HUNT_24 = {
-    "an item of a module list": (_vis(VIS_LIST, "self.vis_list[0].mask", '        x_dec = self.vis_list[0].add("grid", x_dec)\n'), "`self.vis_list` is a module or another object"),
+    "an item of a module list": (_vis(VIS_LIST, "self.vis_list[0].mask", '        x_dec = self.vis_list[0].add("grid", x_dec)\n'), "`self.vis_list` is used as a value"),
     "a loop over enumerate of a module list": (
-        _vis(VIS_LIST, "self.vis_list[0].mask", '        for i, vis in enumerate(self.vis_list):\n            x_dec = vis.add(f"grid{i}", x_dec)\n'), "`vis.add(f\"grid{i}\", x_dec)` may write a tensor it is not given"),
+        _vis(VIS_LIST, "self.vis_list[0].mask", '        for i, vis in enumerate(self.vis_list):\n            x_dec = vis.add(f"grid{i}", x_dec)\n'), "`self.vis_list` is iterated: what its iterator runs is not read"),
     "a nested attribute": (
         _vis("        self.vis = VisHub()\n", "self.vis.rec.mask", '        x_dec = self.vis.rec.add("grid", x_dec)\n',
              head="class VisHub(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.rec = MaskVis()\n\n    def forward(self, x):\n        return x\n\n\n"),
@@ -697,7 +697,7 @@ HUNT_24 = {
                               (DECODER, _holding("self.decoder_blocks[-1].norm1.mask") + DECODER),
                               ("                    norm_layer=norm_layer,\n                    mlp_ratio=mlp_ratio,\n",
                                "                    norm_layer=VisNorm,\n                    mlp_ratio=mlp_ratio,\n"))},
-        "builds a module this rewrite does not read (in HieraBlock's forward)"),
+        "`self.decoder_blocks` is iterated: what its iterator runs is not read"),  # (VisNorm's blocks: not a proven list)
     "control: a module function given a data attribute": (
         {"hiera_mae.py": _mae((MAE_HEAD, "def scaled(x, shape):\n    return x * len(shape)\n\n\n" + MAE_HEAD),
                               (FILL, FILL + "        x_dec = scaled(x_dec, self.tokens_spatial_shape_final)\n"))},
