@@ -16,7 +16,7 @@ import builtins
 
 import contextlib
 from collections import OrderedDict
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -581,6 +581,22 @@ def _on_self(node: cst.CSTNode) -> bool:
 
 
 def _patches(module: cst.Module, cls: str, method: str, owners: Optional[Set[str]] = None) -> Optional[str]:
+    """:func:`_find_patches`, once per module and question (asked for each method of each
+    class proven, in every module read)."""
+    key = (id(module), cls, method, frozenset(owners) if owners is not None else None)
+    cached = _PATCHES.get(key)
+    if cached is None or cached[0] is not module:
+        if len(_PATCHES) > 4096:
+            _PATCHES.clear()
+        cached = _PATCHES[key] = (module, _find_patches(module, cls, method, owners))
+    return cached[1]
+
+
+# (id(module), class, method, owners) -> (the module, kept alive with it; _find_patches's answer)
+_PATCHES: Dict[Tuple[int, str, str, Optional[FrozenSet[str]]], Tuple[cst.Module, Optional[str]]] = {}
+
+
+def _find_patches(module: cst.Module, cls: str, method: str, owners: Optional[Set[str]] = None) -> Optional[str]:
     """The first statement of ``module`` that may set ``<cls>.<method>`` on the class or
     on an instance: a store to `<anything>.<method>` (`Hiera.m = f`, `HieraBase.m = f`
     through an alias, `c.m = f` for a loop's or a parameter's class, `self.m = self.other`
@@ -1984,11 +2000,28 @@ def sets_submodule_by_name(module: cst.Module, attr: str, owners: Optional[Set[s
     `add_module`/`register_module`/`__setattr__`/`setattr` given that name or one not
     literal (on `self`: in a class of ``owners``, all when None), or a store into a
     `_modules` mapping (hunt 22b F1, F5)."""
+    for kind, text, literals, on_self, cls in _setters_by_name(module):
+        if kind == "modules":
+            return text
+        mine = owners is None or cls in owners or cls is None
+        if attr in literals or not literals and on_self and mine:
+            return text
+    return None
+
+
+def _setters_by_name(module: cst.Module) -> List[Tuple[str, str, List[str], bool, Optional[str]]]:
+    """What :func:`sets_submodule_by_name` reads of ``module``, walked once (it is asked for
+    every attribute of every module read): in document order, each call of a setter by
+    name ("call", its first line, the literal names it is given, whether on `self`, the
+    class around it) and each store into a `_modules` mapping ("modules", its first line)."""
+    cached = _SETTERS.get(id(module))
+    if cached is not None and cached[0] is module:
+        return cached[1]
     inside: Dict[int, str] = {}
-    if owners is not None:
-        for c in (n for n in walk(module) if isinstance(n, cst.ClassDef)):
-            for n in walk(c.body):
-                inside[id(n)] = c.name.value
+    for c in (n for n in walk(module) if isinstance(n, cst.ClassDef)):
+        for n in walk(c.body):
+            inside[id(n)] = c.name.value
+    found: List[Tuple[str, str, List[str], bool, Optional[str]]] = []
     for node in walk(module):
         if isinstance(node, cst.Call):
             func = node.func
@@ -1999,14 +2032,19 @@ def sets_submodule_by_name(module: cst.Module, attr: str, owners: Optional[Set[s
                 # contract, as for methods: README)
                 target = node.args[0].value if name == "setattr" and node.args else func.value if isinstance(func, cst.Attribute) else None
                 on_self = target is not None and (root_name(target) == "self" or isinstance(target, cst.Call) and is_name(target.func, "super"))
-                mine = owners is None or inside.get(id(node), "") in owners or id(node) not in inside
-                if attr in literals or not literals and on_self and mine:
-                    return code(node).splitlines()[0]
+                found.append(("call", code(node).splitlines()[0], literals, on_self, inside.get(id(node))))  # type: ignore[arg-type]
         if isinstance(node, (cst.AssignTarget, cst.AugAssign)) or isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in ("update", "setdefault", "__setitem__"):
             target = node.target if not isinstance(node, cst.Call) else node.func.value  # type: ignore[union-attr]
             if any(isinstance(n, cst.Attribute) and n.attr.value == "_modules" for n in walk(target)):
-                return code(node).splitlines()[0]
-    return None
+                found.append(("modules", code(node).splitlines()[0], [], False, None))
+    if len(_SETTERS) > 256:
+        _SETTERS.clear()
+    _SETTERS[id(module)] = (module, found)
+    return found
+
+
+# per module (kept alive with it): what sets_submodule_by_name reads of it
+_SETTERS: Dict[int, Tuple[cst.Module, List[Tuple[str, str, List[str], bool, Optional[str]]]]] = {}
 
 
 def _submodules(ctx: PlanContext, attr: str) -> List[cst.BaseExpression]:
