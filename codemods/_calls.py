@@ -237,8 +237,7 @@ def _rebinds_globals(module: cst.Module, name: str) -> bool:
     """Code of ``module`` that may bind the global ``name`` where the module-level
     statements do not show it: `global name` in a function, or `globals()` (a store
     through it)."""
-    cached = _GLOBALS.get(id(module))
-    if cached is None or cached[0] is not module:
+    def find() -> Tuple[Set[str], bool]:
         declared: Set[str] = set()
         dynamic = False
         for node in walk(module):
@@ -246,15 +245,26 @@ def _rebinds_globals(module: cst.Module, name: str) -> bool:
                 declared.update(item.name.value for item in node.names)
             elif isinstance(node, cst.Call) and is_name(node.func, "globals"):
                 dynamic = True
-        if len(_GLOBALS) > 256:
-            _GLOBALS.clear()
-        cached = _GLOBALS[id(module)] = (module, declared, dynamic)
-    return cached[2] or name in cached[1]
+        return declared, dynamic
+
+    declared, dynamic = _per_module(_GLOBALS, module, id(module), find, 256)
+    return dynamic or name in declared
 
 
-# per module (kept alive with it): the names its `global` statements declare, and whether
-# it calls `globals()`
-_GLOBALS: Dict[int, Tuple[cst.Module, Set[str], bool]] = {}
+# per module: the names its `global` statements declare, and whether it calls `globals()`
+_GLOBALS: Dict[int, Tuple[cst.Module, Tuple[Set[str], bool]]] = {}
+
+
+def _per_module(cache: Dict[Any, Tuple[cst.Module, Any]], module: cst.Module, key: Any, compute, limit: int) -> Any:
+    """``compute()``, once per ``key`` (naming ``module`` by its id) in ``cache``, which
+    keeps the module alive with the answer (an id is not reused meanwhile) and is emptied
+    past ``limit`` entries."""
+    cached = cache.get(key)
+    if cached is None or cached[0] is not module:
+        if len(cache) > limit:
+            cache.clear()
+        cached = cache[key] = (module, compute())
+    return cached[1]
 
 
 def method_of(
@@ -584,15 +594,10 @@ def _patches(module: cst.Module, cls: str, method: str, owners: Optional[Set[str
     """:func:`_find_patches`, once per module and question (asked for each method of each
     class proven, in every module read)."""
     key = (id(module), cls, method, frozenset(owners) if owners is not None else None)
-    cached = _PATCHES.get(key)
-    if cached is None or cached[0] is not module:
-        if len(_PATCHES) > 4096:
-            _PATCHES.clear()
-        cached = _PATCHES[key] = (module, _find_patches(module, cls, method, owners))
-    return cached[1]
+    return _per_module(_PATCHES, module, key, lambda: _find_patches(module, cls, method, owners), 4096)
 
 
-# (id(module), class, method, owners) -> (the module, kept alive with it; _find_patches's answer)
+# (id(module), class, method, owners) -> (the module, _find_patches's answer): _per_module
 _PATCHES: Dict[Tuple[int, str, str, Optional[FrozenSet[str]]], Tuple[cst.Module, Optional[str]]] = {}
 
 
@@ -2014,9 +2019,10 @@ def _setters_by_name(module: cst.Module) -> List[Tuple[str, str, List[str], bool
     every attribute of every module read): in document order, each call of a setter by
     name ("call", its first line, the literal names it is given, whether on `self`, the
     class around it) and each store into a `_modules` mapping ("modules", its first line)."""
-    cached = _SETTERS.get(id(module))
-    if cached is not None and cached[0] is module:
-        return cached[1]
+    return _per_module(_SETTERS, module, id(module), lambda: _find_setters_by_name(module), 256)
+
+
+def _find_setters_by_name(module: cst.Module) -> List[Tuple[str, str, List[str], bool, Optional[str]]]:
     inside: Dict[int, str] = {}
     for c in (n for n in walk(module) if isinstance(n, cst.ClassDef)):
         for n in walk(c.body):
@@ -2037,13 +2043,10 @@ def _setters_by_name(module: cst.Module) -> List[Tuple[str, str, List[str], bool
             target = node.target if not isinstance(node, cst.Call) else node.func.value  # type: ignore[union-attr]
             if any(isinstance(n, cst.Attribute) and n.attr.value == "_modules" for n in walk(target)):
                 found.append(("modules", code(node).splitlines()[0], [], False, None))
-    if len(_SETTERS) > 256:
-        _SETTERS.clear()
-    _SETTERS[id(module)] = (module, found)
     return found
 
 
-# per module (kept alive with it): what sets_submodule_by_name reads of it
+# per module: what sets_submodule_by_name reads of it (_per_module)
 _SETTERS: Dict[int, Tuple[cst.Module, List[Tuple[str, str, List[str], bool, Optional[str]]]]] = {}
 
 
