@@ -10,7 +10,10 @@ never take the machine down, so the worker bounds itself:
   stops, its memory is freed and verification goes on.  Not with ``--verify-cuda``:
   the CUDA driver's address-space reservations are not the CPU's to cap;
 * time: each case (a build, choosing the input, one run) has a wall-clock budget; past
-  it :class:`OverBudget` is raised in the case, between two Python statements.
+  it :class:`OverBudget` is raised in the case, between two Python statements, and
+  again every ``REPEAT_SECONDS`` until the case ends: an alarm that lands in a
+  finalizer or a weakref callback (a garbage collection inside the case) is printed
+  and dropped by Python, and the case would otherwise run on unbounded.
 
 Either way the case is reported "too large to verify here", with the flags that
 build it smaller.
@@ -27,6 +30,7 @@ from typing import Iterator, Optional
 DEFAULT_SECONDS = 60.0
 _DEFAULT_SHARE = 0.5  # of the machine's memory
 _DEFAULT_CAP_GIB = 8.0
+REPEAT_SECONDS = 0.1  # after the budget, the alarm again until the case ends
 
 
 def default_memory_gib() -> float:
@@ -85,14 +89,15 @@ class Budget:
             return
 
         def alarm(signum, frame):  # noqa: ARG001
-            raise OverBudget(self.seconds)
+            if self._active:  # not once the case's `finally` below has begun
+                raise OverBudget(self.seconds)
 
         previous = signal.signal(signal.SIGALRM, alarm)
-        signal.setitimer(signal.ITIMER_REAL, self.seconds)
         self._active = True
+        signal.setitimer(signal.ITIMER_REAL, self.seconds, REPEAT_SECONDS)
         try:
             yield
         finally:
+            self._active = False  # first: a plain store, no signal handler runs before it
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
-            self._active = False
