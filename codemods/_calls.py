@@ -974,12 +974,15 @@ def _at(ctx: PlanContext, module: cst.Module, node: cst.CSTNode) -> str:
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """``node`` and every node below it, in source order.  A whole module's list is kept
-    (the last modules walked: the proofs walk the same files again and again), and where
-    each node's own subtree lies in it: a node of a module walked is a slice of it."""
+    (:func:`_flat`), and for the last modules walked where each node's own subtree lies in
+    it: a node of a module walked is a slice of it."""
     if isinstance(node, cst.Module):
         cached = _WALKED.get(id(node))
         if cached is None or cached[0] is not node:
-            cached = _WALKED[id(node)] = (node, _preorder(node))
+            nodes, ends = _flat(node)
+            for start, each in enumerate(nodes):
+                _SPANS[id(each)] = (each, nodes, start, ends[start])
+            cached = _WALKED[id(node)] = (node, nodes)
             while len(_WALKED) > 64:
                 _, (_, gone) = _WALKED.popitem(last=False)
                 for each in gone:
@@ -995,37 +998,49 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     return subtree(node)
 
 
-def nodes_of(module: cst.Module, kind: type) -> List[Any]:
-    """``module``'s nodes of ``kind`` (cst.ClassDef, cst.Call...), in source order: kept
-    for many more modules than :func:`walk` keeps (a package's 128 modules, searched for
-    subclasses again and again, would evict each other's walks)."""
+def nodes_of(module: cst.Module, kind: Any) -> List[Any]:
+    """``module``'s nodes of ``kind`` (cst.ClassDef, cst.Call, a tuple of them), in
+    source order: kept for many more modules than :func:`walk` keeps its spans for (a
+    package's 128 modules, searched for subclasses again and again)."""
     key = (id(module), kind)
     found = _OF_KIND.get(key)
     if found is None or found[0] is not module:
-        found = _OF_KIND[key] = (module, [n for n in subtree(module) if isinstance(n, kind)])
-        while len(_OF_KIND) > 2048:
+        found = _OF_KIND[key] = (module, [n for n in _flat(module)[0] if isinstance(n, kind)])
+        while len(_OF_KIND) > 4096:
             _OF_KIND.popitem(last=False)
     return found[1]
 
 
-_OF_KIND: "OrderedDict[Tuple[int, type], Tuple[cst.Module, List[Any]]]" = OrderedDict()
+_OF_KIND: "OrderedDict[Tuple[int, Any], Tuple[cst.Module, List[Any]]]" = OrderedDict()
 
 
-def _preorder(module: cst.Module) -> List[cst.CSTNode]:
-    """``module``'s nodes in source order; each node's subtree recorded in _SPANS."""
-    nodes: List[cst.CSTNode] = []
+def _flat(module: cst.Module) -> Tuple[List[cst.CSTNode], List[int]]:
+    """``module``'s nodes in source order, and where each one's subtree ends in that list;
+    kept for the last 512 modules (libcst computes a node's children anew each time it is
+    asked: the one walk of a module that may be slow)."""
+    found = _FLAT.get(id(module))
+    if found is None or found[0] is not module:
+        nodes: List[cst.CSTNode] = []
+        ends: List[int] = []
 
-    def visit(node: cst.CSTNode) -> None:
-        start = len(nodes)
-        nodes.append(node)
-        for child in node.children:
-            visit(child)
-        _SPANS[id(node)] = (node, nodes, start, len(nodes))
+        def visit(node: cst.CSTNode) -> None:
+            start = len(nodes)
+            nodes.append(node)
+            ends.append(0)
+            for child in node.children:
+                visit(child)
+            ends[start] = len(nodes)
 
-    visit(module)
-    return nodes
+        visit(module)
+        found = _FLAT[id(module)] = (module, nodes, ends)
+        while len(_FLAT) > 512:
+            _FLAT.popitem(last=False)
+    else:
+        _FLAT.move_to_end(id(module))
+    return found[1], found[2]
 
 
+_FLAT: "OrderedDict[int, Tuple[cst.Module, List[cst.CSTNode], List[int]]]" = OrderedDict()
 _WALKED: "OrderedDict[int, Tuple[cst.Module, List[cst.CSTNode]]]" = OrderedDict()
 # id(node) -> (node, the list of the module walked holding it, its subtree's slice)
 _SPANS: Dict[int, Tuple[cst.CSTNode, List[cst.CSTNode], int, int]] = {}
@@ -1548,7 +1563,7 @@ def receiver_modules(ctx: PlanContext, cls: cst.ClassDef) -> Tuple[List[cst.Modu
         beside = ctx.modules_beside(needle) or planned.modules_beside(needle) or []
         modules = list(dict.fromkeys([ctx.module, planned.module, *imported, *beside]))
         subs = {id(c) for c in subclasses_in(modules, cls.name.value)} | {id(cls)}
-        kin = [m for m in modules if any(isinstance(n, cst.ClassDef) and id(n) in subs for n in walk(m))]
+        kin = [m for m in modules if any(id(n) in subs for n in nodes_of(m, cst.ClassDef))]
         return modules, kin
 
     return ctx.fact(("receivers", id(ctx.module), id(cls)), find, ctx.module, cls)

@@ -128,7 +128,7 @@ def _parsed(where: str, data: bytes) -> cst.Module:
     found = _PARSED.get(key)
     if found is None:
         found = _PARSED[key] = cst.parse_module(data)
-        while len(_PARSED) > 64:
+        while len(_PARSED) > 512:  # a folder's 128 modules, read by each plan in turn
             _PARSED.popitem(last=False)
     else:
         _PARSED.move_to_end(key)
