@@ -127,7 +127,7 @@ def function_patched(ctx: PlanContext, module: cst.Module, names: Set[str]) -> O
         read = [m for _, m in imported_modules(ctx, [ctx.module, ctx.planned().module, module])[0]]
         beside = ctx.modules_beside([n.encode() for n in sorted(names)]) or []
         for m in dict.fromkeys([ctx.module, module, *read, *beside]):
-            for node in walk(m):
+            for node in nodes_of(m, _STORES_AND_CALLS):  # the only nodes the tests below read
                 stored = node.target if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.Del)) else None
                 if stored is not None and any(isinstance(t, cst.Attribute) and t.attr.value in names for t in flatten_targets(stored)):
                     return _first_line(node if not isinstance(node, cst.AssignTarget) else ctx.context_of(m).parent(node))
@@ -328,7 +328,7 @@ def _replaced(ctx: PlanContext, module: cst.Module, cls: cst.ClassDef, method: s
     defs = [b for b in bindings if isinstance(b, cst.FunctionDef)]
     if defs and defs[-1].decorators and not (static and [code(d.decorator) for d in defs[-1].decorators] == ["staticmethod"]):
         return f"{where} is decorated (`@{code(defs[-1].decorators[0].decorator)}`): the decorator may change what it gets or returns"
-    for node in walk(module):
+    for node in nodes_of(module, _STORES_AND_CALLS):  # the only nodes the tests below read
         stored = node.target if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.Del)) else None
         for target in flatten_targets(stored) if stored is not None else ():
             if isinstance(target, cst.Attribute) and target.attr.value == method:
@@ -552,7 +552,7 @@ def _kin(name: str, modules: Iterable[cst.Module]) -> Set[str]:
     any of those, transitively upward (a base's `__init__`, a mixin's, runs on that
     instance too; a class merely sharing a base, another nn.Module, does not)."""
     modules = list(modules)
-    classes = [node for module in modules for node in walk(module) if isinstance(node, cst.ClassDef)]
+    classes = [node for module in modules for node in nodes_of(module, cst.ClassDef)]
     kin = {name} | {c.name.value for c in subclasses_in(modules, name)}
     grew = True
     while grew:
@@ -613,20 +613,20 @@ def _find_patches(module: cst.Module, cls: str, method: str, owners: Optional[Se
     the module imports it as.  (What code the files do not import sets on an instance
     at run time is out of contract: README, "What the rewrite assumes".)"""
     names = {cls} | {
-        a.asname.name.value for node in walk(module) if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar)
+        a.asname.name.value for node in nodes_of(module, cst.ImportFrom) if not isinstance(node.names, cst.ImportStar)
         for a in node.names if code(a.name) == cls and a.asname is not None and isinstance(a.asname.name, cst.Name)
     }
     # the class each node is in (the innermost): a store on `self` counts in a class whose
     # instances may be ``cls``'s (``owners``; outside any class, or owners not given: all)
     inside: Dict[int, str] = {}
-    for c in (n for n in walk(module) if isinstance(n, cst.ClassDef)):
+    for c in nodes_of(module, cst.ClassDef):
         for n in walk(c.body):
             inside[id(n)] = c.name.value
 
     def counts(node: cst.CSTNode, target: cst.CSTNode) -> bool:
         return owners is None or not _on_self(target) or inside.get(id(node), "") in owners or id(node) not in inside
 
-    for node in walk(module):
+    for node in nodes_of(module, _STORES_AND_CALLS):  # the only nodes the tests below read
         stored = node.target if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.Del)) else None
         for t in flatten_targets(stored) if stored is not None else ():  # type: ignore[arg-type]
             if isinstance(t, cst.Attribute) and t.attr.value == method and counts(node, t):
@@ -1011,6 +1011,8 @@ def nodes_of(module: cst.Module, kind: Any) -> List[Any]:
     return found[1]
 
 
+# the nodes that may store to a name, an attribute or an item, and calls
+_STORES_AND_CALLS = (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.Del, cst.Call)
 _OF_KIND: "OrderedDict[Tuple[int, Any], Tuple[cst.Module, List[Any]]]" = OrderedDict()
 
 
@@ -2039,7 +2041,7 @@ def _setters_by_name(module: cst.Module) -> List[Tuple[str, str, List[str], bool
 
 def _find_setters_by_name(module: cst.Module) -> List[Tuple[str, str, List[str], bool, Optional[str]]]:
     inside: Dict[int, str] = {}
-    for c in (n for n in walk(module) if isinstance(n, cst.ClassDef)):
+    for c in nodes_of(module, cst.ClassDef):
         for n in walk(c.body):
             inside[id(n)] = c.name.value
     found: List[Tuple[str, str, List[str], bool, Optional[str]]] = []

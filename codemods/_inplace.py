@@ -40,7 +40,7 @@ import libcst as cst
 from hiera_rewrite.flow import body_of, bound_parameter, declared_names, enclosing_function, is_inplace_function, is_inplace_method, loaded_names, subtree
 from hiera_rewrite.rewrite import PlanContext
 
-from ._calls import FORWARD_HOOKS, _kin, subclasses_in, walk
+from ._calls import _STORES_AND_CALLS, FORWARD_HOOKS, _kin, nodes_of, subclasses_in, walk
 
 # the hooks that see what a module returns (a pre-hook sees its input only)
 POST_HOOKS = frozenset(h for h in FORWARD_HOOKS if "pre_hook" not in h)
@@ -888,7 +888,7 @@ class InplaceFlow:
             subs = {c.name.value for c in subclasses_in([self.ctx.module, *others], cls.name.value)}
             kin = set().union(*(_kin(n, [self.ctx.module, *others]) for n in subs)) - {cls.name.value} if subs else set()
             for module in others:
-                for node in walk(module):
+                for node in nodes_of(module, _STORES_AND_CALLS):  # the only nodes the tests below read
                     on_self = isinstance(node, cst.Call) and (
                         is_name(node.func, "setattr") and bool(node.args) and is_name(node.args[0].value, "self")
                         or isinstance(node.func, cst.Attribute) and is_name(node.func.value, "self")
