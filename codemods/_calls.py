@@ -466,7 +466,7 @@ def _imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int) -> 
                 add(_import_name(place, "..__init__"))
         else:
             add(_import_name(place, ".__init__"))  # the package the module is in
-        dynamic = next((n for n in walk(here) if isinstance(n, cst.Call) and _imports_by_name(n) or _imports_a_loader(n)), None)
+        dynamic = next((n for n in nodes_of(here, (cst.Call, cst.ImportFrom)) if isinstance(n, cst.Call) and _imports_by_name(n) or _imports_a_loader(n)), None)
         if dynamic is not None:
             shown = f"{code(dynamic.func)}(...)" if isinstance(dynamic, cst.Call) else code(dynamic)
             incomplete = (
@@ -474,7 +474,7 @@ def _imported_modules(ctx: PlanContext, roots: List[cst.Module], limit: int) -> 
                 " at run time: the modules that run on import are not all read"
             )
             break
-        for node in walk(here):
+        for node in nodes_of(here, (cst.Import, cst.ImportFrom)):
             if isinstance(node, cst.Import):  # `import pkg.masking` (found as the file imports it)
                 written = [code(a.name) for a in node.names]
             elif isinstance(node, cst.ImportFrom):  # `from . import m`, `from pkg.m import f`
@@ -1778,9 +1778,7 @@ def injected(ctx: PlanContext, module: cst.Module, scope: cst.FunctionDef, param
 
         for m in modules:
             here = ctx.context_of(m)
-            for node in walk(m):
-                if not isinstance(node, cst.Call):
-                    continue
+            for node in nodes_of(m, cst.Call):
                 partial = (is_name(node.func, "partial") or isinstance(node.func, cst.Attribute) and node.func.attr.value == "partial") \
                     and bool(node.args) and named(node.args[0].value, kin)
                 if not (partial or named(node.func, kin)):
@@ -2078,7 +2076,7 @@ def _find_submodules(ctx: PlanContext, attr: str) -> List[cst.BaseExpression]:
     assigned: List[cst.BaseExpression] = []
     if sets_submodule_by_name(ctx.module, attr) is not None:
         return []
-    for node in walk(ctx.module):
+    for node in nodes_of(ctx.module, (cst.Call, cst.Assign, cst.AnnAssign)):  # the only nodes the tests below read
         if isinstance(node, cst.Call) and is_name(node.func, "setattr"):
             return []
         if isinstance(node, cst.Assign):

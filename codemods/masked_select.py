@@ -49,6 +49,7 @@ from ._calls import (
     followed_function,
     function_of,
     imported_modules,
+    nodes_of,
     method_of,
     resolve_class,
     passed_to_a_writer,
@@ -1653,7 +1654,7 @@ def _find_stored_values(ctx: PlanContext, attr: str) -> List[cst.BaseExpression]
     if sets_submodule_by_name(ctx.module, attr) is not None:
         return []
     found: List[cst.BaseExpression] = []
-    for node in walk(ctx.module):
+    for node in nodes_of(ctx.module, (cst.Assign, cst.AnnAssign, cst.AugAssign)):  # the only nodes read below
         if isinstance(node, cst.Assign):
             pairs = [(t.target, node.value) for t in node.targets]
         elif isinstance(node, (cst.AnnAssign, cst.AugAssign)) and node.value is not None:
