@@ -24,7 +24,7 @@ from hiera_rewrite.flow import METADATA_ATTRIBUTES, METADATA_METHODS, bound_para
 from hiera_rewrite.index import Pos
 from hiera_rewrite.rewrite import PlanContext
 
-from ._match import code, flatten_targets, is_name, may_setattr, method_call
+from ._match import code, exact_types, flatten_targets, is_name, may_setattr, method_call
 
 Found = Tuple[cst.Module, cst.ClassDef]
 
@@ -89,8 +89,8 @@ def _module_names(ctx: PlanContext, module: cst.Module) -> Set[str]:
     """The names ``module`` binds to modules of the files by an import (a relative `from`
     import's names are all taken for modules: `from .pkg import m` may be one)."""
     found: Set[str] = set()
-    for node in walk(module):
-        if isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
+    for node in nodes_of(module, (cst.Import, cst.ImportFrom)):
+        if not isinstance(node.names, cst.ImportStar):
             for alias in node.names:  # type: ignore[union-attr]
                 bound = alias.asname.name if alias.asname is not None else alias.name
                 name = code(bound).split(".")[0]
@@ -153,6 +153,22 @@ def _top_level(
     ctx: PlanContext, module: cst.Module, name: str, kind: type, depth: int, upto: Optional[int] = None,
     through: Optional[List[cst.Module]] = None,
 ):
+    """:func:`_find_top_level`, once for the file's plans (asked again and again for the same
+    classes); ``through`` gets the modules it went through, as that gives them."""
+    def find():
+        passed: List[cst.Module] = []
+        return _find_top_level(ctx, module, name, kind, depth, upto, passed), passed
+
+    found, passed = ctx.fact(("top level", id(module), name, kind, depth, upto), find, module)
+    if through is not None:
+        through.extend(passed)
+    return found
+
+
+def _find_top_level(
+    ctx: PlanContext, module: cst.Module, name: str, kind: type, depth: int, upto: Optional[int] = None,
+    through: Optional[List[cst.Module]] = None,
+):
     """Imports are read as the file imports them (``PlanContext.sibling``); a module found
     elsewhere (a dotted or ``..`` import) has its relative and dotted imports read from
     its own folder (:func:`_import_name`), its plain ones (`from m import f`: found on
@@ -208,29 +224,44 @@ def _binds(root: cst.CSTNode, name: str) -> bool:
     """Code under ``root`` may bind ``name``: an assignment, walrus, `del`, loop or with
     target, an import, a def or class, `global`/`nonlocal`, a `match` capture, `except ...
     as` (nested scopes included: an over-approximation, never a miss)."""
+    return name in _per_module(_BOUND, root, id(root), lambda: _bound_under(root), 8192)
+
+
+_BOUND: Dict[int, Tuple[cst.CSTNode, FrozenSet[str]]] = {}
+# the node kinds _bound_under reads
+_BINDING_TYPES = exact_types(
+    cst.Global, cst.Nonlocal, cst.MatchAs, cst.MatchStar, cst.MatchMapping, cst.ExceptHandler, cst.FunctionDef,
+    cst.ClassDef, cst.ImportAlias, cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.For,
+    cst.CompFor, cst.Del, cst.WithItem,
+)
+
+
+def _bound_under(root: cst.CSTNode) -> FrozenSet[str]:
+    """Every name :func:`_binds` finds bound under ``root``, read in one walk."""
+    names: Set[str] = set()
     for node in walk(root):
-        if isinstance(node, (cst.Global, cst.Nonlocal)) and any(i.name.value == name for i in node.names):
-            return True
-        captured = getattr(node, "rest" if isinstance(node, cst.MatchMapping) else "name", None)
-        if isinstance(node, (cst.MatchAs, cst.MatchStar, cst.MatchMapping)) and is_name(captured, name):
-            return True
-        if isinstance(node, cst.ExceptHandler) and node.name is not None and is_name(node.name.name, name):
-            return True
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node.name.value == name:
-            return True
-        if isinstance(node, cst.ImportAlias):
-            bound = node.asname.name if node.asname is not None else node.name
-            if code(bound).split(".")[0] == name:
-                return True
+        kind = type(node)
+        if kind not in _BINDING_TYPES:
             continue
-        target: Optional[cst.CSTNode] = None
-        if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.NamedExpr, cst.For, cst.CompFor, cst.Del)):
-            target = node.target
-        elif isinstance(node, cst.WithItem) and node.asname is not None:
-            target = node.asname.name
-        if target is not None and any(is_name(n, name) for n in walk(target)):
-            return True
-    return False
+        if kind is cst.Global or kind is cst.Nonlocal:
+            names.update(i.name.value for i in node.names)  # type: ignore[attr-defined]
+        elif kind is cst.MatchAs or kind is cst.MatchStar or kind is cst.MatchMapping:
+            captured = node.rest if kind is cst.MatchMapping else node.name  # type: ignore[attr-defined]
+            if isinstance(captured, cst.Name):
+                names.add(captured.value)
+        elif kind is cst.ExceptHandler:
+            if node.name is not None and isinstance(node.name.name, cst.Name):  # type: ignore[attr-defined]
+                names.add(node.name.name.value)  # type: ignore[attr-defined]
+        elif kind is cst.FunctionDef or kind is cst.ClassDef:
+            names.add(node.name.value)  # type: ignore[attr-defined]
+        elif kind is cst.ImportAlias:
+            bound = node.asname.name if node.asname is not None else node.name  # type: ignore[attr-defined]
+            names.add(code(bound).split(".")[0])
+        else:
+            target = node.target if kind is not cst.WithItem else node.asname.name if node.asname is not None else None  # type: ignore[attr-defined]
+            if target is not None:
+                names.update(n.value for n in walk(target) if isinstance(n, cst.Name))
+    return frozenset(names)
 
 
 def _rebinds_globals(module: cst.Module, name: str) -> bool:
@@ -620,7 +651,7 @@ def _find_patches(module: cst.Module, cls: str, method: str, owners: Optional[Se
     # instances may be ``cls``'s (``owners``; outside any class, or owners not given: all)
     inside: Dict[int, str] = {}
     for c in nodes_of(module, cst.ClassDef):
-        for n in walk(c.body):
+        for n in walk_in(module, c.body):
             inside[id(n)] = c.name.value
 
     def counts(node: cst.CSTNode, target: cst.CSTNode) -> bool:
@@ -636,7 +667,7 @@ def _find_patches(module: cst.Module, cls: str, method: str, owners: Optional[Se
         if isinstance(node, cst.Call) and _may_set_by_name(node, method) and counts(node, node):
             return code(node).splitlines()[0]
         if isinstance(node, cst.Call) and not (is_name(node.func) and node.func.value in _CLASS_READERS):  # type: ignore[attr-defined]
-            if any(_names_the_class(a.value, names) for a in node.args):
+            if any(_names_the_class(a.value, names, module) for a in node.args):
                 return code(node).splitlines()[0]
     return None
 
@@ -679,14 +710,19 @@ def _may_set_by_name(node: cst.CSTNode, method: str) -> bool:
     return on_self(node.func.value)  # type: ignore[attr-defined]  # `self.__dict__.update(...)`
 
 
-def _names_the_class(expr: cst.BaseExpression, names: Set[str]) -> bool:
-    """``expr`` holds one of the class's ``names`` (`Hiera`, `mod.Hiera`, in a list, a
-    tuple, a dict, starred), other than as a call it makes (`Hiera(...)`: an instance)."""
-    called = {id(n.func) for n in walk(expr) if isinstance(n, cst.Call)}
+def _names_the_class(expr: cst.BaseExpression, names: Set[str], module: Optional[cst.Module] = None) -> bool:
+    """``expr`` (of ``module``, where given) holds one of the class's ``names`` (`Hiera`,
+    `mod.Hiera`, in a list, a tuple, a dict, starred), other than as a call it makes
+    (`Hiera(...)`: an instance)."""
+    nodes = [n for n in (walk_in(module, expr) if module is not None else walk(expr)) if type(n) in _CALL_NAME_ATTRIBUTE]
+    called = {id(n.func) for n in nodes if isinstance(n, cst.Call)}
     return any(
         id(n) not in called and (isinstance(n, cst.Name) and n.value in names or isinstance(n, cst.Attribute) and n.attr.value in names)
-        for n in walk(expr)
+        for n in nodes
     )
+
+
+_CALL_NAME_ATTRIBUTE = exact_types(cst.Call, cst.Name, cst.Attribute)
 
 
 # class-body names through which a class, its metaclass or a base changes what an
@@ -995,7 +1031,29 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     found = _SPANS.get(id(node))
     if found is not None and found[0] is node:
         return iter(found[1][found[2]:found[3]])
-    return subtree(node)
+    if type(node) not in _BLOCKS:
+        return subtree(node)
+    # a block of a module whose spans are not kept: its list is (a class body, asked of
+    # again for each method)
+    kept = _SUBTREES.get(id(node))
+    if kept is None or kept[0] is not node:
+        kept = _SUBTREES[id(node)] = (node, list(subtree(node)))
+        while len(_SUBTREES) > 256:
+            _SUBTREES.popitem(last=False)
+    else:
+        _SUBTREES.move_to_end(id(node))
+    return iter(kept[1])
+
+
+def walk_in(module: cst.Module, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """:func:`walk` of ``node``, a node of ``module``, from the module's list (its spans
+    made first, where they are not kept)."""
+    walk(module)
+    return walk(node)
+
+
+_BLOCKS = exact_types(cst.IndentedBlock, cst.FunctionDef, cst.ClassDef)
+_SUBTREES: "OrderedDict[int, Tuple[cst.CSTNode, List[cst.CSTNode]]]" = OrderedDict()
 
 
 def nodes_of(module: cst.Module, kind: Any) -> List[Any]:
@@ -1005,10 +1063,25 @@ def nodes_of(module: cst.Module, kind: Any) -> List[Any]:
     key = (id(module), kind)
     found = _OF_KIND.get(key)
     if found is None or found[0] is not module:
-        found = _OF_KIND[key] = (module, [n for n in _flat(module)[0] if isinstance(n, kind)])
+        nodes = _flat(module)[0]
+        places = _per_module(_PLACES, module, id(module), lambda: _places_by_type(nodes), 512)
+        # isinstance(n, kind) is issubclass(type(n), kind): asked once per type present
+        held = [places[t] for t in places if issubclass(t, kind)]
+        found = _OF_KIND[key] = (module, [nodes[i] for i in (held[0] if len(held) == 1 else sorted(i for each in held for i in each))])
         while len(_OF_KIND) > 4096:
             _OF_KIND.popitem(last=False)
     return found[1]
+
+
+def _places_by_type(nodes: List[cst.CSTNode]) -> Dict[type, List[int]]:
+    """Where each type of node lies in ``nodes``, in order."""
+    places: Dict[type, List[int]] = {}
+    for i, node in enumerate(nodes):
+        places.setdefault(type(node), []).append(i)
+    return places
+
+
+_PLACES: Dict[int, Tuple[cst.Module, Dict[type, List[int]]]] = {}
 
 
 # the nodes that may store to a name, an attribute or an item, and calls
@@ -1219,8 +1292,18 @@ def hands_on(ctx: PlanContext, expr: cst.CSTNode, names: Set[str]) -> bool:
 def value_bindings(func: cst.FunctionDef) -> List[Tuple[cst.CSTNode, cst.CSTNode, cst.CSTNode]]:
     """(value, target, binding) of every binding in ``func``'s body: assignments (plain,
     annotated and augmented), `:=`, `for` targets (the iterable as value), `with ... as`."""
+    return list(_per_module(_VALUE_BINDINGS, func, id(func), lambda: _find_value_bindings(func), 4096))
+
+
+_VALUE_BINDINGS: Dict[int, Tuple[cst.FunctionDef, List[Tuple[cst.CSTNode, cst.CSTNode, cst.CSTNode]]]] = {}
+_VALUE_BINDING_TYPES = exact_types(cst.Assign, cst.AnnAssign, cst.NamedExpr, cst.AugAssign, cst.For, cst.CompFor, cst.WithItem)
+
+
+def _find_value_bindings(func: cst.FunctionDef) -> List[Tuple[cst.CSTNode, cst.CSTNode, cst.CSTNode]]:
     bindings: List[Tuple[cst.CSTNode, cst.CSTNode, cst.CSTNode]] = []
     for node in walk(func.body):
+        if type(node) not in _VALUE_BINDING_TYPES:
+            continue
         if isinstance(node, cst.Assign):
             bindings.extend((node.value, t.target, node) for t in node.targets)
         elif isinstance(node, (cst.AnnAssign,)) and node.value is not None:
@@ -1855,7 +1938,17 @@ def _a_parameter(ctx: PlanContext, module: cst.Module, call: cst.Call, name: str
 
 def _bindings(scope: cst.FunctionDef) -> Iterator[Tuple[cst.CSTNode, cst.CSTNode]]:
     """(target, value) of each assignment, loop and walrus in ``scope``."""
+    return iter(_per_module(_SCOPE_BINDINGS, scope, id(scope), lambda: list(_find_bindings(scope)), 4096))
+
+
+_SCOPE_BINDINGS: Dict[int, Tuple[cst.FunctionDef, List[Tuple[cst.CSTNode, cst.CSTNode]]]] = {}
+_BINDINGS_TYPES = exact_types(cst.Assign, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For, cst.CompFor)
+
+
+def _find_bindings(scope: cst.FunctionDef) -> Iterator[Tuple[cst.CSTNode, cst.CSTNode]]:
     for node in walk(scope.body):
+        if type(node) not in _BINDINGS_TYPES:
+            continue
         if isinstance(node, cst.Assign):
             yield from ((t.target, node.value) for t in node.targets)
         elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr)) and node.value is not None:
@@ -1920,7 +2013,7 @@ def module_class_unproven(ctx: PlanContext, module: cst.Module, cls: cst.ClassDe
             return why
         read = [m for _, m in imported_modules(ctx, [ctx.module, ctx.planned().module, module])[0]]
         for m in dict.fromkeys([ctx.module, module, *read, *(ctx.modules_beside([n.encode() for n in _CLASS_SWAPS]) or [])]):
-            swap = next((n for n in walk(m) if _stores_a_class(n)), None)
+            swap = next((n for n in nodes_of(m, (cst.AssignTarget, cst.AugAssign, cst.Call)) if _stores_a_class(n)), None)
             if swap is not None:
                 return f"`{_first_line(swap)}` may change the class of a module"
         # a hook registered in a module that runs when the files are imported (a global
@@ -1976,13 +2069,19 @@ def registers_hooks(module: cst.Module) -> bool:
     """``module`` names a forward hook or pre-hook registration (on a module, or global),
     a parametrization, or the hook dicts: called, aliased on import, or handed over
     (hunt 23a F9: `from torch.nn.modules.module import register_module_forward_hook as on_forward`)."""
-    return any(
-        isinstance(node, cst.Name) and node.value in _AROUND_A_CALL
-        or isinstance(node, cst.Attribute) and node.attr.value in _AROUND_A_CALL
-        # by name (`getattr(m, "register_forward_pre_hook")(f)`: hunt 24 noticed)
-        or isinstance(node, cst.SimpleString) and _evaluated(node) in _AROUND_A_CALL
-        for node in walk(module)
-    )
+    def find() -> bool:
+        return any(
+            isinstance(node, cst.Name) and node.value in _AROUND_A_CALL
+            or isinstance(node, cst.Attribute) and node.attr.value in _AROUND_A_CALL
+            # by name (`getattr(m, "register_forward_pre_hook")(f)`: hunt 24 noticed)
+            or isinstance(node, cst.SimpleString) and _evaluated(node) in _AROUND_A_CALL
+            for node in nodes_of(module, (cst.Name, cst.Attribute, cst.SimpleString))
+        )
+
+    return _per_module(_HOOKED, module, id(module), find, 512)
+
+
+_HOOKED: Dict[int, Tuple[cst.Module, bool]] = {}
 
 
 def _evaluated(node: cst.SimpleString) -> Optional[str]:
@@ -2040,10 +2139,10 @@ def _setters_by_name(module: cst.Module) -> List[Tuple[str, str, List[str], bool
 def _find_setters_by_name(module: cst.Module) -> List[Tuple[str, str, List[str], bool, Optional[str]]]:
     inside: Dict[int, str] = {}
     for c in nodes_of(module, cst.ClassDef):
-        for n in walk(c.body):
+        for n in walk_in(module, c.body):
             inside[id(n)] = c.name.value
     found: List[Tuple[str, str, List[str], bool, Optional[str]]] = []
-    for node in walk(module):
+    for node in nodes_of(module, (cst.Call, cst.AssignTarget, cst.AugAssign)):  # the only nodes read below
         if isinstance(node, cst.Call):
             func = node.func
             name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None

@@ -829,7 +829,7 @@ class InplaceFlow:
         for ann in self.ctx.nodes(cst.AnnAssign):
             if _is_self_attr(ann.target) and ann.target.attr.value == attr:  # type: ignore[attr-defined]
                 return None
-        if any(_changes_inside(node, attr) for node in walk(self.ctx.module)):
+        if any(_changes_inside(node, attr) for node in nodes_of(self.ctx.module, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.Del, cst.Call))):
             return None  # `self.proj.forward = f`, `self._modules.update(proj=m)`
         if self._set_beside(cls, attr, POST_HOOKS if output else FORWARD_HOOKS):
             return None

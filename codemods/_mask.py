@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from hiera_rewrite.flow import FunctionFlow, bound_parameter, in_place_write, loaded_names, root_name, statement_names, subtree, tensor_aliases
+from hiera_rewrite.flow import FunctionFlow, bound_parameter, in_place_write, loaded_names, root_name, statement_names, tensor_aliases
 from hiera_rewrite.index import import_names
 from hiera_rewrite.rewrite import PlanContext
 
@@ -414,7 +414,7 @@ def imports_typing_optional(module: cst.Module) -> bool:
 def free_names(flow: FunctionFlow, *names: str) -> List[str]:
     """Those of ``names`` already used in the function (they would clash), a def, lambda
     or comprehension nested in it included (a global it reads would become the new local)."""
-    nodes = list(subtree(flow.func.body))  # every name bound or read, nested scopes included
+    nodes = list(walk(flow.func.body))  # every name bound or read, nested scopes included
     not_variables = {
         id(n) for node in nodes for n in (
             (node.attr,) if isinstance(node, cst.Attribute) else (node.keyword,) if isinstance(node, cst.Arg) and node.keyword else ()

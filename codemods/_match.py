@@ -6,9 +6,19 @@ hiera_rewrite.flow's (through ``ctx.flow``).
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import FrozenSet, List, Optional, Tuple
 
 import libcst as cst
+
+
+def exact_types(*kinds: type) -> FrozenSet[type]:
+    """``kinds`` for `type(node) in ...`, a test that is then `isinstance(node, kinds)`
+    without its cost (libcst's node classes are ABCs: each isinstance of one is a Python
+    call).  Each must be a class no other class derives from: libcst's concrete nodes."""
+    derived = [kind.__name__ for kind in kinds if kind.__subclasses__()]
+    if derived:
+        raise TypeError(f"classes derive from {', '.join(derived)}: `type(node) in` would miss them")
+    return frozenset(kinds)
 
 
 # -- statements ---------------------------------------------------------------------

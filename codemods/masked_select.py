@@ -73,7 +73,7 @@ from ._calls import (
 )
 from ._inplace import FORWARD_HOOKS
 from .decoder_fill import _ARITHMETIC_METHODS
-from ._match import code, flatten_targets, is_name, keeps_dtype, method_call, single_assign, target_code
+from ._match import code, exact_types, flatten_targets, is_name, keeps_dtype, method_call, single_assign, target_code
 from ._mask import (
     MASK_CONTRACT,
     RUNS_OWN,
@@ -1610,12 +1610,20 @@ def _params(scope) -> List[cst.Param]:
     return [*params.posonly_params, *params.params, *params.kwonly_params, *(p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param))]
 
 
+_NAME_BINDING_TYPES = exact_types(
+    cst.Assign, cst.AnnAssign, cst.NamedExpr, cst.For, cst.CompFor, cst.AugAssign, cst.WithItem, cst.Del, cst.ExceptHandler,
+    cst.Global, cst.Nonlocal, cst.ImportAlias, cst.FunctionDef, cst.ClassDef, cst.MatchAs, cst.MatchStar, cst.MatchMapping,
+)
+
+
 def _name_bindings(scope: cst.FunctionDef, name: str) -> Optional[List[cst.BaseExpression]]:
     """What ``scope``'s body binds the name ``name`` to (a loop's: what it iterates); None
     where another form binds it (an import, a def, `with ... as`, `except ... as`, `global`,
     `del`, `+=`, a `match` capture)."""
     values: List[cst.BaseExpression] = []
     for node in walk(scope.body):
+        if type(node) not in _NAME_BINDING_TYPES:
+            continue
         if isinstance(node, cst.Assign):
             pairs = [(t.target, node.value) for t in node.targets]
         elif isinstance(node, (cst.AnnAssign, cst.NamedExpr)) and node.value is not None:
