@@ -439,6 +439,24 @@ _op(
     ),
 )
 
+# 8 (the issue's own class 8, not a hunt's): an attention mask in another dtype than q's.
+# A fork's additive bias made in float32 whatever the model's dtype (float64 here): the
+# original's 5-D call runs the math backend, which adds it in q's dtype; a 4-D call given
+# it reaches the fused kernels, which misread it (CPU flash: errors of order 1)
+_op(
+    "float32_attention_bias", "8",
+    "hiera.py: MaskUnitAttention adds a float32 bias (0, -0.3, -0.6 by key position) to SDPA, whatever the model's dtype",
+    edits=(
+        insert_before("hiera.py", '        if hasattr(F, "scaled_dot_product_attention"):\n', _indent(8, '''
+            # a relative bias, made in float32 whatever the model's dtype
+            bias = -0.3 * (torch.ones(B, N // num_windows, dtype=torch.float32, device=x.device).cumsum(-1) % 3)
+            bias = bias[:, None, None, None, :]
+        ''')),
+        Edit("hiera.py", "            x = F.scaled_dot_product_attention(q, k, v)\n",
+             "            x = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)\n"),
+    ),
+)
+
 # 8: found by a second hunt (stop 35): the count path through wrappers, aliases and names
 _op(
     "own_random_mask_ratio", "8a",
