@@ -12,13 +12,18 @@ import libcst as cst
 
 
 def exact_types(*kinds: type) -> FrozenSet[type]:
-    """``kinds`` for `type(node) in ...`, a test that is then `isinstance(node, kinds)`
-    without its cost (libcst's node classes are ABCs: each isinstance of one is a Python
-    call).  Each must be a class no other class derives from: libcst's concrete nodes."""
-    derived = [kind.__name__ for kind in kinds if kind.__subclasses__()]
-    if derived:
-        raise TypeError(f"classes derive from {', '.join(derived)}: `type(node) in` would miss them")
-    return frozenset(kinds)
+    """``kinds`` and every class deriving from them, for `type(node) in ...`: that test is
+    then `isinstance(node, kinds)` without its cost (libcst's node classes are ABCs, so
+    each isinstance of one is a Python-level call).  libcst defines its node classes on
+    import, and the concrete ones have no subclasses."""
+    found = set()
+    todo = list(kinds)
+    while todo:
+        kind = todo.pop()
+        if kind not in found:
+            found.add(kind)
+            todo.extend(kind.__subclasses__())
+    return frozenset(found)
 
 
 # -- statements ---------------------------------------------------------------------
