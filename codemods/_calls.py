@@ -649,10 +649,7 @@ def _find_patches(module: cst.Module, cls: str, method: str, owners: Optional[Se
     }
     # the class each node is in (the innermost): a store on `self` counts in a class whose
     # instances may be ``cls``'s (``owners``; outside any class, or owners not given: all)
-    inside: Dict[int, str] = {}
-    for c in nodes_of(module, cst.ClassDef):
-        for n in walk_in(module, c.body):
-            inside[id(n)] = c.name.value
+    inside = _class_of_nodes(module)
 
     def counts(node: cst.CSTNode, target: cst.CSTNode) -> bool:
         return owners is None or not _on_self(target) or inside.get(id(node), "") in owners or id(node) not in inside
@@ -670,6 +667,22 @@ def _find_patches(module: cst.Module, cls: str, method: str, owners: Optional[Se
             if any(_names_the_class(a.value, names, module) for a in node.args):
                 return code(node).splitlines()[0]
     return None
+
+
+def _class_of_nodes(module: cst.Module) -> Dict[int, str]:
+    """id(node) -> the name of the innermost class whose body holds it, for ``module``'s
+    nodes in a class body; once per module."""
+    def find() -> Dict[int, str]:
+        inside: Dict[int, str] = {}
+        for c in nodes_of(module, cst.ClassDef):  # outer classes first: an inner one's name wins
+            for n in walk_in(module, c.body):
+                inside[id(n)] = c.name.value
+        return inside
+
+    return _per_module(_CLASS_OF_NODES, module, id(module), find, 256)
+
+
+_CLASS_OF_NODES: Dict[int, Tuple[cst.Module, Dict[int, str]]] = {}
 
 
 def _may_set_by_name(node: cst.CSTNode, method: str) -> bool:
@@ -2137,10 +2150,7 @@ def _setters_by_name(module: cst.Module) -> List[Tuple[str, str, List[str], bool
 
 
 def _find_setters_by_name(module: cst.Module) -> List[Tuple[str, str, List[str], bool, Optional[str]]]:
-    inside: Dict[int, str] = {}
-    for c in nodes_of(module, cst.ClassDef):
-        for n in walk_in(module, c.body):
-            inside[id(n)] = c.name.value
+    inside = _class_of_nodes(module)
     found: List[Tuple[str, str, List[str], bool, Optional[str]]] = []
     for node in nodes_of(module, (cst.Call, cst.AssignTarget, cst.AugAssign)):  # the only nodes read below
         if isinstance(node, cst.Call):
